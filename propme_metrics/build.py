@@ -1,0 +1,417 @@
+"""Building an infini-gram v4 index from a corpus with any HF tokenizer.
+
+The build happens in a hidden sibling folder and is moved into place only after the manifest is
+written, so an interrupted build never leaves a folder that opens as an index. Re-running the
+same build resumes it: finished steps (tokenization, each shard's suffix array) are skipped.
+Suffix arrays come from the `rust_indexing` binary shipped in the infini-gram wheel.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import time
+from datetime import datetime, timezone
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import __version__
+from .errors import BuildError, ConfigError
+from .manifest import (MANIFEST_NAME, SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest,
+                       ShardInfo, TokenizerInfo, shard_file)
+from .progress import progress_bar, rate
+from .sources import CorpusSource
+from .tokenizer import DEFAULT_TOKENIZER, analyze_vocab, load_tokenizer, max_token_id, tokenizer_hash
+
+STATE_NAME = "propme-build-state.json"
+OVERLAP_BYTES = 100_000  # how far suffix-array parts overlap (the binary's hack size)
+BYTES_PER_TOKEN_ON_DISK = 7  # rule of thumb of SPEC section 3, temporary space excluded
+
+
+def partial_dir(out: Path) -> Path:
+    """Where a build of `out` happens before it is moved into place."""
+    return out.parent / f".{out.name}.propme-partial"
+
+
+def rust_indexing_binary() -> Path:
+    """The suffix-array builder that ships inside the infini-gram wheel."""
+    import infini_gram
+
+    binary = Path(infini_gram.__file__).parent / "rust_indexing"
+    if not binary.is_file():
+        raise BuildError(f"the infini-gram package has no rust_indexing binary at {binary}",
+                         "reinstall infini-gram==2.6.0 from a wheel for this platform")
+    return binary
+
+
+def choose_token_width(max_id: int, requested: int | None) -> int:
+    """2 bytes when every id fits below the separator 0xFFFF, else 4; a forced 2 must fit."""
+    needed = 2 if max_id <= 0xFFFE else 4
+    if requested is None:
+        return needed
+    if requested not in (2, 4):
+        raise ConfigError(f"token width must be 2 or 4 bytes, not {requested}")
+    if requested < needed:
+        raise ConfigError(
+            f"the tokenizer's largest id is {max_id}, which does not fit a 16-bit index (ids up to 65534)",
+            "leave --token-width unset (32-bit is chosen automatically) or pass --token-width 4")
+    return requested
+
+
+def build_index(
+    source: CorpusSource,
+    out: str | Path,
+    tokenizer: str = DEFAULT_TOKENIZER,
+    tokenizer_revision: str | None = None,
+    num_shards: int = 1,
+    shard_ids: Iterable[int] | None = None,
+    token_width: int | None = None,
+    batch_size: int = 1024,
+    cpus: int | None = None,
+    mem_bytes: int | None = None,
+    force: bool = False,
+    check_space: bool = True,
+    progress: bool = True,
+) -> IndexManifest:
+    """Build (or resume, or reuse) the index of `source` in folder `out` and return its manifest."""
+    out = Path(out).absolute()
+    cpus = cpus or os.cpu_count() or 1
+    mem_bytes = mem_bytes or _half_of_ram()
+    if num_shards < 1:
+        raise ConfigError("--shards must be at least 1")
+    shard_ids = sorted(set(range(num_shards) if shard_ids is None else shard_ids))
+    if not shard_ids or shard_ids[0] < 0 or shard_ids[-1] >= num_shards:
+        raise ConfigError(f"--shard-ids must lie in 0..{num_shards - 1}")
+
+    tok = load_tokenizer(tokenizer, tokenizer_revision)
+    max_id = max_token_id(tok)
+    width = choose_token_width(max_id, token_width)
+    tok_hash = tokenizer_hash(tok)
+    params = {
+        "source": source.describe(),
+        "tokenizer": {"name": tokenizer, "revision": tokenizer_revision, "sha256": tok_hash},
+        "token_width": width,
+        "num_shards": num_shards,
+        "shard_ids": shard_ids,
+    }
+    params_hash = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+
+    existing = _existing_index(out, params_hash, force)
+    if existing is not None:
+        return existing
+
+    work = partial_dir(out)
+    state = _load_state(work, params_hash)
+    if state is None:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": []}
+        _save_state(work, state)
+    if check_space:
+        _check_disk_space(work, source.estimated_text_bytes(), width)
+
+    started = time.time()
+    vocab = analyze_vocab(tok)
+    with progress_bar(progress) as bar:
+        if state["tokenized"] is None:
+            tok.save_pretrained(work / TOKENIZER_DIRNAME)
+            (work / WORD_STARTS_NAME).write_text("".join(f"{i}\n" for i in vocab.word_start_ids))
+            state["tokenized"] = _tokenize(source, tok, work, width, num_shards, shard_ids, batch_size, bar)
+            _save_state(work, state)
+        counts = state["tokenized"]
+        for sid in shard_ids:
+            if sid in state["suffix_arrays"]:
+                continue
+            if check_space:
+                _check_disk_space(work, None, width, ds_bytes=shard_file(work, "tokenized", sid).stat().st_size)
+            task = bar.add_task(f"suffix array, shard {sid}", total=3, rate="")
+            build_suffix_array(shard_file(work, "tokenized", sid), shard_file(work, "table", sid), width,
+                               cpus, mem_bytes, work / f"tmp-{sid}",
+                               on_step=lambda step: bar.update(task, advance=1, rate=step))
+            state["suffix_arrays"].append(sid)
+            _save_state(work, state)
+
+    shards = [
+        ShardInfo(id=sid, documents=counts[str(sid)]["documents"], tokens=counts[str(sid)]["tokens"],
+                  ds_bytes=shard_file(work, "tokenized", sid).stat().st_size,
+                  sa_bytes=shard_file(work, "table", sid).stat().st_size)
+        for sid in shard_ids
+    ]
+    manifest = IndexManifest(
+        source=params["source"],
+        tokenizer=TokenizerInfo(
+            name=tokenizer, revision=tokenizer_revision, cls=type(tok).__name__, vocab_size=len(tok),
+            max_id=max_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+            family=vocab.family, sha256=tok_hash),
+        token_width=width,
+        delimiter_ids=vocab.delimiter_ids,
+        num_shards=num_shards,
+        shard_ids=shard_ids,
+        shards=shards,
+        build={"params_hash": params_hash, "batch_size": batch_size, "cpus": cpus,
+               "seconds_last_run": round(time.time() - started, 2)},
+        versions=_versions(),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    (work / STATE_NAME).unlink()
+    manifest.write(work)  # last file written: its presence marks a finished build
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(work, out)
+    return manifest
+
+
+def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
+    """Join shard sets built separately (`--shard-ids` on several machines) into one index."""
+    out = Path(out).absolute()
+    manifests = [IndexManifest.read(p) for p in parts]
+    first = manifests[0]
+    for path, m in zip(parts, manifests):
+        same = (m.source == first.source and m.tokenizer.sha256 == first.tokenizer.sha256
+                and m.token_width == first.token_width and m.num_shards == first.num_shards)
+        if not same:
+            raise ConfigError(f"{path} was built from another corpus, tokenizer or shard count than {parts[0]}",
+                              "join only parts of one build (same SOURCE, --tokenizer and --shards)")
+    ids = [sid for m in manifests for sid in m.shard_ids]
+    if len(ids) != len(set(ids)):
+        raise ConfigError("the parts overlap: a shard id occurs in more than one part")
+    if sorted(ids) != list(range(first.num_shards)):
+        missing = sorted(set(range(first.num_shards)) - set(ids))
+        raise ConfigError(f"shards {missing} are missing", "build them with --shard-ids and join again")
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"output folder {out} is not empty", "join into a new folder")
+    work = partial_dir(out)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    shutil.copytree(Path(parts[0]) / TOKENIZER_DIRNAME, work / TOKENIZER_DIRNAME)
+    shutil.copy2(Path(parts[0]) / WORD_STARTS_NAME, work / WORD_STARTS_NAME)
+    for path, m in zip(parts, manifests):
+        for sid in m.shard_ids:
+            for kind in SHARD_FILES:
+                _link_or_copy(shard_file(path, kind, sid), shard_file(work, kind, sid))
+    params = {"source": first.source, "tokenizer": {"name": first.tokenizer.name,
+              "revision": first.tokenizer.revision, "sha256": first.tokenizer.sha256},
+              "token_width": first.token_width, "num_shards": first.num_shards,
+              "shard_ids": list(range(first.num_shards))}
+    joined = IndexManifest(
+        source=first.source, tokenizer=first.tokenizer, token_width=first.token_width,
+        delimiter_ids=first.delimiter_ids, num_shards=first.num_shards,
+        shard_ids=list(range(first.num_shards)),
+        shards=sorted((s for m in manifests for s in m.shards), key=lambda s: s.id),
+        build={"params_hash": hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest(),
+               "joined_from": [str(Path(p).absolute()) for p in parts]},
+        versions=_versions(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    joined.write(work)
+    if out.exists():
+        out.rmdir()
+    os.replace(work, out)
+    return joined
+
+
+def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_bytes: int, tmp: Path,
+                       on_step=lambda step: None) -> None:
+    """Suffix array of one `tokenized.N` with rust_indexing: make-part (parallel), merge, concat."""
+    binary = str(rust_indexing_binary())
+    ds_size = ds_path.stat().st_size
+    ratio = max(1, math.ceil(math.log2(ds_size) / 8))
+    batches = 1
+    while batches * (mem_bytes // 8) < ds_size:
+        batches *= 2
+    jobs = batches * cpus if ds_size > 4 * OVERLAP_BYTES else 1
+    part = -(-(ds_size // jobs) // width) * width  # round up to whole tokens
+    shutil.rmtree(tmp, ignore_errors=True)
+    parts_dir, merged_dir = tmp / "parts", tmp / "merged"
+    parts_dir.mkdir(parents=True)
+    merged_dir.mkdir()
+    common = ["--data-file", str(ds_path), "--ratio", str(ratio), "--token-width", str(width)]
+    ranges = [(i * part, min((i + 1) * part + OVERLAP_BYTES, ds_size)) for i in range(jobs) if i * part < ds_size]
+    for first in range(0, len(ranges), cpus):
+        _run_all([[binary, "make-part", *common, "--parts-dir", str(parts_dir),
+                   "--start-byte", str(s), "--end-byte", str(e)] for s, e in ranges[first:first + cpus]])
+    on_step("make-part")
+    _run_all([[binary, "merge", *common, "--parts-dir", str(parts_dir), "--merged-dir", str(merged_dir),
+               "--num-threads", str(cpus), "--hacksize", str(OVERLAP_BYTES)]])
+    on_step("merge")
+    shutil.rmtree(parts_dir)
+    tmp_sa = sa_path.with_name(sa_path.name + ".partial")
+    _run_all([[binary, "concat", *common, "--merged-dir", str(merged_dir), "--merged-file", str(tmp_sa),
+               "--num-threads", str(cpus)]])
+    expected = (ds_size // width) * ratio
+    if tmp_sa.stat().st_size != expected:
+        raise BuildError(f"rust_indexing wrote {tmp_sa.stat().st_size} bytes of suffix array for {ds_path.name}, "
+                         f"expected {expected}", "re-run the build; if it repeats, report it with the corpus size")
+    os.replace(tmp_sa, sa_path)
+    shutil.rmtree(tmp)
+    on_step("concat")
+
+
+def _run_all(commands: list[list[str]]) -> None:
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in commands]
+    failures = []
+    for cmd, proc in zip(commands, procs):
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            failures.append(f"`{' '.join(cmd[1:3])}` exited {proc.returncode}: {err.decode(errors='replace')[-500:]}")
+    if failures:
+        raise BuildError("suffix-array step failed: " + "; ".join(failures),
+                         "check free disk space and memory, then re-run the same command to resume")
+
+
+def _tokenize(source: CorpusSource, tok, work: Path, width: int, num_shards: int, shard_ids: list[int],
+              batch_size: int, bar) -> dict[str, dict[str, int]]:
+    """Stream documents into shards (document i goes to shard i mod N); write v4 files and unigrams."""
+    dtype = np.uint16 if width == 2 else np.uint32
+    sep = np.iinfo(dtype).max
+    vocab_len = max_token_id(tok) + 1
+    wanted = set(shard_ids)
+    files = {sid: {kind: open(shard_file(work, kind, sid), "wb") for kind in ("tokenized", "offset", "metadata", "metaoff")}
+             for sid in shard_ids}
+    pos = {sid: [0, 0] for sid in shard_ids}  # byte offsets into tokenized.N and metadata.N
+    unigrams = {sid: np.zeros(vocab_len, dtype=np.int64) for sid in shard_ids}
+    counts = {sid: {"documents": 0, "tokens": 0} for sid in shard_ids}
+    task = bar.add_task("tokenizing", total=None, rate="")
+    started, n_docs, n_tokens = time.time(), 0, 0
+
+    def flush(batch: list[tuple[int, Any]]) -> None:
+        nonlocal n_docs, n_tokens
+        mine = [(i, d) for i, d in batch if i % num_shards in wanted]
+        if mine:
+            ids = tok([d.text for _, d in mine], add_special_tokens=False,
+                      return_attention_mask=False)["input_ids"]
+            per_shard: dict[int, list[tuple[Any, list[int]]]] = {}
+            for (i, doc), doc_ids in zip(mine, ids):
+                per_shard.setdefault(i % num_shards, []).append((doc, doc_ids))
+            for sid, docs in per_shard.items():
+                lengths = np.array([len(x) + 1 for _, x in docs], dtype=np.uint64)
+                flat = np.full(int(lengths.sum()), sep, dtype=dtype)
+                starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+                body = np.fromiter((t for _, x in docs for t in x), dtype=dtype, count=len(flat) - len(docs))
+                mask = np.ones(len(flat), dtype=bool)
+                mask[starts] = False
+                flat[mask] = body
+                lines = [(json.dumps(doc.metadata, ensure_ascii=False) + "\n").encode("utf-8") for doc, _ in docs]
+                line_lengths = np.array([len(x) for x in lines], dtype=np.uint64)
+                f = files[sid]
+                f["offset"].write((pos[sid][0] + starts.astype(np.uint64) * width).astype(np.uint64).tobytes())
+                f["tokenized"].write(flat.tobytes())
+                f["metaoff"].write((pos[sid][1] + np.concatenate(([0], np.cumsum(line_lengths)[:-1]))).astype(np.uint64).tobytes())
+                f["metadata"].write(b"".join(lines))
+                pos[sid][0] += flat.nbytes
+                pos[sid][1] += int(line_lengths.sum())
+                unigrams[sid] += np.bincount(body, minlength=vocab_len)[:vocab_len] if len(body) else 0
+                counts[sid]["documents"] += len(docs)
+                counts[sid]["tokens"] += len(body)
+                n_tokens += len(body)
+        n_docs += len(batch)
+        elapsed = time.time() - started
+        bar.update(task, completed=n_docs,
+                   rate=f"{rate(n_docs, elapsed, 'docs')}  {rate(n_tokens, elapsed, 'tok')}")
+
+    try:
+        batch: list[tuple[int, Any]] = []
+        for i, doc in enumerate(source):
+            batch.append((i, doc))
+            if len(batch) >= batch_size:
+                flush(batch)
+                batch = []
+        flush(batch)
+    finally:
+        for f in files.values():
+            for fh in f.values():
+                fh.close()
+    if n_docs == 0:
+        raise ConfigError(f"the corpus {source.location} has no documents"
+                          + (" left after --exclude-sources" if source.exclude_sources else ""),
+                          "check the path, --split and the source filter")
+    empty = [sid for sid in shard_ids if counts[sid]["documents"] == 0]
+    if empty:
+        raise ConfigError(f"shard(s) {empty} got no documents ({n_docs} documents for {num_shards} shards)",
+                          "use fewer --shards")
+    for sid in shard_ids:
+        with open(shard_file(work, "unigram", sid), "w") as fh:
+            for tid in np.flatnonzero(unigrams[sid]):
+                fh.write(f"{tid} {unigrams[sid][tid]}\n")
+            fh.write(f"{sep} {counts[sid]['documents']}\n")
+    bar.update(task, total=n_docs)
+    return {str(sid): c for sid, c in counts.items()}
+
+
+def _existing_index(out: Path, params_hash: str, force: bool) -> IndexManifest | None:
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        raise ConfigError(f"output path {out} exists and is not a folder")
+    if (out / MANIFEST_NAME).is_file():
+        manifest = IndexManifest.read(out)
+        if manifest.build.get("params_hash") == params_hash and not force:
+            return manifest
+        if not force:
+            raise ConfigError(
+                f"{out} already holds a different index (source {manifest.source.get('location')}, "
+                f"tokenizer {manifest.tokenizer.name}, {manifest.num_shards} shard(s))",
+                "choose another --out, or pass --force to replace it")
+        return None
+    if any(out.iterdir()) and not force:
+        raise ConfigError(f"output folder {out} is not empty and holds no PropMe index",
+                          "choose an empty or new folder, or pass --force to replace its content")
+    return None
+
+
+def _load_state(work: Path, params_hash: str) -> dict[str, Any] | None:
+    try:
+        state = json.loads((work / STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return state if state.get("params_hash") == params_hash else None
+
+
+def _save_state(work: Path, state: dict[str, Any]) -> None:
+    tmp = work / (STATE_NAME + ".tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, work / STATE_NAME)
+
+
+def _check_disk_space(work: Path, text_bytes: int | None, width: int, ds_bytes: int | None = None) -> None:
+    free = shutil.disk_usage(work).free
+    if ds_bytes is not None:  # suffix array: table (up to 5 bytes/token here) + the same again in parts
+        need = 2 * (ds_bytes // width) * 5
+    elif text_bytes is not None:  # about 4 bytes of text per token
+        need = (text_bytes // 4) * (BYTES_PER_TOKEN_ON_DISK + 5)
+    else:
+        return
+    if free < need:
+        raise ConfigError(f"not enough disk space in {work.parent}: about {need / 2**30:.1f} GiB needed, "
+                          f"{free / 2**30:.1f} GiB free",
+                          "free space, build to another --out, or pass --skip-space-check if the estimate is wrong")
+
+
+def _half_of_ram() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError):
+        return 4 * 2**30
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _versions() -> dict[str, str]:
+    versions = {"propme": __version__, "python": platform.python_version()}
+    for pkg in ("infini-gram", "transformers", "tokenizers", "datasets"):
+        try:
+            versions[pkg] = importlib_metadata.version(pkg)
+        except importlib_metadata.PackageNotFoundError:
+            pass
+    return versions
+

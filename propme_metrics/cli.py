@@ -1,0 +1,191 @@
+"""The `propme` command: index, prompts, trace, report, demo.
+
+Exit codes: 0 success; 1 a check failed (e.g. `index verify`); 2 bad input or configuration;
+3 a missing, corrupt or mismatched index; 4 an external build step failed; 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import PropMeError
+from .progress import stderr_console
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _ints(value: str) -> list[int]:
+    try:
+        return [int(v) for v in _csv(value)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
+
+
+# --- index -------------------------------------------------------------------------------------
+
+def cmd_index_build(args: argparse.Namespace) -> int:
+    from .build import build_index
+    from .sources import CorpusSource
+
+    source = CorpusSource(args.source, text_field=args.text_field, keep_fields=_csv(args.keep_fields),
+                          source_field=args.source_field, exclude_sources=_csv(args.exclude_sources),
+                          revision=args.revision, config=args.config, split=args.split)
+    manifest = build_index(source, args.out, tokenizer=args.tokenizer, tokenizer_revision=args.tokenizer_revision,
+                           num_shards=args.shards, shard_ids=args.shard_ids, token_width=args.token_width,
+                           batch_size=args.batch_size, cpus=args.cpus, force=args.force,
+                           check_space=not args.skip_space_check, progress=not args.quiet)
+    state = "complete" if manifest.complete else f"shards {manifest.shard_ids} of {manifest.num_shards}"
+    print(f"index {args.out}: {manifest.total_documents:,} documents, {manifest.total_tokens:,} tokens, "
+          f"{manifest.token_width * 8}-bit, tokenizer {manifest.tokenizer.name} ({state})")
+    return 0
+
+
+def cmd_index_info(args: argparse.Namespace) -> int:
+    from .index import index_info
+
+    info = index_info(args.index)
+    if args.json:
+        print(json.dumps(info, indent=2, ensure_ascii=False))
+        return 0
+    m = info["manifest"]
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"PropMe index {info['path']}", show_header=False)
+    rows = [
+        ("identity", m["identity"]),
+        ("source", f"{m['source']['location']} ({m['source']['kind']})"
+                   + (f" @ {m['source'].get('revision')}" if m["source"].get("revision") else "")),
+        ("tokenizer", f"{m['tokenizer']['name']} ({m['tokenizer']['family']}, {m['tokenizer']['vocab_size']:,} "
+                      f"entries, sha256 {m['tokenizer']['sha256'][:12]})"),
+        ("token width", f"{m['token_width'] * 8}-bit"),
+        ("documents", f"{m['total_documents']:,}"),
+        ("tokens", f"{m['total_tokens']:,}"),
+        ("shards", ", ".join(f"{s['id']}: {s['documents']:,} docs / {s['tokens']:,} tok" for s in m["shards"])),
+        ("excluded sources", ", ".join(m["source"].get("exclude_sources", [])) or "none"),
+        ("size on disk", f"{info['bytes_total'] / 2**20:,.1f} MiB"),
+        ("built", f"{m['created']} with propme {m['versions'].get('propme')}, infini-gram {m['versions'].get('infini-gram')}"),
+        ("sample document", f"{info['sample_document']['metadata']}: {info['sample_document']['text_start']!r}"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    Console().print(table)
+    return 0
+
+
+def cmd_index_verify(args: argparse.Namespace) -> int:
+    from .index import verify_index
+
+    report = verify_index(args.index, samples=args.samples, seed=args.seed)
+    for check in report.checks:
+        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+    print("index verified" if report.ok else "index verification FAILED")
+    return 0 if report.ok else 1
+
+
+def cmd_index_join(args: argparse.Namespace) -> int:
+    from .build import join_indexes
+
+    manifest = join_indexes(args.parts, args.out)
+    print(f"joined {len(args.parts)} part(s) into {args.out}: {manifest.total_documents:,} documents, "
+          f"{manifest.total_tokens:,} tokens in {manifest.num_shards} shard(s)")
+    return 0
+
+
+def _add_index_commands(sub: argparse._SubParsersAction) -> None:
+    index = sub.add_parser("index", help="build, inspect and check infini-gram indexes",
+                           description="Build, inspect and check infini-gram suffix-array indexes of a corpus.")
+    isub = index.add_subparsers(dest="index_command", required=True, metavar="{build,info,verify,join}")
+
+    b = isub.add_parser("build", help="index a corpus (local JSONL/parquet or a HF dataset) with any HF tokenizer",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        description="Tokenize a corpus and build infini-gram v4 shards with suffix arrays. "
+                                    "The build runs in a hidden folder beside --out and is moved into place when "
+                                    "done; re-running the same command resumes an interrupted build.")
+    b.add_argument("source", help="a .jsonl/.jsonl.gz/.jsonl.zst/.parquet file, a folder of them, or a HF dataset id")
+    b.add_argument("--out", required=True, help="index folder to create")
+    b.add_argument("--tokenizer", default=None, help="HF tokenizer id or local folder "
+                   "(default: hf-internal-testing/llama-tokenizer, the ungated Llama-2 tokenizer)")
+    b.add_argument("--tokenizer-revision", default=None, help="revision of a hub tokenizer")
+    b.add_argument("--revision", default=None, help="dataset revision (commit or tag) of a HF dataset")
+    b.add_argument("--config", default=None, help="dataset configuration of a HF dataset")
+    b.add_argument("--split", default="train", help="dataset split of a HF dataset")
+    b.add_argument("--text-field", default="text", help="field holding the document text")
+    b.add_argument("--keep-fields", default="id,source", help="comma-separated fields stored as document metadata")
+    b.add_argument("--source-field", default="source", help="field naming a document's source, for --exclude-sources")
+    b.add_argument("--exclude-sources", default="", help="comma-separated sources to leave out "
+                   "(the DFM Decoder skipped depbank,jvj,nordjyllandnews,synne of Dynaword 1.2.12)")
+    b.add_argument("--shards", type=int, default=1, help="number of shards (document i goes to shard i mod N)")
+    b.add_argument("--shard-ids", type=_ints, default=None, help="build only these shards (e.g. 0,1), "
+                   "to spread a build over machines; combine the parts with `propme index join`")
+    b.add_argument("--token-width", type=int, choices=(2, 4), default=None,
+                   help="bytes per token id (default: 2 if every id <= 65534, else 4)")
+    b.add_argument("--batch-size", type=int, default=1024, help="documents per tokenizer batch")
+    b.add_argument("--cpus", type=int, default=None, help="processes for the suffix-array build (default: all)")
+    b.add_argument("--force", action="store_true", help="replace whatever --out holds")
+    b.add_argument("--skip-space-check", action="store_true", help="do not check free disk space first")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=cmd_index_build)
+
+    i = isub.add_parser("info", help="show an index's manifest, sizes and a sample document")
+    i.add_argument("index", help="index folder")
+    i.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    i.set_defaults(func=cmd_index_info)
+
+    v = isub.add_parser("verify", help="check an index: sizes, suffix-array order, documents, unigram counts")
+    v.add_argument("index", help="index folder")
+    v.add_argument("--samples", type=int, default=2000, help="suffix-array positions to check per shard")
+    v.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
+    v.set_defaults(func=cmd_index_verify)
+
+    j = isub.add_parser("join", help="join shard sets built separately with --shard-ids into one index")
+    j.add_argument("parts", nargs="+", help="index folders, each holding some shards of the same build")
+    j.add_argument("--out", required=True, help="new index folder")
+    j.set_defaults(func=cmd_index_join)
+
+
+# --- parser and entry point --------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="propme",
+        description="PropMe: does a language model reproduce its training data under ordinary prompts "
+                    "(propensity), not only under prefix attacks (capability)? Build an infini-gram index "
+                    "of the training corpus, make prompt sets, trace generations with SimpleTrace, and "
+                    "report PM scores.",
+        epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 missing/corrupt/"
+               "mismatched index, 4 external build step failed, 130 interrupted.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"propme {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{index,prompts,trace,report,demo,tasks-path}")
+    _add_index_commands(sub)
+    # further subcommands register here
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "tokenizer", "unset") is None:
+        from .tokenizer import DEFAULT_TOKENIZER
+
+        args.tokenizer = DEFAULT_TOKENIZER
+    try:
+        return args.func(args)
+    except PropMeError as exc:
+        stderr_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        if exc.hint:
+            stderr_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        stderr_console.print("[bold red]interrupted[/]: nothing was lost; re-run the same command to resume")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

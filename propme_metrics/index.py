@@ -1,0 +1,287 @@
+"""Opening a built index: a thin, typed layer over infini-gram's engine, plus verify and info.
+
+The files are checked before the engine sees them (the engine aborts the process on a bad file
+instead of raising), and the engine is opened through a path that contains none of the
+substrings it uses to recognise shard files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import IndexFormatError
+from .manifest import SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest, shard_file
+
+
+@dataclass
+class DocumentWindow:
+    """Part of a corpus document: its tokens around a match, and where the match starts."""
+
+    shard: int
+    doc_ix: int
+    doc_len: int
+    metadata: dict[str, Any]
+    token_ids: list[int]
+    needle_offset: int
+
+
+class Index:
+    """An opened PropMe index: manifest, tokenizer, and the memory-mapped infini-gram engine."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).absolute()
+        self.manifest = IndexManifest.read(self.path)
+        if not self.manifest.complete:
+            raise IndexFormatError(
+                f"{self.path} holds shards {self.manifest.shard_ids} of {self.manifest.num_shards} only",
+                "build the other shards with --shard-ids and combine them with `propme index join`")
+        self._check_files()
+        #: shard ids in the engine's order (it sorts file names as strings: 10 before 2)
+        self.engine_shards = sorted(self.manifest.shard_ids, key=lambda sid: f"tokenized.{sid}")
+
+    @property
+    def token_width(self) -> int:
+        return self.manifest.token_width
+
+    @property
+    def separator(self) -> int:
+        return (1 << (8 * self.token_width)) - 1
+
+    @cached_property
+    def tokenizer(self):
+        """The index's own tokenizer, loaded from the copy stored inside the index."""
+        from .tokenizer import load_tokenizer
+
+        return load_tokenizer(str(self.path / TOKENIZER_DIRNAME))
+
+    @cached_property
+    def engine(self):
+        from infini_gram.engine import InfiniGramEngine
+
+        tok = self.manifest.tokenizer
+        eos = tok.eos_token_id if tok.eos_token_id is not None else 0
+        return InfiniGramEngine(
+            index_dir=str(_engine_safe_path(self.path)), eos_token_id=eos,
+            vocab_size=self.separator, token_dtype="u16" if self.token_width == 2 else "u32",
+            bow_ids_path=str(self.path / WORD_STARTS_NAME), precompute_unigram_logprobs=True)
+
+    @cached_property
+    def word_start_ids(self) -> frozenset[int]:
+        return frozenset(int(x) for x in (self.path / WORD_STARTS_NAME).read_text().split())
+
+    @cached_property
+    def unigram_counts(self) -> dict[int, int]:
+        """Token id -> count over all shards, separator included (from the unigram files)."""
+        counts: dict[int, int] = {}
+        for sid in self.manifest.shard_ids:
+            for line in shard_file(self.path, "unigram", sid).read_text().splitlines():
+                tid, cnt = line.split()
+                counts[int(tid)] = counts.get(int(tid), 0) + int(cnt)
+        return counts
+
+    @property
+    def total_positions(self) -> int:
+        """Tokens in the suffix arrays, separators included (the unigram denominator)."""
+        return sum(s.ds_bytes // self.token_width for s in self.manifest.shards)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, clean_up_tokenization_spaces=False)
+
+    def count(self, ids: list[int]) -> int:
+        """Occurrences of a token sequence in the corpus."""
+        result = self.engine.count(input_ids=list(ids))
+        if "error" in result:
+            raise ValueError(result["error"])
+        return result["count"]
+
+    @cached_property
+    def document_lengths(self) -> np.ndarray:
+        """Token count of every document, in the engine's document order (doc_ix)."""
+        lengths = []
+        for sid in self.engine_shards:
+            offsets = np.fromfile(shard_file(self.path, "offset", sid), dtype=np.uint64).astype(np.int64)
+            ends = np.append(offsets[1:], shard_file(self.path, "tokenized", sid).stat().st_size)
+            lengths.append((ends - offsets) // self.token_width - 1)
+        return np.concatenate(lengths)
+
+    def document(self, doc_ix: int, max_tokens: int | None = None) -> DocumentWindow:
+        """The first `max_tokens` tokens (all if None) of document `doc_ix` with its metadata."""
+        limit = int(self.document_lengths[doc_ix]) if max_tokens is None else max_tokens
+        result = self.engine.get_doc_by_ix_2(doc_ix=int(doc_ix), max_ctx_len=limit)
+        return self._window(result, self._shard_of(doc_ix))
+
+    def windows(self, requests: list[tuple[int, int, int, int]]) -> list[DocumentWindow]:
+        """Document windows around matches: each request is (engine shard, byte ptr, needle_len, context)."""
+        if not requests:
+            return []
+        results = self.engine.get_docs_by_ptrs_2(requests=requests)
+        if isinstance(results, dict):
+            raise ValueError(results["error"])
+        return [self._window(r, self.engine_shards[s]) for r, (s, *_rest) in zip(results, requests)]
+
+    def _shard_of(self, doc_ix: int) -> int:
+        for sid in self.engine_shards:
+            n = next(s.documents for s in self.manifest.shards if s.id == sid)
+            if doc_ix < n:
+                return sid
+            doc_ix -= n
+        raise IndexError(doc_ix)
+
+    @staticmethod
+    def _window(result: dict[str, Any], shard: int) -> DocumentWindow:
+        if "error" in result:
+            raise ValueError(result["error"])
+        meta = result["metadata"].strip()
+        return DocumentWindow(shard=shard, doc_ix=result["doc_ix"], doc_len=result["doc_len"],
+                              metadata=json.loads(meta) if meta else {}, token_ids=list(result["token_ids"]),
+                              needle_offset=result["needle_offset"])
+
+    def _check_files(self) -> None:
+        m = self.manifest
+        for s in m.shards:
+            paths = {kind: shard_file(self.path, kind, s.id) for kind in SHARD_FILES}
+            missing = [p.name for p in paths.values() if not p.is_file()]
+            if missing:
+                raise IndexFormatError(f"{self.path} is missing {', '.join(missing)}",
+                                       "the index is incomplete or was moved partly; rebuild it")
+            sizes = {kind: p.stat().st_size for kind, p in paths.items()}
+            ptr = pointer_size(s.ds_bytes)
+            expected = {"tokenized": s.ds_bytes, "table": (s.ds_bytes // m.token_width) * ptr,
+                        "offset": 8 * s.documents, "metaoff": 8 * s.documents}
+            for kind, size in expected.items():
+                if sizes[kind] != size:
+                    raise IndexFormatError(
+                        f"{paths[kind]} has {sizes[kind]} bytes, the manifest says {size}",
+                        "the file is truncated or from another build; rebuild the index")
+        if not (self.path / WORD_STARTS_NAME).is_file() or not (self.path / TOKENIZER_DIRNAME).is_dir():
+            raise IndexFormatError(f"{self.path} lacks {WORD_STARTS_NAME} or {TOKENIZER_DIRNAME}/",
+                                   "rebuild the index with `propme index build`")
+
+
+def pointer_size(ds_bytes: int) -> int:
+    """Bytes per suffix-array pointer for a `tokenized.N` of this size (SPEC section 3)."""
+    return max(1, math.ceil(math.log2(ds_bytes) / 8))
+
+
+def open_index(path: str | Path) -> Index:
+    """Open an index folder; raises IndexFormatError with a hint when it is missing or broken."""
+    return Index(path)
+
+
+def _engine_safe_path(path: Path) -> Path:
+    """`path`, or a symlink to it whose name has none of the engine's file-kind substrings."""
+    if not any(word in str(path) for word in SHARD_FILES):
+        return path
+    root = Path(tempfile.gettempdir()) / "propme-engine-links"
+    if any(word in str(root) for word in SHARD_FILES):
+        raise IndexFormatError(f"the index path {path} contains one of {SHARD_FILES}, which confuses the engine",
+                               "move the index to a folder whose path avoids those words")
+    root.mkdir(exist_ok=True)
+    link = root / hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    if not link.is_symlink() or os.readlink(link) != str(path):
+        tmp = root / f"{link.name}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(path, target_is_directory=True)
+        os.replace(tmp, link)
+    return link
+
+
+# ---------------------------------------------------------------------------------------------
+# verify and info
+
+
+@dataclass
+class Check:
+    """One verification check: its name, whether it passed, and what was seen."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class VerifyReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def verify_index(path: str | Path, samples: int = 2000, seed: int = 0) -> VerifyReport:
+    """Check sizes, suffix-array order on sampled ranks, sampled documents, and unigram sums."""
+    report = VerifyReport()
+    index = Index(path)  # raises on missing files and size mismatches
+    report.checks.append(Check("file sizes", True, f"{len(index.manifest.shards)} shard(s) consistent with manifest"))
+    rng = np.random.default_rng(seed)
+    width = index.token_width
+    bad_order = 0
+    checked = 0
+    for s in index.manifest.shards:
+        ds = np.memmap(shard_file(index.path, "tokenized", s.id), dtype=np.uint8, mode="r")
+        sa = np.memmap(shard_file(index.path, "table", s.id), dtype=np.uint8, mode="r")
+        ptr_size = pointer_size(s.ds_bytes)
+        n = s.ds_bytes // width
+        weights = (256 ** np.arange(ptr_size)).astype(np.uint64)
+
+        def ptr_at(rank: int) -> int:
+            return int(np.asarray(sa[rank * ptr_size:(rank + 1) * ptr_size], dtype=np.uint64) @ weights)
+
+        for rank in rng.integers(0, max(1, n - 1), size=min(samples, max(0, n - 1))):
+            a, b = ptr_at(int(rank)), ptr_at(int(rank) + 1)
+            if a % width or b % width or a >= s.ds_bytes or b >= s.ds_bytes:
+                bad_order += 1
+            elif bytes(ds[a:a + 4096]) > bytes(ds[b:b + 4096]):
+                bad_order += 1
+            checked += 1
+    report.checks.append(Check("suffix array sorted", bad_order == 0,
+                               f"{checked} sampled adjacent pairs, {bad_order} out of order"))
+    n_docs = index.manifest.total_documents
+    failures = []
+    for doc_ix in rng.choice(n_docs, size=min(samples // 10 + 1, n_docs), replace=False):
+        try:
+            doc = index.document(int(doc_ix), max_tokens=2048)
+            if index.separator in doc.token_ids:
+                failures.append(int(doc_ix))
+            index.decode(doc.token_ids)
+        except Exception:  # a document that cannot be read or decoded is exactly what we report
+            failures.append(int(doc_ix))
+    report.checks.append(Check("documents decode", not failures,
+                               f"{min(samples // 10 + 1, n_docs)} sampled documents"
+                               + (f", failed: {failures[:10]}" if failures else "")))
+    counts = index.unigram_counts
+    total = sum(counts.values())
+    ok = total == index.total_positions
+    probe = rng.choice(sorted(counts), size=min(20, len(counts)), replace=False)
+    mismatched = [int(t) for t in probe if int(t) != index.separator and index.count([int(t)]) != counts[int(t)]]
+    report.checks.append(Check("unigram counts", ok and not mismatched,
+                               f"sum {total:,} vs {index.total_positions:,} positions; "
+                               f"{len(probe)} ids recounted through the engine"
+                               + (f", mismatched: {mismatched}" if mismatched else "")))
+    return report
+
+
+def index_info(path: str | Path) -> dict[str, Any]:
+    """Manifest, file sizes and one decoded sample document, for `propme index info`."""
+    index = Index(path)
+    sizes = {p.name: p.stat().st_size for p in sorted(index.path.iterdir()) if p.is_file()}
+    doc = index.document(0, max_tokens=64)
+    return {
+        "path": str(index.path),
+        "manifest": index.manifest.to_dict(),
+        "files": sizes,
+        "bytes_total": sum(sizes.values()),
+        "sample_document": {"doc_ix": 0, "metadata": doc.metadata, "text_start": index.decode(doc.token_ids)},
+    }

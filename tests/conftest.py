@@ -1,0 +1,51 @@
+"""Shared fixtures: the real GPT-2 tokenizer (offline) and small indexes built from planted corpora."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from propme_metrics.build import build_index  # noqa: E402
+from propme_metrics.sources import CorpusSource  # noqa: E402
+from propme_metrics.synthetic import generate_corpus, gpt2_tokenizer  # noqa: E402
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return path
+
+
+def make_index(corpus: Path, out: Path, tokenizer: Path, **kwargs):
+    """Build an index quietly (no progress bars) and return its manifest."""
+    kwargs.setdefault("progress", False)
+    kwargs.setdefault("check_space", False)
+    return build_index(CorpusSource(str(corpus)), out, tokenizer=str(tokenizer), **kwargs)
+
+
+@pytest.fixture(scope="session")
+def gpt2_dir(tmp_path_factory) -> Path:
+    return gpt2_tokenizer(tmp_path_factory.mktemp("gpt2-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def synthetic_records() -> list[dict]:
+    return list(generate_corpus(120, seed=7))
+
+
+@pytest.fixture(scope="session")
+def synthetic_index(tmp_path_factory, gpt2_dir, synthetic_records) -> Path:
+    """A 2-shard index of 120 generated Danish/English documents (GPT-2 tokenizer)."""
+    root = tmp_path_factory.mktemp("synthetic")
+    corpus = write_jsonl(root / "corpus.jsonl", synthetic_records)
+    make_index(corpus, root / "index", gpt2_dir, num_shards=2)
+    return root / "index"
