@@ -147,6 +147,80 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
     j.set_defaults(func=cmd_index_join)
 
 
+# --- prompts -----------------------------------------------------------------------------------
+
+def cmd_prompts_build(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .index import open_index
+    from .prompts import (build_prompt_set, eligible_documents, overlap_profile, sidecar_path,
+                          write_prompt_set)
+
+    index = open_index(args.index)
+    ps = build_prompt_set(index, args.setting, n=args.n, seed=args.seed, language=args.language,
+                          candidates=args.candidates, progress=not args.quiet)
+    out = write_prompt_set(ps, args.out)
+    rows = [(f"{args.setting} ({ps.manifest['source']['kind']})", ps.manifest["overlap_profile"])]
+    if args.setting != "prefix":
+        n_ref = min(args.n, len(eligible_documents(index, ps.manifest["min_doc_tokens"])))
+        ref = (overlap_profile(build_prompt_set(index, "prefix", n=n_ref, seed=args.seed).records)
+               if n_ref else None)
+        rows.append(("prefix (reference)", ref))
+    table = Table(title=f"overlap with index {index.manifest.identity} (longest span in tokens)")
+    for col in ("prompt set", "n", "mean span", "max span", "span >= 10"):
+        table.add_column(col, justify="left" if col == "prompt set" else "right", no_wrap=True)
+    for name, prof in rows:
+        if prof is None:
+            table.add_row(name, "0", "-", "-", "-  (no document is long enough)")
+        else:
+            table.add_row(name, str(prof["n"]), f"{prof['mean_longest_span']:.2f}", str(prof["max_longest_span"]),
+                          f"{prof['share_span_ge_10']:.0%}")
+    console = Console()
+    console.print(table)
+    rejected = ps.manifest["rejected"]
+    if args.setting != "prefix":
+        console.print(f"{len(rejected)} candidate(s) rejected" + (":" if rejected else ""), highlight=False)
+        for r in rejected[:5]:
+            console.print(f"  {r['id']}: {r['reason']}: {r['prompt'][:80]!r}", highlight=False)
+        if len(rejected) > 5:
+            console.print(f"  ... and {len(rejected) - 5} more (see {sidecar_path(out).name})", highlight=False)
+    console.print(f"wrote {len(ps.records)} {args.setting} prompts to {out} (manifest {sidecar_path(out).name})",
+                  highlight=False)
+    return 0
+
+
+def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
+    prompts = sub.add_parser("prompts", help="build prompt sets (generic, specific, prefix) checked against an index",
+                             description="Build prompt sets for the propensity (generic, specific) and capability "
+                                         "(prefix) settings, tied to an index by a sidecar manifest.")
+    psub = prompts.add_subparsers(dest="prompts_command", required=True, metavar="{build}")
+    b = psub.add_parser("build", help="build a prompt file and its sidecar manifest",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        description="prefix: the first 50 tokens of sampled documents of at least 100 tokens "
+                                    "(with the next 50 as the true continuation). generic/specific: prompts from "
+                                    "--candidates or the built-in sets, minus any that occur verbatim in the "
+                                    "index, spread evenly over domains. Prints the set's overlap profile next "
+                                    "to that of a prefix set of the same index.")
+    b.add_argument("--index", required=True, help="index folder")
+    b.add_argument("--setting", required=True, choices=("generic", "specific", "prefix"), help="prompt setting")
+    b.add_argument("--out", required=True, help="prompt file to write (FILE.jsonl; sidecar FILE.jsonl.manifest.json)")
+    b.add_argument("--n", type=int, default=100, help="number of prompts")
+    b.add_argument("--seed", type=int, default=42, help="sampling seed")
+    b.add_argument("--language", default=None, help="prompt language (da, en); required for the built-in sets")
+    b.add_argument("--candidates", default=None, help="candidate prompts: plain text (one per line) or JSONL "
+                   "with a \"prompt\" field (optional id, domain, language); default: the built-in set")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=cmd_prompts_build)
+
+
+def cmd_tasks_path(args: argparse.Namespace) -> int:
+    from propme_tasks.discovery import tasks_path
+
+    print(tasks_path())
+    return 0
+
+
 # --- parser and entry point --------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True,
                                 metavar="{index,prompts,trace,report,demo,tasks-path}")
     _add_index_commands(sub)
+    tp = sub.add_parser("tasks-path", help="print the folder of PropMe's lm-eval task YAML (for --include_path)")
+    tp.set_defaults(func=cmd_tasks_path)
+    _add_prompts_commands(sub)
     # further subcommands register here
     return parser
 
