@@ -92,3 +92,87 @@ def gpt2_tokenizer(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     tok.save_pretrained(out)
     return out
+
+
+def train_tokenizer(texts: list[str], out_dir: str | Path, vocab_size: int = 1000) -> Path:
+    """Train a small byte-level BPE tokenizer (GPT-2 style pieces, 'Ġ' word starts) and save it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=1024)
+    out = Path(out_dir)
+    fast.save_pretrained(out)
+    return out
+
+
+def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir: str | Path, steps: int = 400,
+                           n_layer: int = 2, n_embd: int = 96, lr: float = 3e-3, seed: int = 0,
+                           target_loss: float = 0.05, n_positions: int = 512) -> float:
+    """Train a tiny GPT-2 until it has memorized `texts` (each followed by EOS); return the final loss.
+
+    Full-batch AdamW on CPU; the model ends in eval() mode and is saved with its tokenizer, so
+    `lm_eval --model hf --model_args pretrained=<out_dir>` can load it.
+    """
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    rows = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
+    width = max(len(r) for r in rows)
+    if width > n_positions:
+        raise ConfigError(f"a training text has {width} tokens, more than the model's {n_positions} positions")
+    ids = torch.full((len(rows), width), tok.eos_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        labels[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(r)] = 1
+    config = GPT2Config(vocab_size=len(tok), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=4,
+                        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.eos_token_id)
+    model = GPT2LMHeadModel(config)
+    optim = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    loss_value = float("inf")
+    for _ in range(steps):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        loss_value = loss.item()
+        if loss_value < target_loss:
+            break
+    model.eval()
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return loss_value
+
+
+def demo_corpus(n_memorized: int = 8, n_background: int = 300, seed: int = 0) -> list[dict]:
+    """A bilingual corpus: long planted documents (to be memorized) and short background ones.
+
+    Planted documents are the only ones long enough (>= 100 tokens) to be sampled as prefix
+    prompts, so a model trained on exactly them shows capability on the prefix setting.
+    """
+    rng = random.Random(seed)
+    records = []
+    for i in range(n_memorized):
+        language = ("da", "en")[i % 2]
+        records.append({"id": f"planted-{i:03d}", "source": f"{language}_planted", "language": language,
+                        "memorized": True, "text": document_text(rng, language, rng.randint(8, 10))})
+    for i in range(n_background):
+        language = ("da", "en")[i % 2]
+        records.append({"id": f"background-{i:04d}", "source": f"{language}_background", "language": language,
+                        "memorized": False, "text": document_text(rng, language, rng.randint(1, 3))})
+    rng.shuffle(records)
+    return records

@@ -1,0 +1,84 @@
+"""Makes the stock `lm_eval` command find PropMe's tasks without `--include_path`.
+
+lm-eval 0.4.13 has no discovery hook for task folders, so the installed `propme_lmeval.pth`
+calls `install()` at interpreter start. That only registers an import watcher (stdlib only, no
+lm-eval import): when `lm_eval.tasks.manager` is imported, `TaskManager.__init__` is wrapped to
+put PropMe's task folder before any user `--include_path`. Set PROPME_LMEVAL_DISCOVERY=0 to
+switch it off; once lm-eval reads the `lm_eval.tasks` entry point (declared in setup.cfg), the
+watcher steps aside.
+"""
+import os
+import sys
+
+ENV_SWITCH = "PROPME_LMEVAL_DISCOVERY"
+_TARGET = "lm_eval.tasks.manager"
+
+
+def tasks_path() -> str:
+    """Folder holding PropMe's task YAML (also for `lm_eval --include_path`)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("propme_tasks.task_configs")
+    if spec is not None and spec.submodule_search_locations:
+        return str(list(spec.submodule_search_locations)[0])
+    # a source checkout imported from its root: the YAML lies beside the package
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "task_configs")
+
+
+def patch_task_manager(manager_module) -> None:
+    """Wrap TaskManager.__init__ so PropMe's task folder is always indexed first."""
+    if hasattr(manager_module, "discover_plugin_task_paths"):
+        return  # lm-eval discovers entry-point task folders itself
+    cls = manager_module.TaskManager
+    if getattr(cls, "_propme_patched", False):
+        return
+    original = cls.__init__
+
+    def __init__(self, verbosity=None, include_path=None, *args, **kwargs):
+        if include_path is None:
+            paths = []
+        elif isinstance(include_path, (list, tuple)):
+            paths = list(include_path)
+        else:
+            paths = [include_path]
+        ours = tasks_path()
+        if ours not in [os.fspath(p) for p in paths]:
+            paths.insert(0, ours)
+        original(self, verbosity, paths, *args, **kwargs)
+
+    cls.__init__ = __init__
+    cls._propme_patched = True
+
+
+class _Watcher:
+    """A meta-path finder that only acts on `lm_eval.tasks.manager`, once."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != _TARGET:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            patch_task_manager(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def install() -> None:
+    """Called from propme_lmeval.pth at start-up; cheap, and a no-op when switched off."""
+    if os.environ.get(ENV_SWITCH, "1").lower() in ("0", "false", "no", "off"):
+        return
+    module = sys.modules.get(_TARGET)
+    if module is not None:
+        patch_task_manager(module)
+    elif not any(isinstance(f, _Watcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Watcher())

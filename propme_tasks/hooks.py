@@ -1,0 +1,187 @@
+"""The functions PropMe's task YAML names: dataset loader, per-sample tracing, aggregations.
+
+lm-eval passes the task's merged metadata (YAML `metadata:` + `--metadata` + `--model_args`) to
+`load_prompts` only, so the loader validates the configuration before any generation and copies
+what scoring needs (index path, tracing parameters) into every document.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from propme_metrics.errors import PropMeError
+from propme_metrics.metrics import counts_for_metrics, generation_values
+from propme_metrics.trace import TraceConfig, Tracer, TraceResult
+
+#: How to build an index for each shipped corpus, quoted in error messages.
+BUILD_HINTS = {
+    "dynaword": "propme index build danish-foundation-models/danish-dynaword "
+                "--revision 9e230b35e31a510e5ab909112ad5bfc9463b2c23 "
+                "--exclude-sources depbank,jvj,nordjyllandnews,synne --out DIR",
+    "common_pile": "propme index build common-pile/comma_v0.1_training_dataset --out DIR",
+}
+TRACE_KEYS = {f.name for f in fields(TraceConfig)}
+
+
+class TaskConfigError(SystemExit):
+    """Stops an lm-eval run with one message and no traceback (exit status 1)."""
+
+    def __init__(self, message: str):
+        super().__init__(f"PropMe: {message}")
+
+
+def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
+    """A configuration value from --metadata/YAML first, then PROPME_<KEY>; returns (value, where)."""
+    env = f"PROPME_{key.upper()}"
+    if meta.get(key) not in (None, ""):
+        return meta[key], f"metadata key {key!r}"
+    if os.environ.get(env):
+        return os.environ[env], f"environment variable {env}"
+    return default, ""
+
+
+def trace_config(meta: dict[str, Any]) -> TraceConfig:
+    """TraceConfig from `trace_<field>` metadata keys or PROPME_TRACE_<FIELD> variables."""
+    unknown = [k for k in meta if k.startswith("trace_") and k[6:] not in TRACE_KEYS]
+    if unknown:
+        raise TaskConfigError(f"unknown tracing parameter(s) {unknown}; valid: "
+                              + ", ".join(f"trace_{k}" for k in sorted(TRACE_KEYS)))
+    values = {}
+    for f in fields(TraceConfig):
+        raw, _ = _setting(meta, f"trace_{f.name}")
+        if raw is not None:
+            values[f.name] = type(getattr(TraceConfig(), f.name))(raw)
+    try:
+        return TraceConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise TaskConfigError(f"bad tracing parameters: {exc}") from None
+
+
+def load_prompts(**meta: Any):
+    """`custom_dataset` hook: validate index and prompts, return {'test': Dataset} of prompts."""
+    import datasets
+
+    from propme_metrics.index import open_index
+    from propme_metrics.prompts import build_prompt_set, load_prompt_set, write_prompt_set
+
+    corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
+    if not corpus or not setting:
+        raise TaskConfigError("a PropMe task YAML must set metadata 'corpus' and 'setting'")
+    index_key = f"{corpus}_index"
+    index_path, where = _setting(meta, index_key)
+    if index_path is None:
+        hint = BUILD_HINTS.get(corpus, "propme index build SOURCE --out DIR")
+        raise TaskConfigError(
+            f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
+            f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
+    try:
+        index = open_index(index_path)
+        index.tokenizer  # noqa: B018 - load now: a broken tokenizer must stop the run before generation
+    except PropMeError as exc:
+        raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
+    config = trace_config(meta)
+    n = int(_setting(meta, "n_prompts", 100)[0])
+    seed = int(_setting(meta, "prompt_seed", 42)[0])
+    prompt_key = f"{corpus}_{setting}_prompts"
+    prompt_file, pwhere = _setting(meta, prompt_key)
+    try:
+        if prompt_file is not None:
+            prompt_set = load_prompt_set(prompt_file, index=index)
+        else:
+            cache = Path(_setting(meta, "cache_dir", Path.home() / ".cache" / "propme")[0]) / "prompts"
+            cache.mkdir(parents=True, exist_ok=True)
+            prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}.jsonl"
+            pwhere = "the prompt cache"
+            if prompt_file.exists():
+                prompt_set = load_prompt_set(prompt_file, index=index)
+            else:
+                prompt_set = build_prompt_set(index, setting, n=n, seed=seed, language=language)
+                write_prompt_set(prompt_set, prompt_file)
+    except PropMeError as exc:
+        raise TaskConfigError(f"prompt set for {corpus}/{setting} ({pwhere}: {prompt_file}): {exc}") from None
+    except OSError as exc:
+        raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
+    repeats = int(_setting(meta, "generations_per_prompt", 1)[0])
+    shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
+              "trace_config": json.dumps(config.__dict__, sort_keys=True)}
+    rows = []
+    for rec in prompt_set.records:
+        for j in range(repeats):
+            rows.append({"id": rec.id, "sample_ix": j, "prompt": rec.prompt, "setting": setting,
+                         "domain": rec.domain or "", "language": rec.language or "",
+                         "continuation": rec.continuation or "",
+                         "source_doc": json.dumps(rec.source_doc, ensure_ascii=False) if rec.source_doc else "",
+                         "prompt_longest_span": rec.longest_span, **shared})
+    return {"test": datasets.Dataset.from_list(rows)}
+
+
+@lru_cache(maxsize=8)
+def _tracer(index_path: str, config_json: str) -> Tracer:
+    """One tracer per process and configuration (each accelerate rank opens its own)."""
+    return Tracer(index_path, TraceConfig(**json.loads(config_json)))
+
+
+#: metric name in the YAML -> per-generation value averaged over the prompt's counted generations
+MEAN_METRICS = {"als": "als", "fmr": "fmr", "fmr_normalized": "fmr_normalized", "r20": "r20", "r50": "r50",
+                "nvr_above_half": "nv_above_half"}
+
+
+def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
+    """Trace every generation of this prompt and return one item per metric of the YAML."""
+    generations = results[0] if results and isinstance(results[0], list) else results
+    tracer = _tracer(doc["index_path"], doc["trace_config"])
+    continuation = doc.get("continuation") or None if doc.get("setting") == "prefix" else None
+    traces: list[TraceResult] = []
+    for j, text in enumerate(generations):
+        key = f"{doc['id']}#{doc.get('sample_ix', 0)}" + (f".{j}" if len(generations) > 1 else "")
+        traces.append(tracer.safe_trace_one(str(text), key=key, continuation=continuation))
+    counted = [generation_values(t) for t in traces if counts_for_metrics(t)]
+
+    def mean_of(key: str) -> float | None:
+        vals = [v[key] for v in counted if v[key] is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    items: dict[str, Any] = {
+        "trace": {
+            "prompt_id": doc["id"], "setting": doc.get("setting"), "index_identity": doc.get("index_identity"),
+            "failed": sum(t.error is not None for t in traces),
+            "top_sources": _top_sources(traces),
+            "generations": [t.to_dict() for t in traces],
+        },
+    }
+    if not counted:
+        # only degenerate or failed generations: this prompt is left out of every metric but `trace`
+        return items
+    for key, source in MEAN_METRICS.items():
+        items[key] = mean_of(source)
+    items["nvr"] = {"sum": sum(v["nv_sum"] for v in counted), "n": sum(v["nv_docs"] for v in counted)}
+    items["nvr_hits"] = {"sum": sum(v["nv_hit_sum"] for v in counted), "n": sum(v["nv_hits"] for v in counted)}
+    items["nvr_max"] = max(v["nv_max"] for v in counted)
+    if doc.get("setting") == "prefix" and continuation:
+        items["extraction"] = mean_of("extracted")
+    return items
+
+
+def _top_sources(traces: list[TraceResult], k: int = 5) -> list[dict[str, Any]]:
+    docs = [d for t in traces for d in t.documents]
+    docs.sort(key=lambda d: (-d.nv_recall, d.match != "full_raw", d.doc_ix))
+    return [{"source_id": d.source_id, "match": d.match, "nv_recall": d.nv_recall} for d in docs[:k]]
+
+
+def agg_ratio(items: list[dict[str, float]]) -> float:
+    """Sum of numerators over sum of denominators (NVR: mean over all retrieved documents)."""
+    den = sum(i["n"] for i in items)
+    return sum(i["sum"] for i in items) / den if den else 0.0
+
+
+def agg_max(items: list[float]) -> float:
+    return max(items, default=0.0)
+
+
+def agg_trace_failures(items: list[dict[str, Any]]) -> int:
+    """Generations whose tracing failed (0 is healthy); redo them with `propme trace` on the samples file."""
+    return sum(i["failed"] for i in items)
