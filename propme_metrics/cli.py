@@ -221,6 +221,186 @@ def cmd_tasks_path(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- report ------------------------------------------------------------------------------------
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import MissingPrefixError, build_report, print_summary
+
+    try:
+        report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
+                              pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
+                              html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars)
+    except MissingPrefixError as exc:
+        if exc.report is not None:
+            print_summary(exc.report)
+        raise
+    print_summary(report)
+    return 0
+
+
+def _add_report_command(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("report", help="PM scores with intervals, leaderboard tables, plots and an HTML trace explorer",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Read lm-eval runs of PropMe's tasks (made with --log_samples), compute the base "
+                                   "metrics per setting and PM (generic/specific vs prefix) with 95% bootstrap "
+                                   "intervals over prompts, and write leaderboard.csv/.json/.md, PNG plots and a "
+                                   "self-contained report.html into --out.")
+    r.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder (searched recursively for "
+                   "results_*.json) or a results_*.json file")
+    r.add_argument("--out", required=True, help="report folder to write")
+    r.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples (0: no bootstrap intervals)")
+    r.add_argument("--seed", type=int, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
+    r.add_argument("--pm-metrics", type=_csv, default="nvr,fmr,als",
+                   help="comma-separated metrics to compute PM for (nvr, fmr, als, fmr_normalized, nvr_hits, "
+                        "nvr_above_half, r20, r50)")
+    r.add_argument("--separate", action="store_true", help="report runs of different index versions or prompt "
+                   "sets of one corpus apart (as <corpus>_set1, <corpus>_set2, ...) instead of refusing them")
+    r.add_argument("--no-html", action="store_true", help="skip report.html")
+    r.add_argument("--html-docs", type=int, default=3, help="source documents shown per segment in report.html "
+                   "(the best matches; more make a bigger page)")
+    r.add_argument("--html-snippet-chars", type=int, default=200, help="characters of document context shown on "
+                   "each side of a span in report.html")
+    r.set_defaults(func=cmd_report)
+
+
+# --- trace -------------------------------------------------------------------------------------
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    import functools
+    import os
+    import time
+    from dataclasses import fields
+    from pathlib import Path
+
+    import jsonlines
+    from rich.console import Console
+    from rich.table import Table
+
+    from .errors import ConfigError, IndexFormatError
+    from .index import open_index
+    from .metrics import summarize
+    from .trace import TraceConfig, Tracer, read_generations
+
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    try:
+        config = TraceConfig(**{f.name: getattr(args, f.name) for f in fields(TraceConfig)})
+    except ValueError as exc:
+        raise ConfigError(f"bad tracing parameters: {exc}") from None
+    generations, fmt = read_generations(args.input, text_field=args.text_field, key_field=args.key_field)
+    index = open_index(args.index)
+    manifest = index.manifest
+    if args.check_tokenizer:
+        from .tokenizer import load_tokenizer, tokenizer_hash
+
+        given = tokenizer_hash(load_tokenizer(args.check_tokenizer))
+        if given != manifest.tokenizer.sha256:
+            raise IndexFormatError(
+                f"tokenizer {args.check_tokenizer!r} (sha256 {given[:12]}) is not the index's tokenizer "
+                f"{manifest.tokenizer.name!r} (sha256 {manifest.tokenizer.sha256[:12]})",
+                "trace against an index built with the tokenizer you name, or leave out --tokenizer: "
+                "the index's own copy is used either way")
+    tracer = Tracer(index, config)
+    started = time.time()
+    results = tracer.trace([g.text for g in generations], [g.key for g in generations],
+                           [g.continuation for g in generations], workers=args.workers, progress=not args.quiet)
+    seconds = time.time() - started
+    summary = summarize(results, drop_degenerate=not args.keep_degenerate)
+    record = {
+        **summary.to_dict(),
+        "config": config.to_dict(),
+        "drop_degenerate": not args.keep_degenerate,
+        "index": {"path": str(index.path), "identity": manifest.identity, "total_tokens": manifest.total_tokens,
+                  "total_documents": manifest.total_documents,
+                  "tokenizer": {"name": manifest.tokenizer.name, "sha256": manifest.tokenizer.sha256}},
+        "input": {"path": str(Path(args.input).absolute()), "format": fmt,
+                  "text_field": args.text_field if fmt == "jsonl" else "filtered_resps"},
+    }
+    out, summary_path = Path(args.out), Path(args.summary)
+    try:
+        for path in (out, summary_path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".partial")
+        with jsonlines.open(tmp, mode="w", dumps=functools.partial(json.dumps, ensure_ascii=False)) as writer:
+            for res in results:
+                writer.write(res.to_dict())
+        os.replace(tmp, out)
+        tmp = summary_path.with_name(summary_path.name + ".partial")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+        os.replace(tmp, summary_path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write results: {exc}") from None
+
+    table = Table(title=f"PropMe trace: {len(results)} generation(s) of {args.input} "
+                        f"against index {manifest.identity}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [("generations counted", f"{summary.n_counted} of {summary.n_generations} "
+                                    f"({summary.n_degenerate} degenerate, {summary.n_failed} failed)"),
+            ("ALS (tokens)", f"{summary.als:.2f}"), ("FMR", f"{summary.fmr:.4f}"),
+            ("FMR normalized", f"{summary.fmr_normalized:.4f}"), ("NVR", f"{summary.nvr:.4f}"),
+            ("NVR over hits", f"{summary.nvr_hits:.4f}"), ("NV-recall max", f"{summary.nvr_max:.4f}"),
+            ("share with NV-recall > 0.5", f"{summary.nvr_share_above_half:.4f}"),
+            ("R20 / R50", f"{summary.r20:.4f} / {summary.r50:.4f}")]
+    if summary.extraction_rate is not None:
+        rows.append(("extraction rate", f"{summary.extraction_rate:.4f}"))
+    rows.append(("speed", f"{len(results) / seconds:,.1f} generations/s" if seconds > 0 else "-"))
+    for name, value in rows:
+        table.add_row(name, value)
+    console = Console()
+    console.print(table)
+    console.print(f"wrote {out} and {summary_path}", highlight=False)
+    if summary.n_failed:
+        stderr_console.print(f"[yellow]warning:[/] tracing failed for {summary.n_failed} generation(s) (see their "
+                             "'error' field); they are left out of the metrics", highlight=False)
+    return 0
+
+
+def _add_trace_command(sub: argparse._SubParsersAction) -> None:
+    from .trace import TraceConfig
+
+    d = TraceConfig()
+    t = sub.add_parser(
+        "trace", help="trace generations to the corpus (SimpleTrace) and compute ALS, FMR, NVR",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Trace each generation back to the index's documents (maximal verbatim spans, rarity "
+                    "filter, documents with match class and NV-recall, merged segments) and aggregate the "
+                    "memorization metrics. --input is a JSONL file with one generation per line (field "
+                    "--text-field; 'continuation', if present, is the true continuation of a prefix prompt) or "
+                    "an lm-eval samples_*.jsonl written by --log_samples (detected: the model's filtered "
+                    "response is traced, never the prompt; doc['continuation'] is used when present). Running "
+                    "it on a samples file re-traces every generation, which is how failed traces are redone. "
+                    "Results are identical for any --workers.")
+    t.add_argument("--index", required=True, help="index folder")
+    t.add_argument("--input", required=True, help="generations: JSONL or an lm-eval samples_*.jsonl")
+    t.add_argument("--out", required=True, help="RESULTS.jsonl to write: one line per generation")
+    t.add_argument("--summary", required=True, help="SUMMARY.json to write: metrics, parameters, index identity")
+    t.add_argument("--text-field", default="completion", help="field of a JSONL row holding the generation")
+    t.add_argument("--key-field", default=None, help="field naming a generation (default: key, id or doc_id if "
+                   "present, else the line number)")
+    t.add_argument("--mode", choices=("text", "mixed"), default=d.mode,
+                   help="text: sentence and whole-word rules; mixed (code, markup): look the whole generation up first")
+    t.add_argument("--workers", type=int, default=1, help="processes tracing in parallel")
+    t.add_argument("--tokenizer", dest="check_tokenizer", default=None, metavar="NAME_OR_DIR",
+                   help="check that this tokenizer (hub id or folder) is the index's; error if not")
+    t.add_argument("--span-divisor", type=int, default=d.span_divisor,
+                   help="keep the K = ceil(L / this) rarest spans of a generation of L tokens")
+    t.add_argument("--docs-per-span", type=int, default=d.docs_per_span,
+                   help="documents retrieved per kept span (a seeded sample when more contain it)")
+    t.add_argument("--context-factor", type=float, default=d.context_factor,
+                   help="document window: this times L tokens of context on each side of a span")
+    t.add_argument("--min-span-tokens", type=int, default=d.min_span_tokens, help="ignore shorter maximal spans")
+    t.add_argument("--seed", type=int, default=d.seed, help="seed of the document samples (with each generation's key)")
+    t.add_argument("--snippet-chars", type=int, default=d.snippet_chars,
+                   help="characters of document context kept on each side of a span in the results")
+    t.add_argument("--keep-degenerate", action="store_true",
+                   help="count degenerate generations (repetitive junk) in the metrics instead of dropping them")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=cmd_trace)
+
+
 # --- parser and entry point --------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     tp = sub.add_parser("tasks-path", help="print the folder of PropMe's lm-eval task YAML (for --include_path)")
     tp.set_defaults(func=cmd_tasks_path)
     _add_prompts_commands(sub)
+    _add_report_command(sub)
+    _add_trace_command(sub)
     # further subcommands register here
     return parser
 

@@ -1,0 +1,33 @@
+# The two set-up commands of README.md. Both create (or reuse) a virtual environment with the CPU
+# build of torch, install PropMe into it (a real wheel install, so lm-eval's start-up hook works),
+# then run the demo or the tests.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+DEPS := $(VENV)/.propme-deps
+
+.PHONY: demo test install bench clean
+
+$(DEPS): setup.cfg setup.py pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q ".[lmeval,test]"
+	touch $@
+
+install: $(DEPS)
+	$(BIN)/pip install -q --no-deps --force-reinstall .
+
+demo: install
+	$(BIN)/propme demo $(DEMO_ARGS)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python benchmarks/index_build.py
+	$(BIN)/python benchmarks/trace.py
+	$(BIN)/python benchmarks/startup.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info propme-demo
