@@ -49,3 +49,11 @@ def synthetic_index(tmp_path_factory, gpt2_dir, synthetic_records) -> Path:
     corpus = write_jsonl(root / "corpus.jsonl", synthetic_records)
     make_index(corpus, root / "index", gpt2_dir, num_shards=2)
     return root / "index"
+
+
+@pytest.fixture(scope="session")
+def demo_paths(tmp_path_factory):
+    """The demo's corpus, index, memorizing model and prompt files at CI size (built once per session)."""
+    from propme_metrics.demo import SMALL, prepare
+
+    return prepare(tmp_path_factory.mktemp("demo"), SMALL)

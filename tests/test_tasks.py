@@ -1,0 +1,146 @@
+"""The lm-eval side, through the real `lm_eval` command in subprocesses (CPU, offline)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from propme_metrics.prompts import build_prompt_set, write_prompt_set
+from propme_tasks import hooks, task_manager
+from propme_tasks.discovery import tasks_path
+
+LM_EVAL = str(Path(sys.executable).parent / "lm_eval")
+
+
+def run_lm_eval(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                    PROPME_CACHE_DIR=str(tmp_path / "cache"), **env)
+    for key in ("PROPME_DYNAWORD_INDEX", "PROPME_COMMON_PILE_INDEX", "PROPME_DEMO_INDEX"):
+        if key not in env:
+            full_env.pop(key, None)
+    return subprocess.run([LM_EVAL, *args], env=full_env, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+
+
+def model_args(demo_paths) -> list[str]:
+    return ["--model", "hf", "--model_args", f"pretrained={demo_paths.model},dtype=float32", "--device", "cpu",
+            "--batch_size", "8"]
+
+
+def demo_metadata(demo_paths) -> str:
+    return json.dumps({"demo_index": str(demo_paths.index),
+                       **{f"demo_{s}_prompts": str(demo_paths.prompts(s)) for s in ("generic", "specific", "prefix")}})
+
+
+def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
+    """No --include_path: the installed start-up hook makes lm_eval find propme_demo."""
+    out = tmp_path / "runs"
+    proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_demo", "--gen_kwargs", "max_gen_toks=96",
+                        "--metadata", demo_metadata(demo_paths), "--log_samples", "--output_path", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results_file = next(out.rglob("results_*.json"))
+    results = json.loads(results_file.read_text())["results"]
+    for setting in ("generic", "specific", "prefix"):
+        task = results[f"propme_demo_{setting}"]
+        for metric in ("als", "fmr", "fmr_normalized", "nvr", "nvr_hits", "nvr_max", "r20", "r50", "trace"):
+            assert f"{metric},none" in task, (setting, metric)
+        assert task["trace,none"] == 0  # no tracing failure
+        assert "fmr_stderr,none" in task
+    prefix, generic = results["propme_demo_prefix"], results["propme_demo_generic"]
+    assert prefix["fmr,none"] > generic["fmr,none"]
+    assert prefix["fmr,none"] >= 0.8  # the model memorized the planted documents
+    assert prefix["extraction,none"] >= 0.8
+    assert "extraction,none" not in generic
+    samples = [json.loads(line) for line in next(out.rglob("samples_propme_demo_prefix_*.jsonl")).open()]
+    assert len(samples) == sum(1 for _ in open(demo_paths.prompts("prefix")))
+    for row in samples:
+        trace = row["trace"]
+        gen = trace["generations"][0]
+        assert gen["text"] == row["resps"][0][0]
+        assert gen["spans"] and gen["longest_span"] > 0
+        assert trace["top_sources"][0]["source_id"].startswith("planted-")
+        planted = json.loads(row["doc"]["source_doc"])["metadata"]["id"]
+        assert any(d["source_id"] == planted for d in gen["documents"])
+
+
+def test_missing_index_stops_before_generation(demo_paths, tmp_path):
+    proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_dynaword", "--limit", "1"], tmp_path)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "PropMe: no index for corpus 'dynaword'" in output
+    assert "PROPME_DYNAWORD_INDEX" in output and "dynaword_index" in output
+    assert "Traceback" not in output
+    assert "Running generate_until" not in output
+
+
+def test_dynaword_next_to_a_builtin_task(demo_paths, tmp_path, gpt2_dir):
+    """propme_dynaword (here on the demo index) and lm-eval's own ruler_cwe in one stock command."""
+    pytest.importorskip("wonderwords", reason="ruler_cwe needs wonderwords (pip install wonderwords)")
+    metadata = json.dumps({"max_seq_lengths": [1024], "tokenizer": str(gpt2_dir), "n_prompts": 3})
+    proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_dynaword,ruler_cwe", "--limit", "2",
+                        "--metadata", metadata, "--output_path", str(tmp_path / "runs")], tmp_path,
+                       PROPME_DYNAWORD_INDEX=str(demo_paths.index))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(next((tmp_path / "runs").rglob("results_*.json")).read_text())["results"]
+    assert "fmr,none" in results["propme_dynaword_generic"]
+    assert "fmr,none" in results["propme_dynaword_prefix"]
+    assert "ruler_cwe" in results
+
+
+def test_discovery_hook_and_switch(tmp_path):
+    code = ("from lm_eval.tasks import TaskManager; tm = TaskManager(include_defaults=False); "
+            "print('propme_dynaword' in tm.all_tasks, 'propme_common_pile_prefix' in tm.all_tasks)")
+    env = dict(os.environ)
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert on.stdout.split() == ["True", "True"], on.stderr[-2000:]
+    env["PROPME_LMEVAL_DISCOVERY"] = "0"
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert off.stdout.split() == ["False", "False"], off.stderr[-2000:]
+
+
+def test_python_api_helper():
+    tm = task_manager()
+    assert {"propme", "propme_dynaword", "propme_common_pile_specific", "propme_demo_prefix"} <= set(tm.all_tasks)
+    assert Path(tasks_path(), "_default_template_yaml").is_file()
+
+
+def test_loader_validates_before_generation(demo_paths, tmp_path, synthetic_index, monkeypatch):
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PROPME_DEMO_INDEX", raising=False)
+    base = {"corpus": "demo", "setting": "generic", "language": "da", "version": 1.0}
+    with pytest.raises(hooks.TaskConfigError, match="PROPME_DEMO_INDEX"):
+        hooks.load_prompts(**base)
+    with pytest.raises(hooks.TaskConfigError, match="cannot be used"):
+        hooks.load_prompts(**base, demo_index=str(tmp_path / "nowhere"))
+    # a prompt file built for another index is refused
+    other = build_prompt_set(str(synthetic_index), "generic", n=5, seed=1, language="da")
+    write_prompt_set(other, tmp_path / "other.jsonl")
+    with pytest.raises(hooks.TaskConfigError, match="built for index"):
+        hooks.load_prompts(**base, demo_index=str(demo_paths.index), demo_generic_prompts=str(tmp_path / "other.jsonl"))
+    with pytest.raises(hooks.TaskConfigError, match="unknown tracing parameter"):
+        hooks.load_prompts(**base, demo_index=str(demo_paths.index), trace_colour="red")
+    # the index can also come from the environment; prompts are built once and cached
+    monkeypatch.setenv("PROPME_DEMO_INDEX", str(demo_paths.index))
+    ds = hooks.load_prompts(**base, n_prompts=5, generations_per_prompt=2, trace_mode="mixed")["test"]
+    assert len(ds) == 10 and sorted(set(ds["sample_ix"])) == [0, 1]
+    assert json.loads(ds[0]["trace_config"])["mode"] == "mixed"
+    assert len(list((tmp_path / "cache" / "prompts").glob("*.jsonl"))) == 1
+
+
+def test_process_results_traces_each_generation(demo_paths, monkeypatch, tmp_path):
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    doc = hooks.load_prompts(corpus="demo", setting="prefix", language=None, demo_index=str(demo_paths.index),
+                             demo_prefix_prompts=str(demo_paths.prompts("prefix")))["test"][0]
+    copy = doc["continuation"]
+    items = hooks.process_results(doc, [[copy, "zzz qqq unrelated words", ""]])
+    gens = items["trace"]["generations"]
+    assert [g["key"] for g in gens] == [f"{doc['id']}#0.0", f"{doc['id']}#0.1", f"{doc['id']}#0.2"]
+    assert gens[0]["full_match"] and not gens[1]["full_match"] and gens[2]["n_tokens"] == 0
+    assert items["fmr"] == pytest.approx(1 / 3)
+    assert items["extraction"] == pytest.approx(1 / 3)
+    assert items["trace"]["failed"] == 0
+    junk = hooks.process_results(doc, ["!!!!" * 300])
+    assert set(junk) == {"trace"}  # a degenerate generation counts in no metric
