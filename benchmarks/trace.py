@@ -1,0 +1,334 @@
+"""Benchmark of SimpleTrace (`propme_metrics.trace.Tracer`) against the published per-start loop.
+
+    python benchmarks/trace.py                       # builds a ~20M-token synthetic index (GPT-2 tokenizer)
+    python benchmarks/trace.py --index DIR           # reuse an index (its corpus must be generate_corpus(seed 0))
+
+What it does, in one run:
+  1. builds (or reuses) a synthetic index of --tokens tokens and one 10x smaller whose corpus is the
+     first tenth of the same documents (generate_corpus is deterministic per seed);
+  2. makes --generations texts of about --gen-tokens index tokens: a third copied from documents of
+     that first tenth, a third lightly edited copies (a word swapped with its neighbour or deleted
+     about every 10 words), a third new text (generate_corpus with another seed, words shuffled);
+  3. in fresh subprocesses (so ru_maxrss is that measurement's own): traces all of them with the
+     Tracer (workers 2 and 1) on the large index, with workers 1 on the small one, and runs the
+     baseline on the first --baseline-n generations (sequential; its rate is extrapolated);
+  4. checks that baseline and Tracer agree on those generations, and prints a Markdown table.
+
+The baseline is the straightforward loop of the published code: for every start position one
+`engine.find` on the whole remaining suffix; when that suffix does not occur, the suffix-array
+neighbours of its insertion point are fetched with `engine.get_doc_by_rank_2` and their common
+prefix with the query measured in Python. Spans are then counted with `engine.find` and documents
+fetched with `engine.get_docs_by_ranks_2`; the other steps (rules, rarity, NV-recall) are shared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+# -- the baseline -------------------------------------------------------------------------------
+
+def baseline_tracer_class():
+    from propme_metrics.trace import DocWindow, Occurrences, Tracer
+
+    class BaselineTracer(Tracer):
+        """Step 1 and the lookups through infini-gram's engine, one call per start / span / document."""
+
+        def maximal_spans(self, ids):
+            # the published loop visits every start; the word-start rule is applied afterwards
+            self._all_ends = self.longest_matches(ids, list(range(len(ids))))
+            return super().maximal_spans(ids)
+
+        def longest_matches(self, ids, starts=None):
+            if starts is not None and getattr(self, "_all_ends", None) is not None:
+                ends, self._all_ends = self._all_ends, None
+                return ends[list(starts)]
+            import numpy as np
+
+            engine = self.index.engine
+            ids = [int(t) for t in ids]
+            tok_cnt = [engine.engine.get_tok_cnt(s=s) for s in range(len(self.index.engine_shards))]
+            out = []
+            for i in (range(len(ids)) if starts is None else starts):
+                query = ids[i:]
+                found = engine.find(input_ids=query)
+                best = len(query) if found["cnt"] > 0 else 0
+                if not best:
+                    for s, (lo, _hi) in enumerate(found["segment_by_shard"]):
+                        for rank in (lo - 1, lo):
+                            if 0 <= rank < tok_cnt[s]:
+                                doc = engine.get_doc_by_rank_2(s=s, rank=rank, needle_len=len(query), max_ctx_len=0)
+                                toks = doc["token_ids"][doc["needle_offset"]:]
+                                k = 0
+                                while k < len(toks) and k < len(query) and toks[k] == query[k]:
+                                    k += 1
+                                best = max(best, k)
+                out.append(i + best)
+            return np.asarray(out, dtype=np.int64)
+
+        def locate(self, ids, spans):
+            engine = self.index.engine
+            ids = [int(t) for t in ids]
+            out = []
+            for s, e in spans:
+                f = engine.find(input_ids=ids[s:e])
+                out.append(Occurrences(f["cnt"], [tuple(x) for x in f["segment_by_shard"]]))
+            return out
+
+        def _windows(self, s, ranks, needle_len, ctx):
+            import numpy as np
+
+            res = self.index.engine.get_docs_by_ranks_2(requests=[(s, r, needle_len, ctx) for r in ranks])
+            return [DocWindow(shard=self.index.engine_shards[s], doc_ix=d["doc_ix"], doc_len=d["doc_len"],
+                              token_ids=np.asarray(d["token_ids"]), needle_offset=d["needle_offset"],
+                              metadata=d["metadata"]) for d in res]
+
+    return BaselineTracer
+
+
+# -- measurement (runs in its own process) ---------------------------------------------------------
+
+def _status_kb(field: str) -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out: str | None) -> None:
+    from propme_metrics.trace import Tracer
+
+    rows = [json.loads(line) for line in open(gens_path, encoding="utf-8")][::every]
+    started = time.perf_counter()
+    base = kind.startswith("baseline")
+    tracer = (baseline_tracer_class() if base else Tracer)(index)
+    if base:
+        tracer.index.engine  # noqa: B018 - open the engine before timing
+    tracer.trace([rows[0]["text"]], ["warm-up"])  # first page faults / lazy tables outside the timing
+    opened = time.perf_counter() - started
+    texts, keys = [r["text"] for r in rows], [r["key"] for r in rows]
+    if kind.endswith("step1"):  # step 1 (maximal spans) alone, on pre-tokenized generations
+        all_ids = [tracer.index.encode(t) for t in texts]
+        t0 = time.perf_counter()
+        for ids in all_ids:
+            tracer.maximal_spans(ids)
+        seconds = time.perf_counter() - t0
+        print(json.dumps({"kind": kind, "index": index, "workers": 1, "generations": len(rows), "seconds": seconds,
+                          "open_seconds": opened, "rate": len(rows) / seconds,
+                          "tokens": sum(map(len, all_ids)), "failed": 0,
+                          "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                          "rss_anon_mb": _status_kb("RssAnon") / 1024, "rss_file_mb": _status_kb("RssFile") / 1024}))
+        return
+    t0 = time.perf_counter()
+    results = tracer.trace(texts, keys, workers=workers)
+    seconds = time.perf_counter() - t0
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            for r in results:
+                fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(json.dumps({
+        "kind": kind, "index": index, "workers": workers, "generations": len(rows), "seconds": seconds,
+        "open_seconds": opened, "rate": len(rows) / seconds, "tokens": sum(r.n_tokens for r in results),
+        "failed": sum(r.error is not None for r in results),
+        "maxrss_mb": max(self_kb, child_kb) / 1024, "rss_anon_mb": _status_kb("RssAnon") / 1024,
+        "rss_file_mb": _status_kb("RssFile") / 1024}))
+
+
+def run_measure(args: argparse.Namespace, kind: str, index: Path, workers: int, every: int = 1,
+                out: Path | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--_measure", kind, "--index", str(index), "--_gens", str(args.gens_file),
+           "--workers", str(workers), "--_every", str(every)]
+    if out:
+        cmd += ["--_out", str(out)]
+    print(f"  measuring {kind} on {index.name} (workers {workers}{f', every {every}th generation' if every > 1 else ''})"
+          " ...", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"measurement failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- corpus, indexes, generations -----------------------------------------------------------------
+
+def build(work: Path, tokens: int, tokenizer: Path, name: str) -> Path:
+    from propme_metrics.build import build_index
+    from propme_metrics.manifest import IndexManifest
+    from propme_metrics.sources import CorpusSource
+    from propme_metrics.synthetic import generate_corpus
+
+    out = work / name
+    if (out / "propme-manifest.json").exists():
+        return out
+    corpus = work / f"{name}.jsonl"
+    # generated documents average about 305 GPT-2 tokens
+    n_docs = max(100, tokens // 300)
+    with open(corpus, "w", encoding="utf-8") as fh:
+        for rec in generate_corpus(n_docs, seed=0):
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    t = time.time()
+    manifest = build_index(CorpusSource(str(corpus)), out, tokenizer=str(tokenizer), progress=False,
+                           check_space=False)
+    print(f"  built {out}: {manifest.total_documents:,} documents, {manifest.total_tokens:,} tokens "
+          f"in {time.time() - t:.0f} s", flush=True)
+    corpus.unlink()
+    return out
+
+
+def make_generations(path: Path, index_dir: Path, n: int, gen_tokens: int, source_docs: int, seed: int) -> None:
+    from propme_metrics.index import open_index
+    from propme_metrics.synthetic import generate_corpus
+
+    index = open_index(index_dir)
+    rng = random.Random(seed)
+    bow = index.word_start_ids
+    lengths = index.document_lengths[:source_docs]
+    long_docs = [i for i, n_tok in enumerate(lengths) if n_tok >= gen_tokens + 20]
+    rng.shuffle(long_docs)
+
+    def copied(doc_ix: int) -> str:
+        toks = index.document(doc_ix).token_ids
+        starts = [i for i in range(len(toks) - gen_tokens) if toks[i] in bow] or [0]
+        s = rng.choice(starts)
+        return index.decode(toks[s:s + gen_tokens]).strip()
+
+    def edited(text: str) -> str:
+        words = text.split(" ")
+        out, i = [], 0
+        while i < len(words):
+            if i % 10 == 9 and i + 1 < len(words):
+                if rng.random() < 0.5:
+                    out += [words[i + 1], words[i]]
+                    i += 2
+                    continue
+                i += 1  # delete this word
+                continue
+            out.append(words[i])
+            i += 1
+        return " ".join(out)
+
+    third = n // 3
+    rows = []
+    for j in range(third):
+        rows.append({"key": f"copy-{j}", "kind": "copied", "text": copied(long_docs[j])})
+    for j in range(third):
+        rows.append({"key": f"edit-{j}", "kind": "edited", "text": edited(copied(long_docs[third + j]))})
+    new = []
+    for rec in generate_corpus(20 * (n - 2 * third) + 100, seed=seed + 1000):
+        words = rec["text"].split()
+        rng.shuffle(words)
+        ids = index.encode(" ".join(words))
+        if len(ids) >= gen_tokens:
+            new.append(index.decode(ids[:gen_tokens]).strip())
+        if len(new) == n - 2 * third:
+            break
+    for j, text in enumerate(new):
+        rows.append({"key": f"new-{j}", "kind": "new", "text": text})
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--index", type=Path, help="reuse this index (built from generate_corpus(seed=0) documents)")
+    p.add_argument("--small-index", type=Path, help="reuse this 10x smaller index")
+    p.add_argument("--work", type=Path, default=Path("/tmp/propme-bench-trace"), help="where indexes and texts go")
+    p.add_argument("--tokens", type=int, default=20_000_000, help="size of the index to build")
+    p.add_argument("--generations", type=int, default=300)
+    p.add_argument("--gen-tokens", type=int, default=256)
+    p.add_argument("--baseline-n", type=int, default=30, help="generations the (slow) baseline traces")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--_measure", choices=("tracer", "baseline", "tracer-step1", "baseline-step1"), help=argparse.SUPPRESS)
+    p.add_argument("--_gens", help=argparse.SUPPRESS)
+    p.add_argument("--_every", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--_out", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args._measure:
+        measure(args._measure, str(args.index), args._gens, args.workers, args._every, args._out)
+        return
+
+    from propme_metrics.index import open_index
+    from propme_metrics.synthetic import gpt2_tokenizer
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    tok = args.work / "gpt2"
+    if not (tok / "tokenizer.json").exists():
+        gpt2_tokenizer(tok)
+    print("indexes:", flush=True)
+    big = args.index or build(args.work, args.tokens, tok, f"index-{args.tokens // 1_000_000}M")
+    small = args.small_index or build(args.work, args.tokens // 10, tok, f"index-{args.tokens // 10_000_000}M-small")
+    big_m, small_m = open_index(big).manifest, open_index(small).manifest
+    args.gens_file = args.work / f"generations-{args.generations}x{args.gen_tokens}-seed{args.seed}.jsonl"
+    if not args.gens_file.exists():
+        make_generations(args.gens_file, big, args.generations, args.gen_tokens, small_m.total_documents, args.seed)
+
+    print("measurements:", flush=True)
+    every = max(1, args.generations // args.baseline_n)
+    tr2 = run_measure(args, "tracer", big, args.workers, out=args.work / "tracer-results.jsonl")
+    tr1 = run_measure(args, "tracer", big, 1)
+    tr_small = run_measure(args, "tracer", small, 1)
+    base = run_measure(args, "baseline", big, 1, every=every, out=args.work / "baseline-results.jsonl")
+    s1 = run_measure(args, "tracer-step1", big, 1)
+    b1 = run_measure(args, "baseline-step1", big, 1, every=every)
+
+    ours = [json.loads(x) for x in open(args.work / "tracer-results.jsonl", encoding="utf-8")][::every]
+    theirs = [json.loads(x) for x in open(args.work / "baseline-results.jsonl", encoding="utf-8")]
+    agree = sum(a == b for a, b in zip(ours, theirs))
+
+    tokens_per_gen = tr1["tokens"] / tr1["generations"]
+    big_t, small_t = f"{big_m.total_tokens / 1e6:.1f}M", f"{small_m.total_tokens / 1e6:.1f}M"
+    print()
+    print(f"Index: {big_m.total_tokens:,} tokens, {big_m.total_documents:,} documents, 1 shard ({big}); "
+          f"small index: {small_m.total_tokens:,} tokens. Generations: {tr1['generations']} "
+          f"(a third each copied / edited / new), {tokens_per_gen:.0f} index tokens on average. "
+          f"Machine: {os.cpu_count()} CPUs.")
+    print()
+    print("| what | run | index | workers | generations | seconds | generations/s | ms/generation | "
+          "speed-up vs baseline | ru_maxrss MiB | RssAnon MiB | RssFile MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    table = (("end to end", "PropMe Tracer", tr2, big_t, base), ("end to end", "PropMe Tracer", tr1, big_t, base),
+             ("end to end", "PropMe Tracer", tr_small, small_t, base),
+             ("end to end", "baseline", base, big_t, base),
+             ("step 1 only", "PropMe Tracer", s1, big_t, b1), ("step 1 only", "baseline", b1, big_t, b1))
+    for what, name, r, idx, ref in table:
+        extra = f" (on {r['generations']}, extrapolated)" if r["kind"].startswith("baseline") else ""
+        print(f"| {what} | {name} | {idx} | {r['workers']} | {r['generations']} | {r['seconds']:.2f} | "
+              f"{r['rate']:.2f}{extra} | {1000 / r['rate']:.1f} | {r['rate'] / ref['rate']:.1f}x | "
+              f"{r['maxrss_mb']:.0f} | {r['rss_anon_mb']:.0f} | {r['rss_file_mb']:.0f} |")
+    print()
+    print(f"The baseline traced every {every}th generation ({base['generations']}, all three kinds); its rate is "
+          f"extrapolated. Baseline and Tracer results identical on {agree}/{len(theirs)} of them. "
+          f"'step 1 only' times maximal spans on pre-tokenized generations; 'end to end' includes tokenizing, "
+          f"counting, document windows, decoding, match classes and NV-recall (shared code). ru_maxrss of the "
+          f"2-worker run is that of its largest process.")
+    speed = tr2["rate"] / base["rate"]
+    print(f"Goals: end-to-end speed-up >= 10x: {'met' if speed >= 10 else 'MISSED'} ({speed:.1f}x with {args.workers} "
+          f"workers, {tr1['rate'] / base['rate']:.1f}x with 1; step 1 alone {s1['rate'] / b1['rate']:.1f}x); "
+          f"under 50 ms per generation: {'met' if 1000 / tr2['rate'] < 50 else 'MISSED'} "
+          f"({1000 / tr2['rate']:.1f} ms with {args.workers} workers, {1000 / tr1['rate']:.1f} ms with 1); "
+          f"memory: ru_maxrss {tr1['maxrss_mb']:.0f} MiB on the {big_t} index vs {tr_small['maxrss_mb']:.0f} MiB "
+          f"on the {small_t} one (RssAnon {tr1['rss_anon_mb']:.0f} vs {tr_small['rss_anon_mb']:.0f} MiB, "
+          f"RssFile {tr1['rss_file_mb']:.0f} vs {tr_small['rss_file_mb']:.0f} MiB).")
+
+
+if __name__ == "__main__":
+    main()
