@@ -214,6 +214,13 @@ def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=cmd_prompts_build)
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(args.out, small=args.small, progress=not args.quiet)
+    return 0
+
+
 def cmd_tasks_path(args: argparse.Namespace) -> int:
     from propme_tasks.discovery import tasks_path
 
@@ -418,6 +425,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True,
                                 metavar="{index,prompts,trace,report,demo,tasks-path}")
     _add_index_commands(sub)
+    d = sub.add_parser("demo", help="run the whole job offline on a generated corpus and a tiny model",
+                       description="Generate a bilingual corpus, index it, train a tiny GPT-2 that memorizes its "
+                                   "planted documents, build the three prompt sets, run the propme_demo tasks "
+                                   "through lm-eval and write the report. Finished stages are reused on a re-run.")
+    d.add_argument("--out", default="propme-demo", help="folder for every artifact")
+    d.add_argument("--small", action="store_true", help="CI size: fewer prompts, shorter generations")
+    d.add_argument("--quiet", action="store_true", help="no progress bars")
+    d.set_defaults(func=cmd_demo)
     tp = sub.add_parser("tasks-path", help="print the folder of PropMe's lm-eval task YAML (for --include_path)")
     tp.set_defaults(func=cmd_tasks_path)
     _add_prompts_commands(sub)

@@ -169,3 +169,26 @@ def run_lm_eval(paths: DemoPaths, size: DemoSize) -> None:
             raise BuildError("lm-eval failed (exit %d); last lines of %s:\n%s" % (proc.returncode, log, "\n".join(tail)),
                              "fix the cause and run `propme demo` again: finished stages are reused")
     _stage("lm-eval", reused, t, f"samples and results in {paths.runs}")
+
+
+def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: bool = True):
+    """All seven stages; prints the PM table and where report.html is. Returns the Report."""
+    from .progress import stderr_console
+    from .report import build_report, print_summary
+
+    size = SMALL if small else FULL
+    started = time.time()
+    paths = prepare(out, size, progress=progress)
+    run_lm_eval(paths, size)
+    t = time.time()
+    report = build_report([paths.runs], paths.report, bootstrap=size.bootstrap, seed=0)
+    _stage("report", False, t, str(paths.report))
+    print_summary(report)
+    result = report.results[0]
+    for (metric, setting), iv in sorted(result.pm.items()):
+        if metric in ("fmr", "nvr") and iv.estimate >= 0.5:
+            stderr_console.print(f"[yellow]finding:[/] PM_{metric.upper()} ({setting} vs prefix) = {iv.estimate:.2f}: "
+                                 "the tiny model leaks under ordinary prompts as much as under prefix attacks")
+    print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv}\n"
+          f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")
+    return report
