@@ -17,6 +17,7 @@ import subprocess
 import time
 from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
+from itertools import chain
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -123,7 +124,11 @@ def build_index(
         if state["tokenized"] is None:
             tok.save_pretrained(work / TOKENIZER_DIRNAME)
             (work / WORD_STARTS_NAME).write_text("".join(f"{i}\n" for i in vocab.word_start_ids))
-            state["tokenized"] = _tokenize(source, tok, work, width, num_shards, shard_ids, batch_size, bar)
+            try:
+                state["tokenized"] = _tokenize(source, tok, work, width, num_shards, shard_ids, batch_size, bar)
+            except ConfigError:  # a corpus problem: nothing worth resuming
+                shutil.rmtree(work, ignore_errors=True)
+                raise
             _save_state(work, state)
         counts = state["tokenized"]
         for sid in shard_ids:
@@ -133,7 +138,7 @@ def build_index(
                 _check_disk_space(work, None, width, ds_bytes=shard_file(work, "tokenized", sid).stat().st_size)
             task = bar.add_task(f"suffix array, shard {sid}", total=3, rate="")
             build_suffix_array(shard_file(work, "tokenized", sid), shard_file(work, "table", sid), width,
-                               cpus, mem_bytes, work / f"tmp-{sid}",
+                               cpus, mem_bytes, work / f"tmp-{sid}-{os.getpid()}",
                                on_step=lambda step: bar.update(task, advance=1, rate=step))
             state["suffix_arrays"].append(sid)
             _save_state(work, state)
@@ -217,20 +222,26 @@ def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
 
 def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_bytes: int, tmp: Path,
                        on_step=lambda step: None) -> None:
-    """Suffix array of one `tokenized.N` with rust_indexing: make-part (parallel), merge, concat."""
+    """Suffix array of one `tokenized.N` with rust_indexing: make-part (parallel), merge, concat.
+
+    For 32-bit tokens the binary's own 4-byte mode allocates 32 GiB up front, so the array is
+    built in 2-byte mode and the pointers that are not 4-byte aligned are dropped: byte order
+    among the aligned suffixes is unchanged, so the result is exact.
+    """
     binary = str(rust_indexing_binary())
     ds_size = ds_path.stat().st_size
     ratio = max(1, math.ceil(math.log2(ds_size) / 8))
+    unit = 2  # the binary's unit; 4-byte tokens are filtered afterwards
     batches = 1
     while batches * (mem_bytes // 8) < ds_size:
         batches *= 2
     jobs = batches * cpus if ds_size > 4 * OVERLAP_BYTES else 1
-    part = -(-(ds_size // jobs) // width) * width  # round up to whole tokens
+    part = -(-(ds_size // jobs) // unit) * unit  # round up to whole units
     shutil.rmtree(tmp, ignore_errors=True)
     parts_dir, merged_dir = tmp / "parts", tmp / "merged"
     parts_dir.mkdir(parents=True)
     merged_dir.mkdir()
-    common = ["--data-file", str(ds_path), "--ratio", str(ratio), "--token-width", str(width)]
+    common = ["--data-file", str(ds_path), "--ratio", str(ratio), "--token-width", str(unit)]
     ranges = [(i * part, min((i + 1) * part + OVERLAP_BYTES, ds_size)) for i in range(jobs) if i * part < ds_size]
     for first in range(0, len(ranges), cpus):
         _run_all([[binary, "make-part", *common, "--parts-dir", str(parts_dir),
@@ -240,9 +251,14 @@ def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_
                "--num-threads", str(cpus), "--hacksize", str(OVERLAP_BYTES)]])
     on_step("merge")
     shutil.rmtree(parts_dir)
-    tmp_sa = sa_path.with_name(sa_path.name + ".partial")
+    merged_files = sum(1 for p in merged_dir.iterdir() if p.is_file())  # tiny shards merge into fewer files
+    tmp_sa = tmp / "table.unfiltered" if width != unit else sa_path.with_name(sa_path.name + ".partial")
     _run_all([[binary, "concat", *common, "--merged-dir", str(merged_dir), "--merged-file", str(tmp_sa),
-               "--num-threads", str(cpus)]])
+               "--num-threads", str(max(1, min(cpus, merged_files)))]])
+    if width != unit:
+        filtered = sa_path.with_name(sa_path.name + ".partial")
+        _keep_aligned_pointers(tmp_sa, filtered, ratio, width)
+        tmp_sa = filtered
     expected = (ds_size // width) * ratio
     if tmp_sa.stat().st_size != expected:
         raise BuildError(f"rust_indexing wrote {tmp_sa.stat().st_size} bytes of suffix array for {ds_path.name}, "
@@ -250,6 +266,19 @@ def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_
     os.replace(tmp_sa, sa_path)
     shutil.rmtree(tmp)
     on_step("concat")
+
+
+def _keep_aligned_pointers(src: Path, dst: Path, ratio: int, width: int, chunk: int = 1 << 22) -> None:
+    """Copy a suffix array, keeping only pointers that are multiples of `width` (order preserved)."""
+    weights = (np.uint64(256) ** np.arange(ratio, dtype=np.uint64)).astype(np.uint64)
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while True:
+            raw = np.frombuffer(fin.read(chunk * ratio), dtype=np.uint8)
+            if raw.size == 0:
+                break
+            rows = raw.reshape(-1, ratio)
+            ptrs = rows.astype(np.uint64) @ weights
+            fout.write(rows[ptrs % np.uint64(width) == 0].tobytes())
 
 
 def _run_all(commands: list[list[str]]) -> None:
@@ -292,7 +321,7 @@ def _tokenize(source: CorpusSource, tok, work: Path, width: int, num_shards: int
                 lengths = np.array([len(x) + 1 for _, x in docs], dtype=np.uint64)
                 flat = np.full(int(lengths.sum()), sep, dtype=dtype)
                 starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-                body = np.fromiter((t for _, x in docs for t in x), dtype=dtype, count=len(flat) - len(docs))
+                body = np.fromiter(chain.from_iterable(x for _, x in docs), dtype=dtype, count=len(flat) - len(docs))
                 mask = np.ones(len(flat), dtype=bool)
                 mask[starts] = False
                 flat[mask] = body

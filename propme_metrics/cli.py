@@ -452,9 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except PropMeError as exc:
-        stderr_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        stderr_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
         if exc.hint:
-            stderr_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+            stderr_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         stderr_console.print("[bold red]interrupted[/]: nothing was lost; re-run the same command to resume")

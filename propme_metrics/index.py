@@ -239,7 +239,8 @@ def verify_index(path: str | Path, samples: int = 2000, seed: int = 0) -> Verify
         def ptr_at(rank: int) -> int:
             return int(np.asarray(sa[rank * ptr_size:(rank + 1) * ptr_size], dtype=np.uint64) @ weights)
 
-        for rank in rng.integers(0, max(1, n - 1), size=min(samples, max(0, n - 1))):
+        ranks = np.arange(n - 1) if samples >= n - 1 else rng.choice(n - 1, size=samples, replace=False)
+        for rank in ranks:
             a, b = ptr_at(int(rank)), ptr_at(int(rank) + 1)
             if a % width or b % width or a >= s.ds_bytes or b >= s.ds_bytes:
                 bad_order += 1

@@ -6,7 +6,6 @@ and the metadata fields the user chose to keep.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,37 +136,62 @@ def _corpus_files(path: Path) -> list[Path]:
     return files
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
+def _lines(path: Path) -> Iterator[str]:
+    """Text lines of a plain, gzip or zstd file; a truncated zstd stream is an error, not an end."""
     if path.name.endswith(".zst"):
-        import zstandard
+        yield from _zstd_lines(path)
+        return
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        yield from fh
 
-        raw = open(path, "rb")
-        return io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), encoding="utf-8")
-    return open(path, encoding="utf-8")
+
+def _zstd_lines(path: Path) -> Iterator[str]:
+    import codecs
+
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    dobj, in_frame, pending = dctx.decompressobj(), False, ""
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                while chunk:
+                    in_frame = True
+                    pending += decoder.decode(dobj.decompress(chunk))
+                    *complete, pending = pending.split("\n")
+                    for line in complete:
+                        yield line + "\n"
+                    if dobj.eof:  # a frame ended: the rest of the chunk starts the next one
+                        chunk, dobj, in_frame = dobj.unused_data, dctx.decompressobj(), False
+                    else:
+                        chunk = b""
+    except zstandard.ZstdError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", "check that the file is complete and not corrupted") from None
+    if in_frame:
+        raise ConfigError(f"cannot read {path}: the zstd stream is truncated",
+                          "check that the file is complete and not corrupted")
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield pending
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
-        with _open_text(path) as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg})",
-                                      "each line of a JSONL corpus must be one JSON object") from None
-                if not isinstance(record, dict):
-                    raise ConfigError(f"{path}:{lineno}: a JSON {type(record).__name__}, not an object")
-                yield f"{path}:{lineno}", record
+        for lineno, line in enumerate(_lines(path), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg})",
+                                  "each line of a JSONL corpus must be one JSON object") from None
+            if not isinstance(record, dict):
+                raise ConfigError(f"{path}:{lineno}: a JSON {type(record).__name__}, not an object")
+            yield f"{path}:{lineno}", record
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}", "check that the file is complete and not corrupted") from None
-    except Exception as exc:
-        if type(exc).__module__.startswith("zstd"):
-            raise ConfigError(f"cannot read {path}: {exc}", "check that the file is complete and not corrupted") from None
-        raise
 
 
 def _parquet_records(path: Path, wanted: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -25,6 +25,9 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
+    if name_or_path.startswith((".", "/", "~")) and not Path(name_or_path).expanduser().is_dir():
+        raise ConfigError(f"no tokenizer folder at {name_or_path}",
+                          "give a folder holding tokenizer.json (e.g. saved with save_pretrained) or a hub id")
     try:
         tok = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, use_fast=True)
     except Exception as exc:  # the hub client raises many types; all mean "cannot load it"
@@ -84,7 +87,7 @@ def analyze_vocab(tok) -> VocabInfo:
     special = set(tok.all_special_ids)
     ids = sorted(i for i in pieces if i not in special)
     word_starts = [i for i in ids if is_start(pieces[i])]
-    decoded = tok.batch_decode([[i] for i in ids])
+    decoded = tok.backend_tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
     delimiters = [
         i for i, text in zip(ids, decoded)
         if any(c in DELIMITER_CHARS for c in text) and all(c in DELIMITER_CHARS or c in _SPACE_CHARS for c in text)
