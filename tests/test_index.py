@@ -27,6 +27,7 @@ import propme_metrics.build as build_module
 from conftest import make_index, write_jsonl
 from propme_metrics import cli
 from propme_metrics.build import build_index, choose_token_width, join_indexes, partial_dir
+from propme_metrics.errors import ConfigError, IndexFormatError
 from propme_metrics.index import open_index, pointer_size, verify_index
 from propme_metrics.manifest import MANIFEST_NAME, SHARD_FILES, IndexManifest, shard_file
 from propme_metrics.progress import stderr_console
