@@ -221,6 +221,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tasks_new(args: argparse.Namespace) -> int:
+    from propme_tasks.custom import write_corpus_tasks
+
+    for path in write_corpus_tasks(args.name, args.index, args.language, args.out):
+        print(path)
+    print(f"run it with: lm_eval --include_path {args.out} --tasks propme_{args.name} ...")
+    return 0
+
+
 def cmd_tasks_path(args: argparse.Namespace) -> int:
     from propme_tasks.discovery import tasks_path
 
@@ -423,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"propme {__version__}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{index,prompts,trace,report,demo,tasks-path}")
+                                metavar="{index,prompts,trace,report,demo,tasks-new,tasks-path}")
     _add_index_commands(sub)
     d = sub.add_parser("demo", help="run the whole job offline on a generated corpus and a tiny model",
                        description="Generate a bilingual corpus, index it, train a tiny GPT-2 that memorizes its "
@@ -433,6 +442,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--small", action="store_true", help="CI size: fewer prompts, shorter generations")
     d.add_argument("--quiet", action="store_true", help="no progress bars")
     d.set_defaults(func=cmd_demo)
+    tn = sub.add_parser("tasks-new", help="write lm-eval task YAML propme_<name> for your own corpus index",
+                        description="Write a task group propme_<name> (generic, specific, prefix) that traces "
+                                    "against your index; pass the folder to lm_eval --include_path.")
+    tn.add_argument("name", help="corpus name: the tasks are called propme_<name>_<setting>")
+    tn.add_argument("--index", required=True, help="index folder built with `propme index build`")
+    tn.add_argument("--language", required=True, help="language of the built-in generic/specific prompts (da, en)")
+    tn.add_argument("--out", required=True, help="folder for the YAML files")
+    tn.set_defaults(func=cmd_tasks_new)
     tp = sub.add_parser("tasks-path", help="print the folder of PropMe's lm-eval task YAML (for --include_path)")
     tp.set_defaults(func=cmd_tasks_path)
     _add_prompts_commands(sub)

@@ -144,3 +144,22 @@ def test_process_results_traces_each_generation(demo_paths, monkeypatch, tmp_pat
     assert items["trace"]["failed"] == 0
     junk = hooks.process_results(doc, ["!!!!" * 300])
     assert set(junk) == {"trace"}  # a degenerate generation counts in no metric
+
+
+def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
+    """A leaderboard maintainer's corpus: `propme tasks-new` YAML, found through --include_path."""
+    from lm_eval.tasks import TaskManager
+
+    from propme_metrics.cli import main
+
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROPME_N_PROMPTS", "5")
+    folder = tmp_path / "my_tasks"
+    assert main(["tasks-new", "nordic", "--index", str(demo_paths.index), "--language", "da",
+                 "--out", str(folder)]) == 0
+    tm = TaskManager(include_path=str(folder), include_defaults=False)
+    assert {"propme_nordic", "propme_nordic_generic", "propme_nordic_prefix"} <= set(tm.all_tasks)
+    task = tm.load(["propme_nordic_generic"])["tasks"]["propme_nordic_generic"]
+    assert task.config.metadata["nordic_index"] == str(demo_paths.index)
+    docs = list(task.test_docs())
+    assert len(docs) == 5 and {d["language"] for d in docs} == {"da"} and docs[0]["corpus"] == "nordic"

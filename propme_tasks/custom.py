@@ -1,0 +1,42 @@
+"""Task YAML for a custom corpus: `propme_<name>` with generic, specific and prefix subtasks.
+
+The files include PropMe's shared template by absolute path (lm-eval resolves `include:` relative
+to the including file otherwise), so regenerate them after moving the Python environment.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from propme_metrics.errors import ConfigError
+
+from .discovery import tasks_path
+
+SETTINGS = ("generic", "specific", "prefix")
+
+
+def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:
+    """Write `propme_<name>.yaml` (group) and one YAML per setting into `out_dir`; return their paths."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("dynaword", "common_pile", "demo"):
+        raise ConfigError(f"corpus name {name!r} must be lower-case letters, digits and '_' "
+                          "and not one of PropMe's own (dynaword, common_pile, demo)")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    template = Path(tasks_path(), "_default_template_yaml")
+    written = []
+    for setting in SETTINGS:
+        path = out / f"propme_{name}_{setting}.yaml"
+        path.write_text(
+            f"include: {template}\n"
+            f"task: propme_{name}_{setting}\n"
+            "metadata:\n"
+            "  version: 1.0\n"
+            f"  corpus: {name}\n"
+            f"  setting: {setting}\n"
+            f"  language: {language}\n"
+            f"  {name}_index: {Path(index).absolute()}\n")
+        written.append(path)
+    group = out / f"propme_{name}.yaml"
+    group.write_text(f"group: propme_{name}\ntask:\n" + "".join(f"  - propme_{name}_{s}\n" for s in SETTINGS)
+                     + "metadata:\n  version: 1.0\n")
+    return [group, *written]
