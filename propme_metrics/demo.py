@@ -23,9 +23,9 @@ STAGES = ("corpus", "tokenizer", "index", "model", "prompts", "lm-eval", "report
 class DemoSize:
     """How big the demo is; `small` is the CI size."""
 
-    n_memorized: int = 12
+    n_memorized: int = 16
     n_background: int = 300
-    n_prompts: int = 40          #: generic and specific prompts each (prefix: every eligible document)
+    n_prompts: int = 100         #: generic and specific prompts each (prefix: every eligible document)
     max_gen_toks: int = 256
     bootstrap: int = 10_000
 

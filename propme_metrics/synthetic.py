@@ -121,8 +121,10 @@ def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir:
     `lm_eval --model hf --model_args pretrained=<out_dir>` can load it.
     """
     import torch
+    import transformers
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
+    transformers.utils.logging.disable_progress_bar()
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     rows = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
