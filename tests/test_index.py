@@ -781,3 +781,13 @@ def test_tiny_shard_builds(tmp_path, gpt2_dir, gpt2_tok):
     assert manifest.total_tokens == sum(map(len, docs)) < 500
     bf = BruteForce(docs)
     assert_counts_match(open_index(tmp_path / "idx"), bf, all_short_ngrams(bf, 2))
+
+
+def test_unreachable_hub_dataset_is_one_message(tmp_path, gpt2_dir, capsys):
+    """A Hugging Face dataset id is streamed with datasets.load_dataset; offline it fails cleanly."""
+    code = cli.main(["index", "build", "no-such-org/no-such-dataset", "--tokenizer", str(gpt2_dir),
+                     "--out", str(tmp_path / "idx"), "--quiet", "--skip-space-check"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "cannot open Hugging Face dataset 'no-such-org/no-such-dataset'" in err and "Traceback" not in err
+    assert not (tmp_path / "idx").exists() and not partial_dir(tmp_path / "idx").exists()

@@ -163,3 +163,21 @@ def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
     assert task.config.metadata["nordic_index"] == str(demo_paths.index)
     docs = list(task.test_docs())
     assert len(docs) == 5 and {d["language"] for d in docs} == {"da"} and docs[0]["corpus"] == "nordic"
+
+
+def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp_path):
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    doc = hooks.load_prompts(corpus="demo", setting="generic", language="da", demo_index=str(demo_paths.index),
+                             demo_generic_prompts=str(demo_paths.prompts("generic")))["test"][0]
+    tracer = hooks._tracer(doc["index_path"], doc["trace_config"])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr(tracer, "trace_one", broken)
+    items = hooks.process_results(doc, ["a generation that cannot be traced"])
+    assert items["trace"]["failed"] == 1
+    (gen,) = items["trace"]["generations"]
+    assert gen["text"] == "a generation that cannot be traced" and "engine exploded" in gen["error"]
+    assert set(items) == {"trace"}  # counted as a failure, not as a zero
+    assert hooks.agg_trace_failures([items["trace"]]) == 1
