@@ -34,6 +34,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .errors import ConfigError
+from .jsonl import json_objects
 
 FORMAT = "propme-prompts/1"
 SETTINGS = ("generic", "specific", "prefix")
@@ -114,16 +115,9 @@ def builtin_prompts(language: str) -> list[dict[str, Any]]:
     """The shipped prompts of `language`: dicts {id, prompt, setting, domain, language}."""
     resource = _builtin_file(language)
     records = []
-    for line_no, line in enumerate(resource.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            raise ConfigError(f"built-in prompt set {language}.jsonl line {line_no} is not JSON ({exc})",
-                              "reinstall propme") from None
-        if not isinstance(rec, dict) or not all(isinstance(rec.get(k), str) and rec.get(k) for k in
-                                                ("id", "prompt", "setting")):
+    for line_no, rec in json_objects(resource.read_text(encoding="utf-8").splitlines(),
+                                     f"built-in prompt set {language}.jsonl", "reinstall propme"):
+        if not all(isinstance(rec.get(k), str) and rec.get(k) for k in ("id", "prompt", "setting")):
             raise ConfigError(f"built-in prompt set {language}.jsonl line {line_no} lacks id/prompt/setting",
                               "reinstall propme")
         records.append(rec)
@@ -172,16 +166,10 @@ def read_candidates(path: str | Path) -> tuple[list[dict[str, Any]], str]:
     lines = text.splitlines()
     out: list[dict[str, Any]] = []
     if _is_jsonl(path, lines):
-        for line_no, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{path} line {line_no} is not valid JSON ({exc})",
-                                  "give JSONL objects with a \"prompt\" field, or plain text with one prompt "
-                                  "per line in a file not named .jsonl") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
+        hint = ("give JSONL objects with a \"prompt\" field, or plain text with one prompt "
+                "per line in a file not named .jsonl")
+        for line_no, rec in json_objects(lines, str(path), hint):
+            if not isinstance(rec.get("prompt"), str):
                 raise ConfigError(f"{path} line {line_no} has no string \"prompt\" field")
             out.append({"id": rec.get("id"), "prompt": rec["prompt"], "domain": rec.get("domain"),
                         "language": rec.get("language"), "setting": rec.get("setting"), "line": line_no})

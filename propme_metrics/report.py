@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .errors import ConfigError
+from .jsonl import json_objects
 from .metrics import counts_for_metrics, generation_values
 from .pm import Interval, PromptStat, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from .trace import TraceResult
@@ -261,16 +262,7 @@ def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | 
     except OSError as exc:
         raise ConfigError(f"cannot read the samples file {path}: {exc}") from None
     with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}, line {lineno}: not valid JSON ({exc})",
-                                  "the samples file is damaged: re-run lm-eval for this task") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}, line {lineno}: expected a JSON object (an lm-eval sample row)")
+        for lineno, row in json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task"):
             filt = row.get("filter", "none")
             if first_filter is None:
                 first_filter = filt

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import ConfigError
+from .jsonl import json_objects
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
@@ -179,16 +180,8 @@ def _zstd_lines(path: Path) -> Iterator[str]:
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
-        for lineno, line in enumerate(_lines(path), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg})",
-                                  "each line of a JSONL corpus must be one JSON object") from None
-            if not isinstance(record, dict):
-                raise ConfigError(f"{path}:{lineno}: a JSON {type(record).__name__}, not an object")
+        for lineno, record in json_objects(_lines(path), str(path),
+                                           "each line of a JSONL corpus must be one JSON object"):
             yield f"{path}:{lineno}", record
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}", "check that the file is complete and not corrupted") from None

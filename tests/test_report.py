@@ -437,7 +437,7 @@ def test_unreadable_files_named(runs, tmp_path):
     folder = write_run(tmp_path / "badline", DFM, "stage3", reference_settings())
     with open(folder / f"samples_propme_dynaword_generic_{DATE1}.jsonl", "a") as fh:
         fh.write('{"doc_id": 5, "trace": \n')
-    with pytest.raises(ConfigError, match=r"samples_propme_dynaword_generic_.*line 101"):
+    with pytest.raises(ConfigError, match=r"samples_propme_dynaword_generic_.*:101: not valid JSON"):
         load_run(tmp_path / "badline")
     empty = tmp_path / "empty"
     empty.mkdir()
