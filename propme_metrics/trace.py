@@ -1,17 +1,25 @@
 """SimpleTrace: trace a generation back to training documents (SPEC section 4).
 
 1. maximal spans: for every start, the longest prefix of the suffix that occurs in the corpus,
-   cut after the first sentence delimiter and backed off to whole words ('text' mode);
+   cut after the first sentence delimiter and backed off to whole words;
 2. rarity filter: keep the K = ceil(L/20) spans with the lowest unigram log-probability;
 3. documents: up to 10 documents per kept span (seeded sample), classified full_raw /
    full_normalized / partial, each scored with NV-recall on its context window;
 4. merging: overlapping kept spans become segments.
 
-Step 1 uses the engine's `creativity` call (longest match at every start, C++ threads) and
-applies the delimiter and whole-word rules here. The engine's `attribute` would do both, but it
-converts every occurrence of every span into a pointer, which is slow for frequent spans; we
-need only counts and a sample of ten. The engine never compares a query that sorts before every
-suffix of a shard with that shard's first suffix, so that neighbour is checked here.
+The suffix arrays are searched here, with numpy over the memory-mapped shard files, instead of
+through infini-gram's engine: the engine starts one OS thread per start position and per shard
+(`creativity`), per `find` and per document fetched, which costs far more than the search itself,
+and it never compares a query that sorts before every suffix of a shard with that shard's first
+suffix (SPEC section 3). Here all start positions of a generation are binary-searched together,
+one vectorized step at a time, comparing only the tokens not already known to match (the lower
+of the two bounds' common-prefix lengths), and both neighbours of every insertion point count,
+rank 0 included. The sort order is the engine's: byte order of little-endian token ids. Counts,
+suffix-array ranges (`segment_by_shard` in engine shard order) and document windows (`doc_ix`,
+`needle_offset`, metadata) are exactly what the engine's `find` and `get_doc_by_rank_2` return.
+
+Nothing is loaded into memory: the files are memory-mapped and only the pages a search touches
+are read.
 """
 from __future__ import annotations
 
@@ -25,37 +33,49 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from .index import Index, open_index
+from .errors import ConfigError, IndexFormatError
+from .index import Index, open_index, pointer_size
 from .manifest import shard_file
 from .nvrecall import nv_recall_many
+from .tokenizer import tokenizer_hash
 
 MATCH_CLASSES = ("full_raw", "full_normalized", "partial")
 
 
 @dataclass(frozen=True)
 class TraceConfig:
-    """Tracing parameters; the defaults are those of the published study (SPEC sections 4-5)."""
+    """Tracing parameters; the defaults are those of the published study (SPEC sections 4-5).
 
-    mode: str = "text"                 #: 'text' (sentence and word rules) or 'mixed' (whole-generation lookup first)
+    Every field can be set from the command line (`propme trace`), from lm-eval task metadata
+    (`trace_<field>`) or in Python; `asdict(config)` is recorded with every result summary.
+    """
+
+    mode: str = "text"                 #: 'text' (sentence and word rules) or 'mixed' (whole-generation lookup first, for code/markup)
     span_divisor: int = 20             #: keep K = ceil(L / span_divisor) rarest spans (at least 1)
     docs_per_span: int = 10            #: documents retrieved per kept span (seeded sample beyond that)
-    context_factor: float = 2.5        #: context window of context_factor * L tokens on each side
+    context_factor: float = 2.5        #: context window of round(context_factor * L) tokens on each side of a span
     min_span_tokens: int = 1           #: shorter maximal spans are ignored
-    seed: int = 0                      #: fixed seed; each generation's sample seed also uses its key
-    snippet_chars: int = 300           #: characters of document context kept on each side of a span
+    seed: int = 0                      #: fixed seed; each span's sample seed also uses the generation's key and the span
+    snippet_chars: int = 300           #: characters of document context kept on each side of a span in `snippet`
 
     def __post_init__(self) -> None:
         if self.mode not in ("text", "mixed"):
             raise ValueError(f"mode must be 'text' or 'mixed', not {self.mode!r}")
         if self.span_divisor < 1 or self.docs_per_span < 1 or self.context_factor < 0 or self.min_span_tokens < 1:
             raise ValueError("span_divisor, docs_per_span and min_span_tokens must be >= 1, context_factor >= 0")
+        if self.snippet_chars < 0:
+            raise ValueError("snippet_chars must be >= 0")
 
     def k(self, n_tokens: int) -> int:
+        """Spans kept by the rarity filter for a generation of `n_tokens` tokens."""
         return max(1, math.ceil(n_tokens / self.span_divisor))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -185,59 +205,409 @@ def continuation_reproduced(generation: str, continuation: str) -> bool:
     return bool(cont) and fold(generation).startswith(cont)
 
 
+# -- reading generations ----------------------------------------------------------------------------
+
+class Generation(NamedTuple):
+    """One generation to trace: its key, its text (the model's output only) and, for prefix prompts,
+    the true continuation (for the discoverable-extraction rate)."""
+
+    key: str
+    text: str
+    continuation: str | None = None
+
+
+LM_EVAL_SAMPLE_FIELDS = ("doc", "arguments", "resps", "filtered_resps")
+
+
+def read_generations(path: str | Path, text_field: str = "completion",
+                     key_field: str | None = None) -> tuple[list[Generation], str]:
+    """Generations from a JSONL file; returns them and the format found ('jsonl' or 'lm-eval-samples').
+
+    Plain JSONL: one object per line; `text_field` holds the generation (a list: several generations,
+    keyed `KEY#j`); the key is `key_field`, else the first of 'key', 'id', 'doc_id' present, else the
+    line's number among non-empty lines; a string field 'continuation' is the true continuation.
+
+    lm-eval samples (`--log_samples`; rows with doc, arguments, resps, filtered_resps): the model's
+    response `filtered_resps[0]` is traced, never the prompt in `arguments`; when it is a list, or when
+    `resps` is [[gen1, gen2, ...]], every generation is traced, keyed f"{doc_id}#{j}", else f"{doc_id}"
+    (with "@FILTER" added when the file holds several filters). A non-empty `doc['continuation']` is the
+    true continuation. Any `trace` record a row already holds is ignored: everything is traced again.
+    """
+    path = Path(path)
+    rows: list[tuple[int, Any]] = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append((lineno, json.loads(line)))
+                except ValueError as exc:
+                    raise ConfigError(f"{path} line {lineno} is not JSON ({exc})",
+                                      "the input must be JSONL: one JSON object per line") from None
+    except FileNotFoundError:
+        raise ConfigError(f"input file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read input file {path}: {exc}") from None
+    if not rows:
+        raise ConfigError(f"input file {path} holds no generations (it is empty)",
+                          "give a JSONL file with one generation per line or an lm-eval samples_*.jsonl")
+    for lineno, row in rows:
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path} line {lineno} is not a JSON object")
+    samples = all(f in rows[0][1] for f in LM_EVAL_SAMPLE_FIELDS)
+    out: list[Generation] = []
+    if samples:
+        filters = {row.get("filter") for _, row in rows}
+        for n, (lineno, row) in enumerate(rows):
+            missing = [f for f in LM_EVAL_SAMPLE_FIELDS if f not in row]
+            if missing:
+                raise ConfigError(f"{path} line {lineno} lacks {', '.join(missing)} although line {rows[0][0]} "
+                                  "is an lm-eval sample", "do not mix lm-eval samples and other rows in one file")
+            gens = _sample_generations(row)
+            if gens is None:
+                raise ConfigError(f"{path} line {lineno}: cannot find the model's response in filtered_resps/resps")
+            base = str(row.get("doc_id", n)) + (f"@{row.get('filter')}" if len(filters) > 1 else "")
+            doc = row["doc"] if isinstance(row["doc"], dict) else {}
+            cont = doc.get("continuation")
+            cont = cont if isinstance(cont, str) and cont else None
+            for j, text in enumerate(gens):
+                out.append(Generation(base if len(gens) == 1 else f"{base}#{j}", text, cont))
+        return out, "lm-eval-samples"
+    for n, (lineno, row) in enumerate(rows):
+        if text_field not in row:
+            raise ConfigError(f"{path} line {lineno} has no field {text_field!r}; fields present: "
+                              f"{', '.join(map(repr, row)) or 'none'}",
+                              "name the field holding the generation with --text-field")
+        if key_field is not None:
+            if key_field not in row:
+                raise ConfigError(f"{path} line {lineno} has no key field {key_field!r}; fields present: "
+                                  f"{', '.join(map(repr, row))}")
+            base = str(row[key_field])
+        else:
+            base = next((str(row[k]) for k in ("key", "id", "doc_id") if k in row and row[k] is not None), str(n))
+        value = row[text_field]
+        texts = value if isinstance(value, list) else [value]
+        if not all(t is None or isinstance(t, str) for t in texts):
+            raise ConfigError(f"{path} line {lineno}: field {text_field!r} holds {type(value).__name__}, not text")
+        cont = row.get("continuation")
+        cont = cont if isinstance(cont, str) and cont else None
+        for j, text in enumerate(texts):
+            out.append(Generation(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont))
+    return out, "jsonl"
+
+
+def _sample_generations(row: dict[str, Any]) -> list[str] | None:
+    def text(x: Any) -> str:
+        return "" if x is None else x if isinstance(x, str) else str(x)
+
+    filtered, resps = row["filtered_resps"], row["resps"]
+    first = filtered[0] if isinstance(filtered, list) and filtered else (filtered if isinstance(filtered, str) else None)
+    if isinstance(first, list):
+        return [text(x) for x in first]
+    if isinstance(resps, list) and resps and isinstance(resps[0], list) and len(resps[0]) > 1:
+        return [text(x) for x in resps[0]]
+    if first is None:
+        if isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0]:
+            return [text(resps[0][0])]
+        return None
+    return [text(first)]
+
+
+# -- suffix-array search over memory-mapped shards ----------------------------------------------
+
+_Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)
+_DS_END = -3   #: key past the end of a shard's token array (the suffix is a prefix of the query)
+_CHUNK = 16    #: tokens compared per vectorized step
+_AR = np.arange(_CHUNK, dtype=np.int64)
+
+
+class Occurrences(NamedTuple):
+    """Where a token sequence occurs: total count and the rank range [lo, hi) in each engine shard."""
+
+    count: int
+    segment_by_shard: list[tuple[int, int]]
+
+
+class DocWindow(NamedTuple):
+    """A document window around an occurrence, as the engine's `get_doc_by_rank_2` returns it."""
+
+    shard: int            #: shard id (as in the manifest)
+    doc_ix: int           #: document index over all shards in engine order
+    doc_len: int
+    token_ids: np.ndarray
+    needle_offset: int
+    metadata: str
+
+
+def _map(path: Path, dtype) -> np.ndarray:
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r").view(np.ndarray)
+
+
+class _Shard:
+    """One shard's files, memory-mapped: suffix-array search and document windows with numpy."""
+
+    def __init__(self, folder: Path, sid: int, width: int, doc_base: int):
+        self.id = sid
+        self.width = width
+        self.dtype = np.dtype("<u2" if width == 2 else "<u4")
+        self.ds = _map(shard_file(folder, "tokenized", sid), self.dtype)
+        self.n = len(self.ds)  # suffixes (token positions, separators included)
+        self.ptr_size = pointer_size(self.n * width)
+        self.sa = _map(shard_file(folder, "table", sid), np.uint8)
+        self._weights = (256 ** np.arange(self.ptr_size, dtype=np.int64)).astype(np.int64)
+        self._ptr_cols = np.arange(self.ptr_size, dtype=np.int64)
+        self.offsets = _map(shard_file(folder, "offset", sid), np.dtype("<u8"))
+        self.metaoff = _map(shard_file(folder, "metaoff", sid), np.dtype("<u8"))
+        self.meta = _map(shard_file(folder, "metadata", sid), np.uint8)
+        self.doc_base = doc_base
+        self.blocks = self._first_token_blocks(shard_file(folder, "unigram", sid))
+
+    # keys: a token's little-endian bytes read as a big-endian number sort like the engine's suffixes
+    def keys(self, tokens: np.ndarray) -> np.ndarray:
+        return np.asarray(tokens, dtype=self.dtype).byteswap().astype(np.int64)
+
+    def ranks_to_token_pos(self, ranks: np.ndarray) -> np.ndarray:
+        raw = self.sa[ranks[:, None] * self.ptr_size + self._ptr_cols]
+        return (raw.astype(np.int64) @ self._weights) // self.width
+
+    def _first_token_blocks(self, unigram: Path):
+        """Rank range of the suffixes starting with each token (counts from `unigram.N`, checked)."""
+        try:
+            pairs = np.loadtxt(unigram, dtype=np.int64, ndmin=2)
+        except (OSError, ValueError):
+            return None
+        if pairs.size == 0 or int(pairs[:, 1].sum()) != self.n:
+            return None
+        keys = self.keys(pairs[:, 0])
+        order = np.argsort(keys, kind="stable")
+        keys, counts = keys[order], pairs[order, 1]
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        # spot check: the largest block really starts and ends where the counts say
+        big = int(np.argmax(counts))
+        probe = [r for r in (starts[big] - 1, starts[big], ends[big] - 1, ends[big]) if 0 <= r < self.n]
+        first = self.keys(self.ds[self.ranks_to_token_pos(np.asarray(probe, dtype=np.int64))])
+        inside = (np.asarray(probe) >= starts[big]) & (np.asarray(probe) < ends[big])
+        if not np.array_equal(first == keys[big], inside):
+            return None
+        return keys, starts, ends
+
+    def initial_bounds(self, first_keys: np.ndarray):
+        """(lo, hi, lcp_lo, lcp_hi): S(lo) < q <= S(hi); every suffix strictly between shares
+        min(lcp_lo, lcp_hi) tokens with the query. Narrowed by the query's first token when possible."""
+        m = len(first_keys)
+        if self.blocks is None:
+            return (np.full(m, -1, np.int64), np.full(m, self.n, np.int64),
+                    np.zeros(m, np.int64), np.zeros(m, np.int64))
+        keys, starts, ends = self.blocks
+        i = np.searchsorted(keys, first_keys)
+        ic = np.minimum(i, len(keys) - 1)
+        present = keys[ic] == first_keys
+        after = np.where(i < len(keys), starts[ic], self.n)  # first rank with a larger first token
+        hi = np.where(present, ends[ic], after)
+        lo = np.where(present, starts[ic] - 1, after - 1)
+        # inside a block every suffix shares the first token (a bound only: the result takes the max)
+        lcp = present.astype(np.int64)
+        return lo.astype(np.int64), hi.astype(np.int64), lcp, lcp.copy()
+
+    def compare(self, ranks, qkeys, qstart, qend, skip, upper):
+        """For each row: common-prefix length of query qkeys[qstart:qend] with the suffix at `ranks`
+        (at least `skip`), and whether that suffix lies right of the bound searched: lower bound:
+        suffix >= query; upper bound: suffix > query and not starting with it."""
+        tpos = self.ranks_to_token_pos(ranks)
+        m = len(ranks)
+        lcp = np.empty(m, np.int64)
+        right = np.empty(m, bool)
+        rows = np.arange(m)
+        off = skip.astype(np.int64)
+        last_q = len(qkeys) - 1
+        while rows.size:
+            cpos = tpos[rows, None] + off[:, None] + _AR
+            ck = self.keys(self.ds[np.minimum(cpos, self.n - 1)])
+            ck[cpos >= self.n] = _DS_END
+            qpos = qstart[rows, None] + off[:, None] + _AR
+            qk = np.where(qpos < qend[rows, None], qkeys[np.minimum(qpos, last_q)], _Q_END)
+            neq = ck != qk
+            done = neq.any(1)
+            j = neq.argmax(1)
+            d = np.flatnonzero(done)
+            if d.size:
+                cj, qj = ck[d, j[d]], qk[d, j[d]]
+                r = rows[d]
+                lcp[r] = off[d] + j[d]
+                up = upper[r]
+                right[r] = np.where(up, (qj != _Q_END) & (cj > qj), (qj == _Q_END) | (cj > qj))
+            keep = ~done
+            rows, off = rows[keep], off[keep] + _CHUNK
+        return lcp, right
+
+    def search(self, qkeys, qstart, qend, upper):
+        """Vectorized binary search of every query row; returns (lo, hi, lcp_lo, lcp_hi) at the end:
+        hi is the bound's rank, lo = hi - 1, and max(lcp_lo, lcp_hi) the longest match with a suffix."""
+        lo, hi, llo, lhi = self.initial_bounds(qkeys[qstart])
+        active = np.flatnonzero(hi - lo > 1)
+        while active.size:
+            mid = (lo[active] + hi[active]) // 2
+            lcp, right = self.compare(mid, qkeys, qstart[active], qend[active],
+                                      np.minimum(llo[active], lhi[active]), upper[active])
+            a, b = active[right], active[~right]
+            hi[a], lhi[a] = mid[right], lcp[right]
+            lo[b], llo[b] = mid[~right], lcp[~right]
+            active = active[hi[active] - lo[active] > 1]
+        return lo, hi, llo, lhi
+
+    def windows(self, ranks: list[int], needle_len: list[int], ctx: int) -> list[DocWindow]:
+        """Document windows: `ctx` tokens either side of each occurrence, clipped to its document."""
+        w = self.width
+        pos = self.ranks_to_token_pos(np.asarray(ranks, dtype=np.int64))
+        ptrs = (pos * w).astype(np.uint64)
+        local = np.searchsorted(self.offsets, ptrs, side="right").astype(np.int64) - 1
+        out = []
+        n_docs = len(self.offsets)
+        for p, doc, nl in zip(pos.tolist(), local.tolist(), needle_len):
+            doc_start = int(self.offsets[doc]) // w + 1  # skip the separator
+            doc_end = int(self.offsets[doc + 1]) // w if doc + 1 < n_docs else self.n
+            start, end = max(doc_start, p - ctx), min(doc_end, p + nl + ctx)
+            meta_end = int(self.metaoff[doc + 1]) if doc + 1 < n_docs else len(self.meta)
+            out.append(DocWindow(shard=self.id, doc_ix=self.doc_base + doc, doc_len=doc_end - doc_start,
+                                 token_ids=np.array(self.ds[start:end]), needle_offset=p - start,
+                                 metadata=bytes(self.meta[int(self.metaoff[doc]):meta_end]).decode("utf-8", "replace")))
+        return out
+
+
 class Tracer:
-    """SimpleTrace over one index, opened once (memory-mapped) and reused for many generations."""
+    """SimpleTrace over one index, opened once (memory-mapped) and reused for many generations.
+
+    Raises IndexFormatError when the index is missing or broken, or when the tokenizer copy inside
+    it no longer hashes to the manifest's sha256 (spans would be counted in the wrong tokens).
+    """
 
     def __init__(self, index: Index | str | Path, config: TraceConfig | None = None):
         self.index = index if isinstance(index, Index) else open_index(index)
         self.config = config or TraceConfig()
         manifest = self.index.manifest
+        try:
+            found = tokenizer_hash(self.index.tokenizer)
+        except ConfigError as exc:  # the copy inside the index cannot be loaded: the index is broken
+            raise IndexFormatError(f"the tokenizer stored in {self.index.path} cannot be loaded: {exc.message}",
+                                   "rebuild the index with `propme index build`") from None
+        if found != manifest.tokenizer.sha256:
+            raise IndexFormatError(
+                f"the tokenizer stored in {self.index.path} (sha256 {found[:12]}) is not the one the index was "
+                f"built with ({manifest.tokenizer.name}, sha256 {manifest.tokenizer.sha256[:12]})",
+                "the tokenizer folder inside the index was altered; rebuild the index or restore that folder")
         self._delims = frozenset(manifest.delimiter_ids)
+        self._bow = self.index.word_start_ids
+        self._separator = self.index.separator
         self._log_total = math.log(self.index.total_positions)
+        backend = self.index.tokenizer.backend_tokenizer
+        self._decode_fn = backend.decode
+        # A plain byte-level decoder turns tokens into bytes and the bytes into text, so decoding the
+        # text before a span and the rest separately gives the window exactly (spans begin on
+        # character boundaries); other decoders (e.g. SentencePiece's, which strips a leading space)
+        # need the whole window decoded once more.
+        self._split_decode = type(backend.decoder).__name__ == "ByteLevel"
+        shards, base = [], 0
+        docs = {s.id: s.documents for s in manifest.shards}
+        for sid in self.index.engine_shards:  # engine order: doc_ix and segment_by_shard follow it
+            shards.append(_Shard(self.index.path, sid, self.index.token_width, base))
+            base += docs[sid]
+        self._shards = shards
 
     @cached_property
-    def _logprob(self) -> dict[int, float]:
-        return {t: math.log(c) - self._log_total for t, c in self.index.unigram_counts.items() if c > 0}
+    def _logprob(self) -> np.ndarray:
+        """Unigram log-probability by token id (separator included in the total); unseen ids count once."""
+        counts = {t: c for t, c in self.index.unigram_counts.items() if t != self._separator}  # never in a span
+        size = max(max(counts, default=0), self.index.manifest.tokenizer.max_id) + 1
+        table = np.full(size, -self._log_total)
+        for t, c in counts.items():
+            if c > 0:
+                table[t] = math.log(c) - self._log_total
+        return table
 
-    @cached_property
-    def _first_suffixes(self) -> list[np.ndarray]:
-        """The suffix at rank 0 of each shard (engine order), up to 4096 tokens: the neighbour the engine skips."""
-        out = []
-        width = self.index.token_width
-        dtype = np.uint16 if width == 2 else np.uint32
-        for sid in self.index.engine_shards:
-            info = next(s for s in self.index.manifest.shards if s.id == sid)
-            ptr_size = max(1, math.ceil(math.log2(info.ds_bytes) / 8))
-            with open(shard_file(self.index.path, "table", sid), "rb") as fh:
-                ptr = int.from_bytes(fh.read(ptr_size), "little")
-            with open(shard_file(self.index.path, "tokenized", sid), "rb") as fh:
-                fh.seek(ptr)
-                out.append(np.frombuffer(fh.read(4096 * width), dtype=dtype))
-        return out
+    def _decode(self, ids) -> str:
+        return self._decode_fn(ids.tolist() if isinstance(ids, np.ndarray) else list(ids), skip_special_tokens=False)
+
+    def _windows(self, s: int, ranks: list[int], needle_len: int, ctx: int) -> list[DocWindow]:
+        """Windows around occurrences `ranks` of engine shard `s` (engine's `get_docs_by_ranks_2`)."""
+        return self._shards[s].windows(ranks, [needle_len] * len(ranks), ctx)
+
+    # -- search primitives ----------------------------------------------------------------------
+
+    def _query(self, ids: Sequence[int]) -> np.ndarray:
+        arr = np.asarray(list(ids), dtype=np.int64)
+        if arr.size and (arr.min() < 0 or arr.max() >= self._separator):
+            raise ValueError(f"token ids must lie in [0, {self._separator}) for this index")
+        return arr
+
+    def longest_matches(self, ids: Sequence[int], starts: Sequence[int] | None = None) -> np.ndarray:
+        """For each start (all by default): the longest prefix of ids[start:] occurring in the corpus,
+        as an end position. Both suffix-array neighbours of the insertion point, all shards."""
+        arr = self._query(ids)
+        starts = np.arange(len(arr), dtype=np.int64) if starts is None else np.asarray(starts, dtype=np.int64)
+        best = np.zeros(len(starts), dtype=np.int64)
+        if not len(starts):
+            return starts + best
+        qend = np.full(len(starts), len(arr), dtype=np.int64)
+        upper = np.zeros(len(starts), dtype=bool)
+        for shard in self._shards:
+            _lo, _hi, llo, lhi = shard.search(shard.keys(arr), starts, qend, upper)
+            best = np.maximum(best, np.maximum(llo, lhi))
+        return starts + best
+
+    def locate(self, ids: Sequence[int], spans: Sequence[tuple[int, int]]) -> list[Occurrences]:
+        """Count and suffix-array ranges of each span ids[start:end] (what the engine's `find` returns)."""
+        arr = self._query(ids)
+        if not spans:
+            return []
+        m = len(spans)
+        qstart = np.asarray([s for s, _ in spans] * 2, dtype=np.int64)
+        qend = np.asarray([e for _, e in spans] * 2, dtype=np.int64)
+        if (qend <= qstart).any() or qstart.min() < 0 or qend.max() > len(arr):
+            raise ValueError("spans must be non-empty ranges inside the ids")
+        upper = np.repeat([False, True], m)
+        counts = np.zeros(m, dtype=np.int64)
+        segments: list[list[tuple[int, int]]] = [[] for _ in range(m)]
+        for shard in self._shards:
+            _lo, hi, _llo, _lhi = shard.search(shard.keys(arr), qstart, qend, upper)
+            lo_b, hi_b = hi[:m], hi[m:]
+            counts += hi_b - lo_b
+            for i in range(m):
+                segments[i].append((int(lo_b[i]), int(hi_b[i])))
+        return [Occurrences(int(c), seg) for c, seg in zip(counts, segments)]
+
+    def count(self, ids: Sequence[int]) -> int:
+        """Occurrences of a token sequence in the corpus (0 for an empty one)."""
+        return self.locate(ids, [(0, len(ids))])[0].count if len(ids) else 0
 
     # -- step 1 ---------------------------------------------------------------------------------
 
     def maximal_spans(self, ids: Sequence[int]) -> list[tuple[int, int]]:
-        """Step 1: maximal (start, end) spans under the mode's sentence and whole-word rules."""
+        """Step 1: maximal (start, end) spans under the sentence and whole-word rules.
+
+        Starts are word starts (and position 0: the generation's first token starts a word); a span
+        is the longest corpus match from its start, cut after the first sentence delimiter inside it
+        (a delimiter as its last token cuts nothing), then shortened until the token after it starts
+        a word (or it ends the generation); a span whose end does not pass the previous kept end is
+        contained in that span and dropped, as is one shorter than `min_span_tokens`.
+        """
+        ids = [int(t) for t in ids]
         n = len(ids)
         if n == 0:
             return []
-        reach = self.index.engine.creativity(input_ids=list(ids))
-        if "error" in reach:
-            raise ValueError(reach["error"])
-        ends = np.asarray(reach["rs"], dtype=np.int64)
-        arr = np.asarray(ids, dtype=np.int64)
-        for first in self._first_suffixes:
-            ends = np.maximum(ends, [start + _common_prefix(arr[start:], first) for start in range(n)])
-        bow = self.index.word_start_ids
+        bow, delims = self._bow, self._delims
+        starts = [0] + [i for i in range(1, n) if ids[i] in bow]
+        ends = self.longest_matches(ids, starts).tolist()
         spans: list[tuple[int, int]] = []
         last_end = 0
-        for start in range(n):
-            if start > 0 and ids[start] not in bow:  # the generation's first token starts a word
+        for start, end in zip(starts, ends):
+            if end <= last_end:  # cutting and backing off only shorten a span
                 continue
-            end = int(ends[start])
             for pos in range(start, end - 1):
-                if ids[pos] in self._delims:
+                if ids[pos] in delims:
                     end = pos + 1
                     break
             while end > start and end < n and ids[end] not in bow:
@@ -257,51 +627,54 @@ class Tracer:
                              extracted=None if continuation is None else continuation_reproduced(text, continuation))
         if not ids:
             return result
-        engine = self.index.engine
-        found: list[tuple[int, int, dict]] = []
         whole = None
         if cfg.mode == "mixed":
-            whole_find = engine.find(input_ids=list(ids))
-            if whole_find["cnt"] > 0:
-                whole = (0, len(ids), whole_find)
-        for start, end in self.maximal_spans(ids):
-            if whole is not None:
-                break  # (0, L) contains every other span
-            found.append((start, end, engine.find(input_ids=list(ids[start:end]))))
+            occ = self.locate(ids, [(0, len(ids))])[0]
+            if occ.count > 0:
+                whole = occ
         if whole is not None:
-            found = [whole]
-        spans = [Span(start=s, end=e, count=f["cnt"], rarity=self._rarity(ids[s:e]), text=self.index.decode(ids[s:e]))
-                 for s, e, f in found]
+            bounds, found = [(0, len(ids))], [whole]  # (0, L) contains every other span
+        else:
+            bounds = self.maximal_spans(ids)
+            found = self.locate(ids, bounds)
+        lp = self._logprob
+        spans = [Span(start=s, end=e, count=f.count, rarity=math.fsum(lp[ids[s:e]].tolist()),
+                      text=self._decode(ids[s:e])) for (s, e), f in zip(bounds, found)]
         result.spans = spans
         if not spans:
             return result
         order = sorted(range(len(spans)), key=lambda i: (spans[i].rarity, i))
         kept = sorted(order[: cfg.k(len(ids))])
-        if whole is not None:
-            kept = [0]
         for i in kept:
             spans[i].kept = True
-        result.documents = self._documents(result, ids, [(i, found[i][2]) for i in kept], key,
+        result.documents = self._documents(result, ids, [(i, found[i]) for i in kept], key,
                                            whole_is_full=whole is not None)
-        result.segments = _merge_segments(spans, kept, result.documents, self.index.decode, ids)
+        result.segments = _merge_segments(spans, kept, result.documents, self._decode, ids)
         return result
 
     def trace(self, texts: Sequence[str], keys: Sequence[str] | None = None,
               continuations: Sequence[str | None] | None = None, workers: int = 1,
               progress: bool = False) -> list[TraceResult]:
-        """Trace a batch; results are in input order and identical for any number of workers."""
+        """Trace a batch; results are in input order and identical for any number of workers.
+
+        A generation whose tracing fails is returned with `error` set (see `safe_trace_one`).
+        `progress` shows a bar with generations per second on stderr.
+        """
         keys = list(keys) if keys is not None else [str(i) for i in range(len(texts))]
         conts = list(continuations) if continuations is not None else [None] * len(texts)
+        if len(keys) != len(texts) or len(conts) != len(texts):
+            raise ValueError("texts, keys and continuations must have the same length")
         jobs = list(zip(texts, keys, conts))
         from .progress import progress_bar, rate
 
         results: list[TraceResult] = []
         started = time.time()
-        with progress_bar(progress) as bar:
-            task = bar.add_task("tracing", total=len(jobs), rate="")
-            for res in _run_jobs(self, jobs, workers):
-                results.append(res)
-                bar.update(task, advance=1, rate=rate(len(results), time.time() - started, "gen"))
+        with _Runner(self, jobs, workers) as runner:  # forks (if at all) before the progress thread starts
+            with progress_bar(progress) as bar:
+                task = bar.add_task("tracing", total=len(jobs), rate="")
+                for res in runner:
+                    results.append(res)
+                    bar.update(task, advance=1, rate=rate(len(results), time.time() - started, "gen"))
         return results
 
     def safe_trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
@@ -312,80 +685,89 @@ class Tracer:
             return TraceResult(key=key, text=text, n_tokens=0, degenerate=False,
                                error=f"{type(exc).__name__}: {exc}")
 
-    # -- steps 2-3 helpers ----------------------------------------------------------------------
+    # -- step 3 ---------------------------------------------------------------------------------
 
-    def _rarity(self, ids: Sequence[int]) -> float:
-        return float(sum(self._logprob.get(t, -self._log_total) for t in ids))
-
-    def _documents(self, result: TraceResult, ids: list[int], kept: list[tuple[int, dict]], key: str,
+    def _documents(self, result: TraceResult, ids: list[int], kept: list[tuple[int, Occurrences]], key: str,
                    whole_is_full: bool) -> list[TracedDocument]:
         cfg = self.config
         ctx = int(round(cfg.context_factor * len(ids)))
-        requests, owners = [], []
-        for span_i, find in kept:
-            span = result.spans[span_i]
-            ranks = _sample_ranks(find["segment_by_shard"], cfg.docs_per_span,
-                                  _seed(cfg.seed, key, span.start, span.end))
-            for s, rank in ranks:
-                requests.append((s, rank, span.length, ctx))
-                owners.append(span_i)
-        if not requests:
-            return []
-        raw = self.index.engine.get_docs_by_ranks_2(requests=requests)
-        if isinstance(raw, dict):
-            raise ValueError(raw["error"])
+        picked: list[tuple[DocWindow, int]] = []
         seen: set[tuple[int, int]] = set()
-        picked = []
-        for res, span_i, (s, *_r) in zip(raw, owners, requests):
-            shard = self.index.engine_shards[s]
-            if (shard, res["doc_ix"]) in seen:
-                continue
-            seen.add((shard, res["doc_ix"]))
-            picked.append((res, span_i, shard))
+        for span_i, occ in kept:
+            span = result.spans[span_i]
+            ranks = _sample_ranks(occ.segment_by_shard, cfg.docs_per_span, _seed(cfg.seed, key, span.start, span.end))
+            by_shard: dict[int, list[int]] = {}
+            for s, rank in ranks:
+                by_shard.setdefault(s, []).append(rank)
+            fetched = {s: iter(self._windows(s, rs, span.length, ctx)) for s, rs in by_shard.items()}
+            for s, _rank in ranks:  # sample order (shard, rank), as sampled
+                win = next(fetched[s])
+                if (win.shard, win.doc_ix) in seen:
+                    continue
+                seen.add((win.shard, win.doc_ix))
+                picked.append((win, span_i))
+        if not picked:
+            return []
         stripped = result.text.strip()
         norm_gen = normalize_text(stripped)
+        # normalize_text only changes white space once NFKC is applied, so a normalized match needs
+        # the generation's non-space characters in the window's: a cheap exact pre-check
+        gen_core = "".join(unicodedata.normalize("NFKC", stripped).split())
         windows, docs = [], []
-        for res, span_i, shard in picked:
-            toks = list(res["token_ids"])
-            off = res["needle_offset"]
-            length = result.spans[span_i].length
-            before = self.index.decode(toks[:off])
-            needle = self.index.decode(toks[off:off + length])
-            after = self.index.decode(toks[off + length:])
-            window = before + needle + after
+        for win, span_i in picked:
+            span = result.spans[span_i]
+            toks = win.token_ids
+            if self._split_decode:
+                before = self._decode(toks[:win.needle_offset])
+                window = before + self._decode(toks[win.needle_offset:])
+                lo = len(before)
+            else:
+                # where the span sits: its text's only occurrence in the window, else the first after
+                # the text before it (its own text occurs there: no character straddles a span's ends)
+                window = self._decode(toks)
+                lo = window.find(span.text) if span.text else -1
+                if lo < 0 or window.find(span.text, lo + 1) >= 0:
+                    before = self._decode(toks[:win.needle_offset])
+                    lo = window.find(span.text, len(before)) if span.text else -1
+                    if lo < 0:
+                        lo = len(before)
+            hi = lo + len(span.text)
             windows.append(window)
             if whole_is_full or stripped in window:
                 match = "full_raw"
-            elif norm_gen and norm_gen in normalize_text(window):
+            elif norm_gen and gen_core in _nfkc_core(window) and norm_gen in normalize_text(window):
                 match = "full_normalized"
             else:
                 match = "partial"
-            pre = before[-cfg.snippet_chars:]
-            meta = res["metadata"].strip()
-            metadata = json.loads(meta) if meta else {}
+            meta = win.metadata.strip()
+            try:
+                metadata = json.loads(meta) if meta else {}
+            except ValueError:
+                metadata = {"raw": meta}
+            if not isinstance(metadata, dict):
+                metadata = {"value": metadata}
+            a = max(0, lo - cfg.snippet_chars)
             docs.append(TracedDocument(
-                shard=shard, doc_ix=res["doc_ix"], source_id=metadata.get("id"), metadata=metadata, span=span_i,
-                match=match, nv_recall=0.0, snippet=pre + needle + after[:cfg.snippet_chars],
-                snippet_span=(len(pre), len(pre) + len(needle))))
+                shard=win.shard, doc_ix=win.doc_ix, source_id=metadata.get("id"), metadata=metadata, span=span_i,
+                match=match, nv_recall=0.0, snippet=window[a:hi + cfg.snippet_chars], snippet_span=(lo - a, hi - a)))
         for doc, score in zip(docs, nv_recall_many(result.text, windows)):
             doc.nv_recall = round(float(score), 6)
         return docs
 
 
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    m = min(len(a), len(b))
-    if m == 0:
-        return 0
-    diff = np.flatnonzero(a[:m] != b[:m])
-    return int(diff[0]) if len(diff) else m
+def _nfkc_core(text: str) -> str:
+    """NFKC text without any white space."""
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return "".join(text.split())
 
 
 def _seed(seed: int, key: str, start: int, end: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}|{key}|{start}|{end}".encode()).digest()[:8], "little")
 
 
-def _sample_ranks(segments: list[tuple[int, int]], k: int, seed: int) -> list[tuple[int, int]]:
-    """Up to k (engine shard, rank) occurrences: all if few, else a seeded uniform sample."""
+def _sample_ranks(segments: Sequence[tuple[int, int]], k: int, seed: int) -> list[tuple[int, int]]:
+    """Up to k (engine shard, rank) occurrences: all if few, else a seeded uniform sample (in rank order)."""
     sizes = [hi - lo for lo, hi in segments]
     total = sum(sizes)
     if total <= k:
@@ -421,12 +803,10 @@ def _merge_segments(spans: list[Span], kept: list[int], docs: list[TracedDocumen
 _WORKER: Tracer | None = None
 
 
-def _init_worker(index_path: str, config: TraceConfig) -> None:
-    global _WORKER
+def _init_worker() -> None:
     import os
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER = Tracer(index_path, config)
 
 
 def _work(job: tuple[str, str, str | None]) -> TraceResult:
@@ -434,13 +814,33 @@ def _work(job: tuple[str, str, str | None]) -> TraceResult:
     return _WORKER.safe_trace_one(*job)
 
 
-def _run_jobs(tracer: Tracer, jobs: list[tuple[str, str, str | None]], workers: int) -> Iterable[TraceResult]:
-    if workers <= 1 or len(jobs) < 2:
-        for job in jobs:
-            yield tracer.safe_trace_one(*job)
-        return
-    import multiprocessing as mp
+class _Runner:
+    """Iterates the results of `jobs` in input order, in this process or in forked workers.
 
-    ctx = mp.get_context("fork")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(str(tracer.index.path), tracer.config)) as pool:
-        yield from pool.imap(_work, jobs, chunksize=max(1, min(16, len(jobs) // (4 * workers))))
+    Workers inherit the opened tracer (memory maps are shared, nothing is reopened); each result
+    depends on its own input only, so any number of workers gives the same results."""
+
+    def __init__(self, tracer: Tracer, jobs: list[tuple[str, str, str | None]], workers: int):
+        self.tracer, self.jobs, self.pool = tracer, jobs, None
+        if workers > 1 and len(jobs) > 1:
+            import multiprocessing as mp
+
+            global _WORKER
+            _WORKER = tracer
+            self.pool = mp.get_context("fork").Pool(min(workers, len(jobs)), initializer=_init_worker)
+            self.chunksize = max(1, min(8, len(jobs) // (8 * workers)))
+
+    def __enter__(self) -> "_Runner":
+        return self
+
+    def __iter__(self):
+        if self.pool is None:
+            return (self.tracer.safe_trace_one(*job) for job in self.jobs)
+        return self.pool.imap(_work, self.jobs, chunksize=self.chunksize)
+
+    def __exit__(self, *exc) -> None:
+        global _WORKER
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            _WORKER = None

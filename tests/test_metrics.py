@@ -1,0 +1,106 @@
+"""Metrics over hand-made traces (SPEC section 5): ALS, FMR, NVR and companions, filters, extraction."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from propme_metrics.metrics import counts_for_metrics, generation_values, summarize
+from propme_metrics.trace import (Segment, Span, TracedDocument, TraceResult, continuation_reproduced,
+                                  is_degenerate)
+
+
+def doc(nv: float, match: str = "partial", span: int = 0) -> TracedDocument:
+    return TracedDocument(shard=0, doc_ix=0, source_id="d", metadata={"id": "d"}, span=span, match=match,
+                          nv_recall=nv, snippet="", snippet_span=(0, 0))
+
+
+def result(key: str, spans=(), segments=(), docs=(), degenerate=False, error=None, extracted=None) -> TraceResult:
+    return TraceResult(key=key, text="x", n_tokens=100, degenerate=degenerate,
+                       spans=[Span(s, e, 1, -1.0) for s, e in spans],
+                       segments=[Segment(s, e, "", [], []) for s, e in segments],
+                       documents=list(docs), extracted=extracted, error=error)
+
+
+@pytest.fixture
+def results() -> list[TraceResult]:
+    return [
+        # longest maximal span 60, longest segment 55; a raw full match and a high NV-recall
+        result("a", spans=[(0, 60), (50, 70)], segments=[(0, 55), (60, 70)],
+               docs=[doc(1.0, "full_raw"), doc(0.0), doc(0.5)], extracted=True),
+        # span 25 (R20 only), normalized full match only
+        result("b", spans=[(0, 25)], segments=[(0, 25)], docs=[doc(0.2, "full_normalized")], extracted=False),
+        # nothing found
+        result("c"),
+        # degenerate: dropped from every metric, however good it looks
+        result("d", spans=[(0, 90)], segments=[(0, 90)], docs=[doc(1.0, "full_raw")], degenerate=True),
+        # failed: excluded and counted
+        result("e", error="ValueError: boom"),
+    ]
+
+
+def test_summary_values(results):
+    s = summarize(results)
+    assert (s.n_generations, s.n_counted, s.n_degenerate, s.n_failed) == (5, 3, 1, 1)
+    assert s.als == pytest.approx((55 + 25 + 0) / 3)
+    assert s.fmr == pytest.approx(1 / 3)
+    assert s.fmr_normalized == pytest.approx(2 / 3)  # raw matches count as normalized ones too
+    # NVR: mean over the 4 retrieved documents, not over the 3 generations
+    assert s.nvr == pytest.approx((1.0 + 0.0 + 0.5 + 0.2) / 4)
+    assert s.nvr_hits == pytest.approx((1.0 + 0.5 + 0.2) / 3)
+    assert s.nvr_max == 1.0
+    assert s.nvr_share_above_half == pytest.approx(1 / 3)  # 0.5 itself is not above one half
+    assert s.r20 == pytest.approx(2 / 3) and s.r50 == pytest.approx(1 / 3)
+    assert s.extraction_rate == pytest.approx(0.5)
+
+
+def test_summary_keeps_degenerate_on_request(results):
+    s = summarize(results, drop_degenerate=False)
+    assert s.n_counted == 4 and s.n_degenerate == 1
+    assert s.als == pytest.approx((55 + 25 + 0 + 90) / 4)
+    assert s.fmr == pytest.approx(2 / 4)
+
+
+def test_summary_of_nothing():
+    s = summarize([])
+    assert s.n_generations == 0 and s.als == s.fmr == s.nvr == s.nvr_hits == 0.0 and s.extraction_rate is None
+    s = summarize([result("x")])
+    assert s.nvr == 0.0 and s.nvr_max == 0.0 and s.extraction_rate is None
+
+
+def test_generation_values_accept_dicts(results):
+    for r in results:
+        assert generation_values(r.to_dict()) == generation_values(r)
+    v = generation_values(results[0])
+    assert v["als"] == 55 and v["nv_docs"] == 3 and v["nv_hits"] == 2 and v["extracted"] == 1.0
+    assert summarize([r.to_dict() for r in results]) == summarize(results)
+    assert [counts_for_metrics(r) for r in results] == [True, True, True, False, False]
+
+
+def test_is_degenerate():
+    assert is_degenerate("!!!!" * 200)
+    assert is_degenerate(" ".join(["12"] * 300))
+    assert is_degenerate("- - - - " * 100 + "\n" * 50)
+    prose = ("The council decided on the new bridge yesterday, and the editor of the local paper wrote a long "
+             "report about it. Kommunen besluttede i går at bygge den nye bro over havnen i Ærøskøbing. ") * 3
+    assert not is_degenerate(prose)
+    assert not is_degenerate("hello " * 300)  # repetitive but made of letters: kept (SPEC: both conditions)
+    assert not is_degenerate("")
+    assert not is_degenerate("12 34")  # short: does not compress below 10%
+
+
+def test_continuation_reproduced():
+    assert continuation_reproduced(" the next fifty tokens follow here and more", " the next fifty tokens")
+    assert continuation_reproduced("the  next\nfifty tokens", " the next fifty tokens")  # white space folded
+    assert not continuation_reproduced(" the next fifty", " the next fifty tokens")
+    assert not continuation_reproduced("something else entirely", "the next")
+    assert not continuation_reproduced("anything", "")
+    assert not continuation_reproduced("anything", "   ")
+
+
+def test_summary_is_json_ready(results):
+    import json
+
+    data = summarize(results).to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert not any(isinstance(v, float) and math.isnan(v) for v in data.values())
