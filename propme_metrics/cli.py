@@ -295,7 +295,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from .errors import ConfigError, IndexFormatError
     from .index import open_index
     from .metrics import summarize
-    from .trace import TraceConfig, Tracer, read_generations
+    from .generations import read_generations
+    from .trace import TraceConfig, Tracer
 
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")

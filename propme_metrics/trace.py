@@ -7,8 +7,8 @@
    full_normalized / partial, each scored with NV-recall on its context window;
 4. merging: overlapping kept spans become segments.
 
-The suffix arrays are searched here, with numpy over the memory-mapped shard files, instead of
-through infini-gram's engine: the engine starts one OS thread per start position and per shard
+The suffix arrays are searched with numpy over the memory-mapped shard files (`search.py`) instead
+of through infini-gram's engine: the engine starts one OS thread per start position and per shard
 (`creativity`), per `find` and per document fetched, which costs far more than the search itself,
 and it never compares a query that sorts before every suffix of a shard with that shard's first
 suffix (SPEC section 3). Here all start positions of a generation are binary-searched together,
@@ -33,14 +33,14 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from .errors import ConfigError, IndexFormatError
-from .index import Index, open_index, pointer_size
-from .manifest import shard_file
+from .index import Index, open_index
 from .nvrecall import nv_recall_many
+from .search import DocWindow, Occurrences, ShardSearcher
 from .tokenizer import tokenizer_hash
 
 MATCH_CLASSES = ("full_raw", "full_normalized", "partial")
@@ -205,279 +205,6 @@ def continuation_reproduced(generation: str, continuation: str) -> bool:
     return bool(cont) and fold(generation).startswith(cont)
 
 
-# -- reading generations ----------------------------------------------------------------------------
-
-class Generation(NamedTuple):
-    """One generation to trace: its key, its text (the model's output only) and, for prefix prompts,
-    the true continuation (for the discoverable-extraction rate)."""
-
-    key: str
-    text: str
-    continuation: str | None = None
-
-
-LM_EVAL_SAMPLE_FIELDS = ("doc", "arguments", "resps", "filtered_resps")
-
-
-def read_generations(path: str | Path, text_field: str = "completion",
-                     key_field: str | None = None) -> tuple[list[Generation], str]:
-    """Generations from a JSONL file; returns them and the format found ('jsonl' or 'lm-eval-samples').
-
-    Plain JSONL: one object per line; `text_field` holds the generation (a list: several generations,
-    keyed `KEY#j`); the key is `key_field`, else the first of 'key', 'id', 'doc_id' present, else the
-    line's number among non-empty lines; a string field 'continuation' is the true continuation.
-
-    lm-eval samples (`--log_samples`; rows with doc, arguments, resps, filtered_resps): the model's
-    response `filtered_resps[0]` is traced, never the prompt in `arguments`; when it is a list, or when
-    `resps` is [[gen1, gen2, ...]], every generation is traced, keyed f"{doc_id}#{j}", else f"{doc_id}"
-    (with "@FILTER" added when the file holds several filters). A non-empty `doc['continuation']` is the
-    true continuation. Any `trace` record a row already holds is ignored: everything is traced again.
-    """
-    path = Path(path)
-    rows: list[tuple[int, Any]] = []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append((lineno, json.loads(line)))
-                except ValueError as exc:
-                    raise ConfigError(f"{path} line {lineno} is not JSON ({exc})",
-                                      "the input must be JSONL: one JSON object per line") from None
-    except FileNotFoundError:
-        raise ConfigError(f"input file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read input file {path}: {exc}") from None
-    if not rows:
-        raise ConfigError(f"input file {path} holds no generations (it is empty)",
-                          "give a JSONL file with one generation per line or an lm-eval samples_*.jsonl")
-    for lineno, row in rows:
-        if not isinstance(row, dict):
-            raise ConfigError(f"{path} line {lineno} is not a JSON object")
-    samples = all(f in rows[0][1] for f in LM_EVAL_SAMPLE_FIELDS)
-    out: list[Generation] = []
-    if samples:
-        filters = {row.get("filter") for _, row in rows}
-        for n, (lineno, row) in enumerate(rows):
-            missing = [f for f in LM_EVAL_SAMPLE_FIELDS if f not in row]
-            if missing:
-                raise ConfigError(f"{path} line {lineno} lacks {', '.join(missing)} although line {rows[0][0]} "
-                                  "is an lm-eval sample", "do not mix lm-eval samples and other rows in one file")
-            gens = _sample_generations(row)
-            if gens is None:
-                raise ConfigError(f"{path} line {lineno}: cannot find the model's response in filtered_resps/resps")
-            base = str(row.get("doc_id", n)) + (f"@{row.get('filter')}" if len(filters) > 1 else "")
-            doc = row["doc"] if isinstance(row["doc"], dict) else {}
-            cont = doc.get("continuation")
-            cont = cont if isinstance(cont, str) and cont else None
-            for j, text in enumerate(gens):
-                out.append(Generation(base if len(gens) == 1 else f"{base}#{j}", text, cont))
-        return out, "lm-eval-samples"
-    for n, (lineno, row) in enumerate(rows):
-        if text_field not in row:
-            raise ConfigError(f"{path} line {lineno} has no field {text_field!r}; fields present: "
-                              f"{', '.join(map(repr, row)) or 'none'}",
-                              "name the field holding the generation with --text-field")
-        if key_field is not None:
-            if key_field not in row:
-                raise ConfigError(f"{path} line {lineno} has no key field {key_field!r}; fields present: "
-                                  f"{', '.join(map(repr, row))}")
-            base = str(row[key_field])
-        else:
-            base = next((str(row[k]) for k in ("key", "id", "doc_id") if k in row and row[k] is not None), str(n))
-        value = row[text_field]
-        texts = value if isinstance(value, list) else [value]
-        if not all(t is None or isinstance(t, str) for t in texts):
-            raise ConfigError(f"{path} line {lineno}: field {text_field!r} holds {type(value).__name__}, not text")
-        cont = row.get("continuation")
-        cont = cont if isinstance(cont, str) and cont else None
-        for j, text in enumerate(texts):
-            out.append(Generation(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont))
-    return out, "jsonl"
-
-
-def _sample_generations(row: dict[str, Any]) -> list[str] | None:
-    def text(x: Any) -> str:
-        return "" if x is None else x if isinstance(x, str) else str(x)
-
-    filtered, resps = row["filtered_resps"], row["resps"]
-    first = filtered[0] if isinstance(filtered, list) and filtered else (filtered if isinstance(filtered, str) else None)
-    if isinstance(first, list):
-        return [text(x) for x in first]
-    if isinstance(resps, list) and resps and isinstance(resps[0], list) and len(resps[0]) > 1:
-        return [text(x) for x in resps[0]]
-    if first is None:
-        if isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0]:
-            return [text(resps[0][0])]
-        return None
-    return [text(first)]
-
-
-# -- suffix-array search over memory-mapped shards ----------------------------------------------
-
-_Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)
-_DS_END = -3   #: key past the end of a shard's token array (the suffix is a prefix of the query)
-_CHUNK = 16    #: tokens compared per vectorized step
-_AR = np.arange(_CHUNK, dtype=np.int64)
-
-
-class Occurrences(NamedTuple):
-    """Where a token sequence occurs: total count and the rank range [lo, hi) in each engine shard."""
-
-    count: int
-    segment_by_shard: list[tuple[int, int]]
-
-
-class DocWindow(NamedTuple):
-    """A document window around an occurrence, as the engine's `get_doc_by_rank_2` returns it."""
-
-    shard: int            #: shard id (as in the manifest)
-    doc_ix: int           #: document index over all shards in engine order
-    doc_len: int
-    token_ids: np.ndarray
-    needle_offset: int
-    metadata: str
-
-
-def _map(path: Path, dtype) -> np.ndarray:
-    if path.stat().st_size == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r").view(np.ndarray)
-
-
-class _Shard:
-    """One shard's files, memory-mapped: suffix-array search and document windows with numpy."""
-
-    def __init__(self, folder: Path, sid: int, width: int, doc_base: int):
-        self.id = sid
-        self.width = width
-        self.dtype = np.dtype("<u2" if width == 2 else "<u4")
-        self.ds = _map(shard_file(folder, "tokenized", sid), self.dtype)
-        self.n = len(self.ds)  # suffixes (token positions, separators included)
-        self.ptr_size = pointer_size(self.n * width)
-        self.sa = _map(shard_file(folder, "table", sid), np.uint8)
-        self._weights = (256 ** np.arange(self.ptr_size, dtype=np.int64)).astype(np.int64)
-        self._ptr_cols = np.arange(self.ptr_size, dtype=np.int64)
-        self.offsets = _map(shard_file(folder, "offset", sid), np.dtype("<u8"))
-        self.metaoff = _map(shard_file(folder, "metaoff", sid), np.dtype("<u8"))
-        self.meta = _map(shard_file(folder, "metadata", sid), np.uint8)
-        self.doc_base = doc_base
-        self.blocks = self._first_token_blocks(shard_file(folder, "unigram", sid))
-
-    # keys: a token's little-endian bytes read as a big-endian number sort like the engine's suffixes
-    def keys(self, tokens: np.ndarray) -> np.ndarray:
-        return np.asarray(tokens, dtype=self.dtype).byteswap().astype(np.int64)
-
-    def ranks_to_token_pos(self, ranks: np.ndarray) -> np.ndarray:
-        raw = self.sa[ranks[:, None] * self.ptr_size + self._ptr_cols]
-        return (raw.astype(np.int64) @ self._weights) // self.width
-
-    def _first_token_blocks(self, unigram: Path):
-        """Rank range of the suffixes starting with each token (counts from `unigram.N`, checked)."""
-        try:
-            pairs = np.loadtxt(unigram, dtype=np.int64, ndmin=2)
-        except (OSError, ValueError):
-            return None
-        if pairs.size == 0 or int(pairs[:, 1].sum()) != self.n:
-            return None
-        keys = self.keys(pairs[:, 0])
-        order = np.argsort(keys, kind="stable")
-        keys, counts = keys[order], pairs[order, 1]
-        ends = np.cumsum(counts)
-        starts = ends - counts
-        # spot check: the largest block really starts and ends where the counts say
-        big = int(np.argmax(counts))
-        probe = [r for r in (starts[big] - 1, starts[big], ends[big] - 1, ends[big]) if 0 <= r < self.n]
-        first = self.keys(self.ds[self.ranks_to_token_pos(np.asarray(probe, dtype=np.int64))])
-        inside = (np.asarray(probe) >= starts[big]) & (np.asarray(probe) < ends[big])
-        if not np.array_equal(first == keys[big], inside):
-            return None
-        return keys, starts, ends
-
-    def initial_bounds(self, first_keys: np.ndarray):
-        """(lo, hi, lcp_lo, lcp_hi): S(lo) < q <= S(hi); every suffix strictly between shares
-        min(lcp_lo, lcp_hi) tokens with the query. Narrowed by the query's first token when possible."""
-        m = len(first_keys)
-        if self.blocks is None:
-            return (np.full(m, -1, np.int64), np.full(m, self.n, np.int64),
-                    np.zeros(m, np.int64), np.zeros(m, np.int64))
-        keys, starts, ends = self.blocks
-        i = np.searchsorted(keys, first_keys)
-        ic = np.minimum(i, len(keys) - 1)
-        present = keys[ic] == first_keys
-        after = np.where(i < len(keys), starts[ic], self.n)  # first rank with a larger first token
-        hi = np.where(present, ends[ic], after)
-        lo = np.where(present, starts[ic] - 1, after - 1)
-        # inside a block every suffix shares the first token (a bound only: the result takes the max)
-        lcp = present.astype(np.int64)
-        return lo.astype(np.int64), hi.astype(np.int64), lcp, lcp.copy()
-
-    def compare(self, ranks, qkeys, qstart, qend, skip, upper):
-        """For each row: common-prefix length of query qkeys[qstart:qend] with the suffix at `ranks`
-        (at least `skip`), and whether that suffix lies right of the bound searched: lower bound:
-        suffix >= query; upper bound: suffix > query and not starting with it."""
-        tpos = self.ranks_to_token_pos(ranks)
-        m = len(ranks)
-        lcp = np.empty(m, np.int64)
-        right = np.empty(m, bool)
-        rows = np.arange(m)
-        off = skip.astype(np.int64)
-        last_q = len(qkeys) - 1
-        while rows.size:
-            cpos = tpos[rows, None] + off[:, None] + _AR
-            ck = self.keys(self.ds[np.minimum(cpos, self.n - 1)])
-            ck[cpos >= self.n] = _DS_END
-            qpos = qstart[rows, None] + off[:, None] + _AR
-            qk = np.where(qpos < qend[rows, None], qkeys[np.minimum(qpos, last_q)], _Q_END)
-            neq = ck != qk
-            done = neq.any(1)
-            j = neq.argmax(1)
-            d = np.flatnonzero(done)
-            if d.size:
-                cj, qj = ck[d, j[d]], qk[d, j[d]]
-                r = rows[d]
-                lcp[r] = off[d] + j[d]
-                up = upper[r]
-                right[r] = np.where(up, (qj != _Q_END) & (cj > qj), (qj == _Q_END) | (cj > qj))
-            keep = ~done
-            rows, off = rows[keep], off[keep] + _CHUNK
-        return lcp, right
-
-    def search(self, qkeys, qstart, qend, upper):
-        """Vectorized binary search of every query row; returns (lo, hi, lcp_lo, lcp_hi) at the end:
-        hi is the bound's rank, lo = hi - 1, and max(lcp_lo, lcp_hi) the longest match with a suffix."""
-        lo, hi, llo, lhi = self.initial_bounds(qkeys[qstart])
-        active = np.flatnonzero(hi - lo > 1)
-        while active.size:
-            mid = (lo[active] + hi[active]) // 2
-            lcp, right = self.compare(mid, qkeys, qstart[active], qend[active],
-                                      np.minimum(llo[active], lhi[active]), upper[active])
-            a, b = active[right], active[~right]
-            hi[a], lhi[a] = mid[right], lcp[right]
-            lo[b], llo[b] = mid[~right], lcp[~right]
-            active = active[hi[active] - lo[active] > 1]
-        return lo, hi, llo, lhi
-
-    def windows(self, ranks: list[int], needle_len: list[int], ctx: int) -> list[DocWindow]:
-        """Document windows: `ctx` tokens either side of each occurrence, clipped to its document."""
-        w = self.width
-        pos = self.ranks_to_token_pos(np.asarray(ranks, dtype=np.int64))
-        ptrs = (pos * w).astype(np.uint64)
-        local = np.searchsorted(self.offsets, ptrs, side="right").astype(np.int64) - 1
-        out = []
-        n_docs = len(self.offsets)
-        for p, doc, nl in zip(pos.tolist(), local.tolist(), needle_len):
-            doc_start = int(self.offsets[doc]) // w + 1  # skip the separator
-            doc_end = int(self.offsets[doc + 1]) // w if doc + 1 < n_docs else self.n
-            start, end = max(doc_start, p - ctx), min(doc_end, p + nl + ctx)
-            meta_end = int(self.metaoff[doc + 1]) if doc + 1 < n_docs else len(self.meta)
-            out.append(DocWindow(shard=self.id, doc_ix=self.doc_base + doc, doc_len=doc_end - doc_start,
-                                 token_ids=np.array(self.ds[start:end]), needle_offset=p - start,
-                                 metadata=bytes(self.meta[int(self.metaoff[doc]):meta_end]).decode("utf-8", "replace")))
-        return out
-
-
 class Tracer:
     """SimpleTrace over one index, opened once (memory-mapped) and reused for many generations.
 
@@ -513,7 +240,7 @@ class Tracer:
         shards, base = [], 0
         docs = {s.id: s.documents for s in manifest.shards}
         for sid in self.index.engine_shards:  # engine order: doc_ix and segment_by_shard follow it
-            shards.append(_Shard(self.index.path, sid, self.index.token_width, base))
+            shards.append(ShardSearcher(self.index.path, sid, self.index.token_width, base))
             base += docs[sid]
         self._shards = shards
 

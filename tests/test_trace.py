@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from conftest import make_index, write_jsonl
 from propme_metrics.cli import main
 from propme_metrics.errors import IndexFormatError
+from propme_metrics.generations import read_generations
 from propme_metrics.trace import (Span, TraceConfig, TracedDocument, Tracer, TraceResult,
-                                  _merge_segments, read_generations)
+                                  _merge_segments)
 
 HYPO = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])

@@ -1,0 +1,103 @@
+"""Reading generations to trace: plain JSONL, or lm-eval `samples_*.jsonl` written by --log_samples."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .errors import ConfigError
+from .jsonl import json_objects
+
+class Generation(NamedTuple):
+    """One generation to trace: its key, its text (the model's output only) and, for prefix prompts,
+    the true continuation (for the discoverable-extraction rate)."""
+
+    key: str
+    text: str
+    continuation: str | None = None
+
+
+LM_EVAL_SAMPLE_FIELDS = ("doc", "arguments", "resps", "filtered_resps")
+
+
+def read_generations(path: str | Path, text_field: str = "completion",
+                     key_field: str | None = None) -> tuple[list[Generation], str]:
+    """Generations from a JSONL file; returns them and the format found ('jsonl' or 'lm-eval-samples').
+
+    Plain JSONL: one object per line; `text_field` holds the generation (a list: several generations,
+    keyed `KEY#j`); the key is `key_field`, else the first of 'key', 'id', 'doc_id' present, else the
+    line's number among non-empty lines; a string field 'continuation' is the true continuation.
+
+    lm-eval samples (`--log_samples`; rows with doc, arguments, resps, filtered_resps): the model's
+    response `filtered_resps[0]` is traced, never the prompt in `arguments`; when it is a list, or when
+    `resps` is [[gen1, gen2, ...]], every generation is traced, keyed f"{doc_id}#{j}", else f"{doc_id}"
+    (with "@FILTER" added when the file holds several filters). A non-empty `doc['continuation']` is the
+    true continuation. Any `trace` record a row already holds is ignored: everything is traced again.
+    """
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            rows = list(json_objects(fh, str(path), "the input must be JSONL: one JSON object per line"))
+    except FileNotFoundError:
+        raise ConfigError(f"input file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read input file {path}: {exc}") from None
+    if not rows:
+        raise ConfigError(f"input file {path} holds no generations (it is empty)",
+                          "give a JSONL file with one generation per line or an lm-eval samples_*.jsonl")
+    samples = all(f in rows[0][1] for f in LM_EVAL_SAMPLE_FIELDS)
+    out: list[Generation] = []
+    if samples:
+        filters = {row.get("filter") for _, row in rows}
+        for n, (lineno, row) in enumerate(rows):
+            missing = [f for f in LM_EVAL_SAMPLE_FIELDS if f not in row]
+            if missing:
+                raise ConfigError(f"{path} line {lineno} lacks {', '.join(missing)} although line {rows[0][0]} "
+                                  "is an lm-eval sample", "do not mix lm-eval samples and other rows in one file")
+            gens = _sample_generations(row)
+            if gens is None:
+                raise ConfigError(f"{path} line {lineno}: cannot find the model's response in filtered_resps/resps")
+            base = str(row.get("doc_id", n)) + (f"@{row.get('filter')}" if len(filters) > 1 else "")
+            doc = row["doc"] if isinstance(row["doc"], dict) else {}
+            cont = doc.get("continuation")
+            cont = cont if isinstance(cont, str) and cont else None
+            for j, text in enumerate(gens):
+                out.append(Generation(base if len(gens) == 1 else f"{base}#{j}", text, cont))
+        return out, "lm-eval-samples"
+    for n, (lineno, row) in enumerate(rows):
+        if text_field not in row:
+            raise ConfigError(f"{path} line {lineno} has no field {text_field!r}; fields present: "
+                              f"{', '.join(map(repr, row)) or 'none'}",
+                              "name the field holding the generation with --text-field")
+        if key_field is not None:
+            if key_field not in row:
+                raise ConfigError(f"{path} line {lineno} has no key field {key_field!r}; fields present: "
+                                  f"{', '.join(map(repr, row))}")
+            base = str(row[key_field])
+        else:
+            base = next((str(row[k]) for k in ("key", "id", "doc_id") if k in row and row[k] is not None), str(n))
+        value = row[text_field]
+        texts = value if isinstance(value, list) else [value]
+        if not all(t is None or isinstance(t, str) for t in texts):
+            raise ConfigError(f"{path} line {lineno}: field {text_field!r} holds {type(value).__name__}, not text")
+        cont = row.get("continuation")
+        cont = cont if isinstance(cont, str) and cont else None
+        for j, text in enumerate(texts):
+            out.append(Generation(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont))
+    return out, "jsonl"
+
+
+def _sample_generations(row: dict[str, Any]) -> list[str] | None:
+    def text(x: Any) -> str:
+        return "" if x is None else x if isinstance(x, str) else str(x)
+
+    filtered, resps = row["filtered_resps"], row["resps"]
+    first = filtered[0] if isinstance(filtered, list) and filtered else (filtered if isinstance(filtered, str) else None)
+    if isinstance(first, list):
+        return [text(x) for x in first]
+    if isinstance(resps, list) and resps and isinstance(resps[0], list) and len(resps[0]) > 1:
+        return [text(x) for x in resps[0]]
+    if first is None:
+        if isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0]:
+            return [text(resps[0][0])]
+        return None
+    return [text(first)]
