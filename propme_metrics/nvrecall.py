@@ -8,6 +8,7 @@ from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
+from rapidfuzz.distance import LCSseq
 
 _SINGLE_QUOTES = "\u2018\u2019\u201a\u201b\u2032\u2039\u203a"  # ‘ ’ ‚ ‛ ′ ‹ ›
 _DOUBLE_QUOTES = "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"  # “ ” „ ‟ ″ « »
@@ -153,6 +154,12 @@ def _encode(words: list[str], vocab: dict[str, int]) -> np.ndarray:
 
 
 def _recall_encoded(gen: np.ndarray, ref: np.ndarray, params: NVParams) -> float:
+    # The matching blocks are in order in both lists, so together they form a common subsequence:
+    # their matched words never exceed the longest common subsequence. Below l2 no block can
+    # survive pass 2, so the result is exactly 0; the bit-parallel LCS (rapidfuzz) is ~10x cheaper
+    # than the blocks and settles most partial documents.
+    if LCSseq.similarity(gen, ref, score_cutoff=params.l2) == 0:
+        return 0.0
     rows, cols = _equal_pairs(gen, ref)
     # Matched words sit at distinct generation positions that have a partner in the reference:
     # with fewer than l2 such positions no block can survive pass 2.
