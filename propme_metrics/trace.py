@@ -232,6 +232,7 @@ class Tracer:
         self._log_total = math.log(self.index.total_positions)
         backend = self.index.tokenizer.backend_tokenizer
         self._decode_fn = backend.decode
+        self._decode_batch = backend.decode_batch
         # A plain byte-level decoder turns tokens into bytes and the bytes into text, so decoding the
         # text before a span and the rest separately gives the window exactly (spans begin on
         # character boundaries); other decoders (e.g. SentencePiece's, which strips a leading space)
@@ -257,6 +258,29 @@ class Tracer:
 
     def _decode(self, ids) -> str:
         return self._decode_fn(ids.tolist() if isinstance(ids, np.ndarray) else list(ids), skip_special_tokens=False)
+
+    def _decode_windows(self, picked: list[tuple[DocWindow, int]], spans: list[Span]) -> list[tuple[str, int]]:
+        """Each window's exact text and the character offset of its span, decoded in one batch."""
+        if self._split_decode:
+            pieces = []
+            for win, _ in picked:
+                pieces += [win.token_ids[:win.needle_offset].tolist(), win.token_ids[win.needle_offset:].tolist()]
+            texts = self._decode_batch(pieces, skip_special_tokens=False)
+            return [(before + rest, len(before)) for before, rest in zip(texts[0::2], texts[1::2])]
+        out = []
+        wholes = self._decode_batch([win.token_ids.tolist() for win, _ in picked], skip_special_tokens=False)
+        for (win, span_i), window in zip(picked, wholes):
+            # where the span sits: its text's only occurrence in the window, else the first after the
+            # text before it (its own text occurs there: no character straddles a span's ends)
+            text = spans[span_i].text
+            lo = window.find(text) if text else -1
+            if lo < 0 or window.find(text, lo + 1) >= 0:
+                before = self._decode(win.token_ids[:win.needle_offset])
+                lo = window.find(text, len(before)) if text else -1
+                if lo < 0:
+                    lo = len(before)
+            out.append((window, lo))
+        return out
 
     def _windows(self, s: int, ranks: list[int], needle_len: int, ctx: int) -> list[DocWindow]:
         """Windows around occurrences `ranks` of engine shard `s` (engine's `get_docs_by_ranks_2`)."""
@@ -441,23 +465,8 @@ class Tracer:
         # the generation's non-space characters in the window's: a cheap exact pre-check
         gen_core = "".join(unicodedata.normalize("NFKC", stripped).split())
         windows, docs = [], []
-        for win, span_i in picked:
+        for (win, span_i), (window, lo) in zip(picked, self._decode_windows(picked, result.spans)):
             span = result.spans[span_i]
-            toks = win.token_ids
-            if self._split_decode:
-                before = self._decode(toks[:win.needle_offset])
-                window = before + self._decode(toks[win.needle_offset:])
-                lo = len(before)
-            else:
-                # where the span sits: its text's only occurrence in the window, else the first after
-                # the text before it (its own text occurs there: no character straddles a span's ends)
-                window = self._decode(toks)
-                lo = window.find(span.text) if span.text else -1
-                if lo < 0 or window.find(span.text, lo + 1) >= 0:
-                    before = self._decode(toks[:win.needle_offset])
-                    lo = window.find(span.text, len(before)) if span.text else -1
-                    if lo < 0:
-                        lo = len(before)
             hi = lo + len(span.text)
             windows.append(window)
             if whole_is_full or stripped in window:
