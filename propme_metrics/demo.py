@@ -72,7 +72,7 @@ def _stage(name: str, reused: bool, started: float, detail: str = "") -> None:
     n = STAGES.index(name) + 1
     state = "reused" if reused else f"done in {time.time() - started:.1f}s"
     stderr_console.print(f"[bold cyan][{n}/{len(STAGES)}] {name}[/]: {state}" + (f"  {detail}" if detail else ""),
-                         highlight=False)
+                         highlight=False, soft_wrap=True)
 
 
 def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> DemoPaths:

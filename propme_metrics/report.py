@@ -66,6 +66,7 @@ import io
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -822,7 +823,8 @@ def print_summary(report: Report, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    # a log or pipe gets the full table, not 80 columns
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
     for label in report.labels:
         results = [r for r in report.results if r.label == label]
         idents = ", ".join(sorted({str(r.index_identity) for r in results}))
