@@ -412,6 +412,8 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--seed", type=int, default=d.seed, help="seed of the document samples (with each generation's key)")
     t.add_argument("--snippet-chars", type=int, default=d.snippet_chars,
                    help="characters of document context kept on each side of a span in the results")
+    t.add_argument("--max-tokens", type=int, default=d.max_tokens,
+                   help="longer generations are not traced but reported as failed, with the reason")
     t.add_argument("--keep-degenerate", action="store_true",
                    help="count degenerate generations (repetitive junk) in the metrics instead of dropping them")
     t.add_argument("--quiet", action="store_true", help="no progress bar")

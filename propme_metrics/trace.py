@@ -61,14 +61,15 @@ class TraceConfig:
     min_span_tokens: int = 1           #: shorter maximal spans are ignored
     seed: int = 0                      #: fixed seed; each span's sample seed also uses the generation's key and the span
     snippet_chars: int = 300           #: characters of document context kept on each side of a span in `snippet`
+    max_tokens: int = 4096             #: longer generations are not traced: recorded as failed, with the reason
 
     def __post_init__(self) -> None:
         if self.mode not in ("text", "mixed"):
             raise ValueError(f"mode must be 'text' or 'mixed', not {self.mode!r}")
         if self.span_divisor < 1 or self.docs_per_span < 1 or self.context_factor < 0 or self.min_span_tokens < 1:
             raise ValueError("span_divisor, docs_per_span and min_span_tokens must be >= 1, context_factor >= 0")
-        if self.snippet_chars < 0:
-            raise ValueError("snippet_chars must be >= 0")
+        if self.snippet_chars < 0 or self.max_tokens < 1:
+            raise ValueError("snippet_chars must be >= 0 and max_tokens >= 1")
 
     def k(self, n_tokens: int) -> int:
         """Spans kept by the rarity filter for a generation of `n_tokens` tokens."""
@@ -378,6 +379,10 @@ class Tracer:
                              extracted=None if continuation is None else continuation_reproduced(text, continuation))
         if not ids:
             return result
+        if len(ids) > cfg.max_tokens:
+            # K = ceil(L/20) spans x 10 documents would make one generation cost minutes: say so instead
+            raise ValueError(f"generation has {len(ids):,} index tokens, more than max_tokens={cfg.max_tokens:,}; "
+                             "raise it (--max-tokens, metadata trace_max_tokens) to trace it")
         whole = None
         if cfg.mode == "mixed":
             occ = self.locate(ids, [(0, len(ids))])[0]

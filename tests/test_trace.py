@@ -665,3 +665,17 @@ def test_window_decoding_paths_agree(tracer, synthetic_records):
     finally:
         tracer._split_decode = True
     assert split == whole
+
+
+def test_too_long_generation_is_reported_not_traced(synthetic_index):
+    """A generation over max_tokens is a failure with its reason, never a silent zero."""
+    tracer = Tracer(synthetic_index, TraceConfig(max_tokens=30))
+    long_text = " ".join(["the council decided on the new bridge yesterday."] * 10)
+    short, too_long = tracer.trace(["the council decided", long_text])
+    assert short.error is None
+    assert too_long.error is not None and "max_tokens=30" in too_long.error
+    assert too_long.text == long_text and not too_long.documents
+    from propme_metrics.metrics import summarize
+
+    summary = summarize([short, too_long])
+    assert summary.n_failed == 1 and summary.n_counted == 1
