@@ -16,6 +16,7 @@ $(DEPS): setup.cfg setup.py pyproject.toml
 	touch $@
 
 install: $(DEPS)
+	rm -rf build
 	$(BIN)/pip install -q --no-deps --force-reinstall .
 
 demo: install

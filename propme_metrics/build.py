@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -25,6 +24,7 @@ import numpy as np
 
 from . import __version__
 from .errors import BuildError, ConfigError
+from .index import pointer_size
 from .manifest import (MANIFEST_NAME, SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest,
                        ShardInfo, TokenizerInfo, shard_file)
 from .progress import progress_bar, rate
@@ -230,7 +230,7 @@ def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_
     """
     binary = str(rust_indexing_binary())
     ds_size = ds_path.stat().st_size
-    ratio = max(1, math.ceil(math.log2(ds_size) / 8))
+    ratio = pointer_size(ds_size)
     unit = 2  # the binary's unit; 4-byte tokens are filtered afterwards
     batches = 1
     while batches * (mem_bytes // 8) < ds_size:

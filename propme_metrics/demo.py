@@ -176,6 +176,14 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     from .progress import stderr_console
     from .report import build_report, print_summary
 
+    import importlib.util
+
+    from .errors import ConfigError
+
+    missing = [m for m in ("torch", "lm_eval") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"the demo needs {' and '.join(missing)}, which are not installed",
+                          "pip install torch==2.13.0 'propme[lmeval]' (or run `make demo`)")
     size = SMALL if small else FULL
     started = time.time()
     paths = prepare(out, size, progress=progress)

@@ -16,6 +16,12 @@ class Generation(NamedTuple):
     continuation: str | None = None
 
 
+def generation_key(prompt_id: Any, sample_ix: int = 0, j: int = 0, n: int = 1) -> str:
+    """The key of generation j (of n) of a prompt's sample: the same in lm-eval's hooks and in
+    `propme trace` on their samples file, so a re-trace draws the same document samples."""
+    return f"{prompt_id}#{sample_ix}" + (f".{j}" if n > 1 else "")
+
+
 LM_EVAL_SAMPLE_FIELDS = ("doc", "arguments", "resps", "filtered_resps")
 
 
@@ -56,12 +62,17 @@ def read_generations(path: str | Path, text_field: str = "completion",
             gens = _sample_generations(row)
             if gens is None:
                 raise ConfigError(f"{path} line {lineno}: cannot find the model's response in filtered_resps/resps")
-            base = str(row.get("doc_id", n)) + (f"@{row.get('filter')}" if len(filters) > 1 else "")
             doc = row["doc"] if isinstance(row["doc"], dict) else {}
             cont = doc.get("continuation")
             cont = cont if isinstance(cont, str) and cont else None
+            suffix = f"@{row.get('filter')}" if len(filters) > 1 else ""
             for j, text in enumerate(gens):
-                out.append(Generation(base if len(gens) == 1 else f"{base}#{j}", text, cont))
+                if "id" in doc and "sample_ix" in doc:  # a PropMe task: the key its hook traced under
+                    key = generation_key(doc["id"], doc["sample_ix"], j, len(gens))
+                else:
+                    base = str(row.get("doc_id", n))
+                    key = base if len(gens) == 1 else f"{base}#{j}"
+                out.append(Generation(key + suffix, text, cont))
         return out, "lm-eval-samples"
     for n, (lineno, row) in enumerate(rows):
         if text_field not in row:

@@ -71,8 +71,7 @@ class Index:
         eos = tok.eos_token_id if tok.eos_token_id is not None else 0
         return InfiniGramEngine(
             index_dir=str(_engine_safe_path(self.path)), eos_token_id=eos,
-            vocab_size=self.separator, token_dtype="u16" if self.token_width == 2 else "u32",
-            bow_ids_path=str(self.path / WORD_STARTS_NAME), precompute_unigram_logprobs=True)
+            vocab_size=self.separator, token_dtype="u16" if self.token_width == 2 else "u32")
 
     @cached_property
     def word_start_ids(self) -> frozenset[int]:
@@ -121,15 +120,6 @@ class Index:
         limit = int(self.document_lengths[doc_ix]) if max_tokens is None else max_tokens
         result = self.engine.get_doc_by_ix_2(doc_ix=int(doc_ix), max_ctx_len=limit)
         return self._window(result, self._shard_of(doc_ix))
-
-    def windows(self, requests: list[tuple[int, int, int, int]]) -> list[DocumentWindow]:
-        """Document windows around matches: each request is (engine shard, byte ptr, needle_len, context)."""
-        if not requests:
-            return []
-        results = self.engine.get_docs_by_ptrs_2(requests=requests)
-        if isinstance(results, dict):
-            raise ValueError(results["error"])
-        return [self._window(r, self.engine_shards[s]) for r, (s, *_rest) in zip(results, requests)]
 
     def _shard_of(self, doc_ix: int) -> int:
         for sid in self.engine_shards:
@@ -184,7 +174,7 @@ def _engine_safe_path(path: Path) -> Path:
     """`path`, or a symlink to it whose name has none of the engine's file-kind substrings."""
     if not any(word in str(path) for word in SHARD_FILES):
         return path
-    root = Path(tempfile.gettempdir()) / "propme-engine-links"
+    root = Path(tempfile.gettempdir()) / f"propme-engine-links-{os.getuid()}"
     if any(word in str(root) for word in SHARD_FILES):
         raise IndexFormatError(f"the index path {path} contains one of {SHARD_FILES}, which confuses the engine",
                                "move the index to a folder whose path avoids those words")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,6 @@ class IndexManifest:
     versions: dict[str, str]
     created: str
     format: str = FORMAT
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:

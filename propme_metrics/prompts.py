@@ -82,10 +82,6 @@ class PromptSet:
     records: list[PromptRecord]
     manifest: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def prompts(self) -> list[str]:
-        return [r.prompt for r in self.records]
-
 
 # ---------------------------------------------------------------------------------------------
 # built-in sets and candidate files
@@ -109,6 +105,11 @@ def _builtin_file(language: str):
                           f"{', '.join(available_languages())}",
                           "pass --language with one of those, or give your own prompts with --candidates")
     return _builtin_dir() / f"{language}.jsonl"
+
+
+def builtin_file_bytes(language: str) -> bytes:
+    """The shipped prompt file of `language`, as bytes (to fingerprint what a set was built from)."""
+    return _builtin_file(language).read_bytes()
 
 
 def builtin_prompts(language: str) -> list[dict[str, Any]]:
@@ -467,8 +468,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def load_prompt_set(path: str | Path, index=None) -> PromptSet:
-    """Read a prompt file and its sidecar; with `index`, refuse a file built for another index."""
+def load_prompt_set(path: str | Path, index=None, setting: str | None = None) -> PromptSet:
+    """Read a prompt file and its sidecar; refuse one built for another index or another setting."""
     path = Path(path)
     side = sidecar_path(path)
     hint = "rebuild it with `propme prompts build`"
@@ -501,52 +502,7 @@ def load_prompt_set(path: str | Path, index=None) -> PromptSet:
         if built_for != here:
             raise ConfigError(f"prompt file {path} was built for index {built_for}, not {here} ({index.path})",
                               f"rebuild it with `propme prompts build --index {index.path}`")
+    if setting is not None and manifest.get("setting") != setting:
+        raise ConfigError(f"prompt file {path} holds {manifest.get('setting')} prompts, not {setting} prompts",
+                          f"give a file built with `propme prompts build --setting {setting}`")
     return PromptSet(records=records, manifest=manifest)
-
-
-# ---------------------------------------------------------------------------------------------
-# optional: candidates from a local instruction model
-
-GENERATION_INSTRUCTION = {
-    "da": ("Skriv {k} forskellige begyndelser på tekster fra domænet '{domain}' på dansk. Hver begyndelse skal "
-           "være en ufærdig sætning på mellem 8 og 30 ord, der lyder som en almindelig tekst af den slags, men "
-           "den må ikke være citeret fra en eksisterende tekst. Skriv én begyndelse pr. linje uden nummerering."),
-    "en": ("Write {k} different openings of texts from the domain '{domain}' in English. Each opening must be an "
-           "unfinished sentence of 8 to 30 words that sounds like an ordinary text of that kind, but it must not "
-           "be quoted from an existing text. Write one opening per line without numbering."),
-}
-
-
-def generate_candidates(model_dir: str | Path, language: str, domains: Iterable[str], n_per_domain: int,
-                        seed: int = 42, max_new_tokens: int = 1024) -> list[dict[str, Any]]:
-    """Write candidate prompts with a local instruction model (optional; needs torch).
-
-    For each domain the model gets `GENERATION_INSTRUCTION[language]` (asking for `n_per_domain`
-    unfinished sentences of varied length, 8-30 words, in the corpus language, similar to but not
-    taken from such texts) through transformers' `pipeline("text-generation")` with its chat
-    template, sampled with `seed`. Returns JSONL-ready dicts {id, prompt, domain, language}; write
-    them to a file and pass it to `propme prompts build --candidates`, which rejects any that
-    occur in the index. Nothing here is used by the tests.
-    """
-    if language not in GENERATION_INSTRUCTION:
-        raise ConfigError(f"no generation instruction for language {language!r}",
-                          f"available: {', '.join(GENERATION_INSTRUCTION)}")
-    try:
-        from transformers import pipeline, set_seed
-    except ImportError:
-        raise ConfigError("generating candidates needs transformers and torch") from None
-    set_seed(seed)
-    generator = pipeline("text-generation", model=str(model_dir))
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for domain in domains:
-        message = [{"role": "user", "content": GENERATION_INSTRUCTION[language].format(k=n_per_domain, domain=domain)}]
-        result = generator(message, max_new_tokens=max_new_tokens, do_sample=True, temperature=0.8, top_p=0.95)
-        reply = result[0]["generated_text"]
-        text = reply[-1]["content"] if isinstance(reply, list) else str(reply)
-        lines = [re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", ln).strip() for ln in text.splitlines()]
-        for prompt in [ln for ln in lines if len(ln.split()) >= 4][:n_per_domain]:
-            if prompt not in seen:
-                seen.add(prompt)
-                out.append({"id": candidate_id(prompt), "prompt": prompt, "domain": domain, "language": language})
-    return out

@@ -93,8 +93,3 @@ def analyze_vocab(tok) -> VocabInfo:
         if any(c in DELIMITER_CHARS for c in text) and all(c in DELIMITER_CHARS or c in _SPACE_CHARS for c in text)
     ]
     return VocabInfo(family=family, word_start_ids=word_starts, delimiter_ids=delimiters)
-
-
-def tokenizer_files_dir(index_dir: str | Path) -> Path:
-    """Folder inside an index that holds the copy of its tokenizer."""
-    return Path(index_dir) / "propme-tokenizer"

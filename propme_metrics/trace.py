@@ -43,9 +43,6 @@ from .nvrecall import nv_recall_many
 from .search import DocWindow, Occurrences, ShardSearcher
 from .tokenizer import tokenizer_hash
 
-MATCH_CLASSES = ("full_raw", "full_normalized", "partial")
-
-
 @dataclass(frozen=True)
 class TraceConfig:
     """Tracing parameters; the defaults are those of the published study (SPEC sections 4-5).
@@ -438,7 +435,8 @@ class Tracer:
         try:
             return self.trace_one(text, key, continuation)
         except Exception as exc:  # deliberately broad: the failure is kept and reported, not hidden
-            return TraceResult(key=key, text=text, n_tokens=0, degenerate=False,
+            return TraceResult(key=key, text=text, n_tokens=0, degenerate=is_degenerate(text),
+                               extracted=None if continuation is None else continuation_reproduced(text, continuation),
                                error=f"{type(exc).__name__}: {exc}")
 
     # -- step 3 ---------------------------------------------------------------------------------

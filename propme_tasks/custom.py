@@ -5,6 +5,7 @@ to the including file otherwise), so regenerate them after moving the Python env
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -26,15 +27,16 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
     written = []
     for setting in SETTINGS:
         path = out / f"propme_{name}_{setting}.yaml"
+        q = json.dumps  # JSON strings are valid YAML scalars: paths with '#', ':' or quotes stay intact
         path.write_text(
-            f"include: {template}\n"
+            f"include: {q(str(template))}\n"
             f"task: propme_{name}_{setting}\n"
             "metadata:\n"
             "  version: 1.0\n"
             f"  corpus: {name}\n"
             f"  setting: {setting}\n"
-            f"  language: {language}\n"
-            f"  {name}_index: {Path(index).absolute()}\n")
+            f"  language: {q(language)}\n"
+            f"  {name}_index: {q(str(Path(index).absolute()))}\n")
         written.append(path)
     group = out / f"propme_{name}.yaml"
     group.write_text(f"group: propme_{name}\ntask:\n" + "".join(f"  - propme_{name}_{s}\n" for s in SETTINGS)

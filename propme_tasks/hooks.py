@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from propme_metrics.errors import PropMeError
+from propme_metrics.generations import generation_key
 from propme_metrics.metrics import counts_for_metrics, generation_values
 from propme_metrics.trace import TraceConfig, Tracer, TraceResult
 
@@ -44,6 +45,18 @@ def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, 
     return default, ""
 
 
+def _int_setting(meta: dict[str, Any], key: str, default: int, minimum: int = 1) -> int:
+    """An integer setting (metadata or PROPME_<KEY>), or one message naming it."""
+    raw, where = _setting(meta, key, default)
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise TaskConfigError(f"{where or key} must be an integer, not {raw!r}") from None
+    if value < minimum:
+        raise TaskConfigError(f"{where or key} must be at least {minimum}, not {value}")
+    return value
+
+
 def trace_config(meta: dict[str, Any]) -> TraceConfig:
     """TraceConfig from `trace_<field>` metadata keys or PROPME_TRACE_<FIELD> variables."""
     unknown = [k for k in meta if k.startswith("trace_") and k[6:] not in TRACE_KEYS]
@@ -51,11 +64,11 @@ def trace_config(meta: dict[str, Any]) -> TraceConfig:
         raise TaskConfigError(f"unknown tracing parameter(s) {unknown}; valid: "
                               + ", ".join(f"trace_{k}" for k in sorted(TRACE_KEYS)))
     values = {}
-    for f in fields(TraceConfig):
-        raw, _ = _setting(meta, f"trace_{f.name}")
-        if raw is not None:
-            values[f.name] = type(getattr(TraceConfig(), f.name))(raw)
     try:
+        for f in fields(TraceConfig):
+            raw, _ = _setting(meta, f"trace_{f.name}")
+            if raw is not None:
+                values[f.name] = type(getattr(TraceConfig(), f.name))(raw)
         return TraceConfig(**values)
     except (TypeError, ValueError) as exc:
         raise TaskConfigError(f"bad tracing parameters: {exc}") from None
@@ -65,7 +78,6 @@ def load_prompts(**meta: Any):
     """`custom_dataset` hook: validate index and prompts, return {'test': Dataset} of prompts."""
     import datasets
 
-    from propme_metrics.index import open_index
     from propme_metrics.prompts import build_prompt_set, load_prompt_set, write_prompt_set
 
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
@@ -78,26 +90,28 @@ def load_prompts(**meta: Any):
         raise TaskConfigError(
             f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
             f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
+    config = trace_config(meta)
+    config_json = json.dumps(config.to_dict(), sort_keys=True)
     try:
-        index = open_index(index_path)
-        index.tokenizer  # noqa: B018 - load now: a broken tokenizer must stop the run before generation
+        # the tracer opens the index and checks its tokenizer now: nothing may fail after generation
+        index = _tracer(str(Path(index_path).absolute()), config_json).index
     except PropMeError as exc:
         raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
-    config = trace_config(meta)
-    n = int(_setting(meta, "n_prompts", 100)[0])
-    seed = int(_setting(meta, "prompt_seed", 42)[0])
+    n = _int_setting(meta, "n_prompts", 100)
+    seed = _int_setting(meta, "prompt_seed", 42, minimum=0)
+    repeats = _int_setting(meta, "generations_per_prompt", 1)
     prompt_key = f"{corpus}_{setting}_prompts"
     prompt_file, pwhere = _setting(meta, prompt_key)
     try:
         if prompt_file is not None:
-            prompt_set = load_prompt_set(prompt_file, index=index)
+            prompt_set = load_prompt_set(prompt_file, index=index, setting=setting)
         else:
             cache = Path(_setting(meta, "cache_dir", Path.home() / ".cache" / "propme")[0]) / "prompts"
             cache.mkdir(parents=True, exist_ok=True)
-            prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}.jsonl"
+            prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}-{_source_tag(setting, language)}.jsonl"
             pwhere = "the prompt cache"
             if prompt_file.exists():
-                prompt_set = load_prompt_set(prompt_file, index=index)
+                prompt_set = load_prompt_set(prompt_file, index=index, setting=setting)
             else:
                 prompt_set = build_prompt_set(index, setting, n=n, seed=seed, language=language)
                 write_prompt_set(prompt_set, prompt_file)
@@ -105,9 +119,8 @@ def load_prompts(**meta: Any):
         raise TaskConfigError(f"prompt set for {corpus}/{setting} ({pwhere}: {prompt_file}): {exc}") from None
     except OSError as exc:
         raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
-    repeats = int(_setting(meta, "generations_per_prompt", 1)[0])
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
-              "trace_config": json.dumps(config.__dict__, sort_keys=True)}
+              "trace_config": config_json}
     rows = []
     for rec in prompt_set.records:
         for j in range(repeats):
@@ -117,6 +130,17 @@ def load_prompts(**meta: Any):
                          "source_doc": json.dumps(rec.source_doc, ensure_ascii=False) if rec.source_doc else "",
                          "prompt_longest_span": rec.longest_span, **shared})
     return {"test": datasets.Dataset.from_list(rows)}
+
+
+def _source_tag(setting: str, language: str | None) -> str:
+    """Names what a cached prompt set was built from, so a changed built-in set is rebuilt."""
+    import hashlib
+
+    from propme_metrics import __version__
+    from propme_metrics.prompts import builtin_file_bytes
+
+    payload = builtin_file_bytes(language) if setting != "prefix" and language else b""
+    return hashlib.sha256(__version__.encode() + b"|" + payload).hexdigest()[:10]
 
 
 @lru_cache(maxsize=8)
@@ -137,7 +161,7 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     continuation = doc.get("continuation") or None if doc.get("setting") == "prefix" else None
     traces: list[TraceResult] = []
     for j, text in enumerate(generations):
-        key = f"{doc['id']}#{doc.get('sample_ix', 0)}" + (f".{j}" if len(generations) > 1 else "")
+        key = generation_key(doc["id"], doc.get("sample_ix", 0), j, len(generations))
         traces.append(tracer.safe_trace_one(str(text), key=key, continuation=continuation))
     counted = [generation_values(t) for t in traces if counts_for_metrics(t)]
 

@@ -54,7 +54,8 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
     assert prefix["fmr,none"] >= 0.8  # the model memorized the planted documents
     assert prefix["extraction,none"] >= 0.8
     assert "extraction,none" not in generic
-    samples = [json.loads(line) for line in next(out.rglob("samples_propme_demo_prefix_*.jsonl")).open()]
+    samples_file = next(out.rglob("samples_propme_demo_prefix_*.jsonl"))
+    samples = [json.loads(line) for line in samples_file.open()]
     assert len(samples) == sum(1 for _ in open(demo_paths.prompts("prefix")))
     for row in samples:
         trace = row["trace"]
@@ -64,6 +65,13 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
         assert trace["top_sources"][0]["source_id"].startswith("planted-")
         planted = json.loads(row["doc"]["source_doc"])["metadata"]["id"]
         assert any(d["source_id"] == planted for d in gen["documents"])
+    # `propme trace` on the samples file redoes exactly what the hooks did (same keys, same documents)
+    from propme_metrics.cli import main
+
+    assert main(["trace", "--index", str(demo_paths.index), "--input", str(samples_file), "--quiet",
+                 "--out", str(tmp_path / "re.jsonl"), "--summary", str(tmp_path / "re.json")]) == 0
+    redone = [json.loads(line) for line in open(tmp_path / "re.jsonl")]
+    assert redone == [row["trace"]["generations"][0] for row in samples]
 
 
 def test_missing_index_stops_before_generation(demo_paths, tmp_path):
@@ -122,6 +130,14 @@ def test_loader_validates_before_generation(demo_paths, tmp_path, synthetic_inde
         hooks.load_prompts(**base, demo_index=str(demo_paths.index), demo_generic_prompts=str(tmp_path / "other.jsonl"))
     with pytest.raises(hooks.TaskConfigError, match="unknown tracing parameter"):
         hooks.load_prompts(**base, demo_index=str(demo_paths.index), trace_colour="red")
+    for bad, match in ((dict(n_prompts="abc"), "n_prompts' must be an integer"),
+                       (dict(generations_per_prompt=0), "must be at least 1"),
+                       (dict(trace_docs_per_span="ten"), "bad tracing parameters")):
+        with pytest.raises(hooks.TaskConfigError, match=match):
+            hooks.load_prompts(**base, demo_index=str(demo_paths.index), **bad)
+    # a prompt file of another setting is refused (swapped files would invert PM)
+    with pytest.raises(hooks.TaskConfigError, match="holds prefix prompts, not generic"):
+        hooks.load_prompts(**base, demo_index=str(demo_paths.index), demo_generic_prompts=str(demo_paths.prompts("prefix")))
     # the index can also come from the environment; prompts are built once and cached
     monkeypatch.setenv("PROPME_DEMO_INDEX", str(demo_paths.index))
     ds = hooks.load_prompts(**base, n_prompts=5, generations_per_prompt=2, trace_mode="mixed")["test"]
@@ -155,12 +171,14 @@ def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
     monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PROPME_N_PROMPTS", "5")
     folder = tmp_path / "my_tasks"
-    assert main(["tasks-new", "nordic", "--index", str(demo_paths.index), "--language", "da",
+    odd = tmp_path / "run #3: idx"  # YAML-significant characters in the path
+    odd.symlink_to(demo_paths.index, target_is_directory=True)
+    assert main(["tasks-new", "nordic", "--index", str(odd), "--language", "da",
                  "--out", str(folder)]) == 0
     tm = TaskManager(include_path=str(folder), include_defaults=False)
     assert {"propme_nordic", "propme_nordic_generic", "propme_nordic_prefix"} <= set(tm.all_tasks)
     task = tm.load(["propme_nordic_generic"])["tasks"]["propme_nordic_generic"]
-    assert task.config.metadata["nordic_index"] == str(demo_paths.index)
+    assert task.config.metadata["nordic_index"] == str(odd)
     docs = list(task.test_docs())
     assert len(docs) == 5 and {d["language"] for d in docs} == {"da"} and docs[0]["corpus"] == "nordic"
 
