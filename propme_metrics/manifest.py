@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,8 @@ class IndexManifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "IndexManifest":
-        data = {k: v for k, v in data.items() if k not in ("identity", "total_documents", "total_tokens")}
+        known = {f.name for f in fields(cls)}  # derived keys (identity, totals) and unknown ones are skipped
+        data = {k: v for k, v in data.items() if k in known}
         data["tokenizer"] = TokenizerInfo(**data["tokenizer"])
         data["shards"] = [ShardInfo(**s) for s in data["shards"]]
         return cls(**data)

@@ -791,3 +791,14 @@ def test_unreachable_hub_dataset_is_one_message(tmp_path, gpt2_dir, capsys):
     assert code == 2
     assert "cannot open Hugging Face dataset 'no-such-org/no-such-dataset'" in err and "Traceback" not in err
     assert not (tmp_path / "idx").exists() and not partial_dir(tmp_path / "idx").exists()
+
+
+def test_manifest_from_a_newer_version_still_reads(synthetic_index, tmp_path):
+    """Keys a later PropMe adds to the manifest are ignored, not a 'corrupt manifest' error."""
+    data = json.loads((synthetic_index / MANIFEST_NAME).read_text())
+    data["added_by_a_later_version"] = {"anything": 1}
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / MANIFEST_NAME).write_text(json.dumps(data))
+    manifest = IndexManifest.read(folder)
+    assert manifest.identity == IndexManifest.read(synthetic_index).identity
