@@ -71,7 +71,9 @@ class Index:
         eos = tok.eos_token_id if tok.eos_token_id is not None else 0
         return InfiniGramEngine(
             index_dir=str(_engine_safe_path(self.path)), eos_token_id=eos,
-            vocab_size=self.separator, token_dtype="u16" if self.token_width == 2 else "u32")
+            vocab_size=self.separator, token_dtype="u16" if self.token_width == 2 else "u32",
+            # word starts and unigram log-probabilities make the engine's own `attribute` usable too
+            bow_ids_path=str(self.path / WORD_STARTS_NAME), precompute_unigram_logprobs=True)
 
     @cached_property
     def word_start_ids(self) -> frozenset[int]:

@@ -802,3 +802,14 @@ def test_manifest_from_a_newer_version_still_reads(synthetic_index, tmp_path):
     (folder / MANIFEST_NAME).write_text(json.dumps(data))
     manifest = IndexManifest.read(folder)
     assert manifest.identity == IndexManifest.read(synthetic_index).identity
+
+
+def test_engine_wrapper_has_word_starts_and_unigrams(synthetic_index, synthetic_records):
+    """Index.engine gets the manifest's word-start ids and real unigram log-probabilities, so the
+    engine's own `attribute(..., enforce_bow=True)` works (SPEC section 3 pitfalls)."""
+    index = open_index(synthetic_index)
+    ids = index.encode(synthetic_records[0]["text"])[:60]
+    result = index.engine.attribute(input_ids=ids, delim_ids=sorted(index.manifest.delimiter_ids), min_len=1,
+                                    max_cnt=10**9, enforce_bow=True)
+    assert result["spans"], "enforce_bow=True found nothing: the word-start ids did not reach the engine"
+    assert all(s["unigram_logprob_sum"] > -10000 for s in result["spans"])
