@@ -118,7 +118,7 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
     started = time.perf_counter()
     base = kind.startswith("baseline")
     tracer = (baseline_tracer_class() if base else Tracer)(index)
-    if base:
+    if base or kind == "attribute-step1":
         tracer.index.engine  # noqa: B018 - open the engine before timing
     tracer.trace([rows[0]["text"]], ["warm-up"])  # first page faults / lazy tables outside the timing
     opened = time.perf_counter() - started
@@ -126,10 +126,16 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
     if kind.endswith("step1"):  # step 1 (maximal spans) alone, on pre-tokenized generations
         all_ids = [tracer.index.encode(t) for t in texts]
         seconds = math.inf
+        if kind == "attribute-step1":  # the engine's own call, which the issue names for step 1
+            engine, delims = tracer.index.engine, sorted(tracer.index.manifest.delimiter_ids)
+            step1 = lambda ids: engine.attribute(input_ids=ids, delim_ids=delims, min_len=1,  # noqa: E731
+                                                 max_cnt=2**62, enforce_bow=True)
+        else:
+            step1 = tracer.maximal_spans
         for _ in range(repeat):
             t0 = time.perf_counter()
             for ids in all_ids:
-                tracer.maximal_spans(ids)
+                step1(ids)
             seconds = min(seconds, time.perf_counter() - t0)
         print(json.dumps({"kind": kind, "index": index, "workers": 1, "generations": len(rows), "seconds": seconds,
                           "open_seconds": opened, "rate": len(rows) / seconds,
@@ -157,14 +163,19 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
 
 
 def run_measure(args: argparse.Namespace, kind: str, index: Path, workers: int, every: int = 1,
-                out: Path | None = None) -> dict:
+                out: Path | None = None, timeout: float | None = None) -> dict | None:
+    """One measurement in a fresh process; None if it ran past `timeout` seconds (it is then stopped)."""
     cmd = [sys.executable, __file__, "--_measure", kind, "--index", str(index), "--_gens", str(args.gens_file),
            "--workers", str(workers), "--_every", str(every), "--repeat", str(args.repeat)]
     if out:
         cmd += ["--_out", str(out)]
     print(f"  measuring {kind} on {index.name} (workers {workers}{f', every {every}th generation' if every > 1 else ''})"
           " ...", flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"  ... stopped after {timeout:.0f} s", flush=True)
+        return None
     if proc.returncode != 0:
         sys.exit(f"measurement failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -263,7 +274,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--repeat", type=int, default=2, help="time each measurement this often and keep the fastest")
-    p.add_argument("--_measure", choices=("tracer", "baseline", "tracer-step1", "baseline-step1"), help=argparse.SUPPRESS)
+    p.add_argument("--_measure", choices=("tracer", "baseline", "tracer-step1", "baseline-step1",
+                                                   "attribute-step1"), help=argparse.SUPPRESS)
     p.add_argument("--_gens", help=argparse.SUPPRESS)
     p.add_argument("--_every", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)
@@ -295,6 +307,10 @@ def main() -> None:
     base = run_measure(args, "baseline", big, 1, every=every, out=args.work / "baseline-results.jsonl")
     s1 = run_measure(args, "tracer-step1", big, 1)
     b1 = run_measure(args, "baseline-step1", big, 1, every=every)
+    # the engine's `attribute` lists every occurrence of every span: on frequent spans it runs for
+    # minutes and takes gigabytes (seen here: 11 GB after 7 minutes on 30 generations), so it gets
+    # a few generations and a time limit
+    a1 = run_measure(args, "attribute-step1", big, 1, every=max(1, args.generations // 3), timeout=120)
 
     ours = [json.loads(x) for x in open(args.work / "tracer-results.jsonl", encoding="utf-8")][::every]
     theirs = [json.loads(x) for x in open(args.work / "baseline-results.jsonl", encoding="utf-8")]
@@ -314,9 +330,13 @@ def main() -> None:
     table = (("end to end", "PropMe Tracer", tr2, big_t, base), ("end to end", "PropMe Tracer", tr1, big_t, base),
              ("end to end", "PropMe Tracer", tr_small, small_t, base),
              ("end to end", "baseline", base, big_t, base),
-             ("step 1 only", "PropMe Tracer", s1, big_t, b1), ("step 1 only", "baseline", b1, big_t, b1))
+             ("step 1 only", "PropMe Tracer", s1, big_t, b1), ("step 1 only", "baseline", b1, big_t, b1),
+             ("step 1 only", "engine `attribute`", a1, big_t, b1))
     for what, name, r, idx, ref in table:
-        extra = f" (on {r['generations']}, extrapolated)" if r["kind"].startswith("baseline") else ""
+        if r is None:
+            print(f"| {what} | {name} | {idx} | 1 | 3 | > 120 (stopped) | < 0.025 | > 40,000 | | | | |")
+            continue
+        extra = f" (on {r['generations']}, extrapolated)" if r["generations"] < tr1["generations"] else ""
         print(f"| {what} | {name} | {idx} | {r['workers']} | {r['generations']} | {r['seconds']:.2f} | "
               f"{r['rate']:.2f}{extra} | {1000 / r['rate']:.1f} | {r['rate'] / ref['rate']:.1f}x | "
               f"{r['maxrss_mb']:.0f} | {r['rss_anon_mb']:.0f} | {r['rss_file_mb']:.0f} |")
@@ -324,7 +344,8 @@ def main() -> None:
     print(f"The baseline traced every {every}th generation ({base['generations']}, all three kinds); its rate is "
           f"extrapolated. Baseline and Tracer results identical on {agree}/{len(theirs)} of them. "
           f"Each time is the best of {args.repeat} runs. "
-          f"'step 1 only' times maximal spans on pre-tokenized generations; 'end to end' includes tokenizing, "
+          f"'step 1 only' times maximal spans on pre-tokenized generations (engine `attribute`: the engine's own "
+          f"call with word starts, delimiters and every occurrence listed); 'end to end' includes tokenizing, "
           f"counting, document windows, decoding, match classes and NV-recall (shared code). ru_maxrss of the "
           f"2-worker run is that of its largest process.")
     speed = tr2["rate"] / base["rate"]
