@@ -420,23 +420,7 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=cmd_trace)
 
 
-# --- parser and entry point --------------------------------------------------------------------
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="propme",
-        description="PropMe: does a language model reproduce its training data under ordinary prompts "
-                    "(propensity), not only under prefix attacks (capability)? Build an infini-gram index "
-                    "of the training corpus, make prompt sets, trace generations with SimpleTrace, and "
-                    "report PM scores.",
-        epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 missing/corrupt/"
-               "mismatched index, 4 external build step failed, 130 interrupted.")
-    from . import __version__
-
-    parser.add_argument("--version", action="version", version=f"propme {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{index,prompts,trace,report,demo,tasks-new,tasks-path}")
-    _add_index_commands(sub)
+def _add_demo_and_tasks_commands(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("demo", help="run the whole job offline on a generated corpus and a tiny model",
                        description="Generate a bilingual corpus, index it, train a tiny GPT-2 that memorizes its "
                                    "planted documents, build the three prompt sets, run the propme_demo tasks "
@@ -455,10 +439,29 @@ def build_parser() -> argparse.ArgumentParser:
     tn.set_defaults(func=cmd_tasks_new)
     tp = sub.add_parser("tasks-path", help="print the folder of PropMe's lm-eval task YAML (for --include_path)")
     tp.set_defaults(func=cmd_tasks_path)
+
+
+# --- parser and entry point --------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="propme",
+        description="PropMe: does a language model reproduce its training data under ordinary prompts "
+                    "(propensity), not only under prefix attacks (capability)? Build an infini-gram index "
+                    "of the training corpus, make prompt sets, trace generations with SimpleTrace, and "
+                    "report PM scores.",
+        epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 missing/corrupt/"
+               "mismatched index, 4 external build step failed, 130 interrupted.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"propme {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{index,prompts,trace,report,demo,tasks-new,tasks-path}")
+    _add_index_commands(sub)
     _add_prompts_commands(sub)
-    _add_report_command(sub)
     _add_trace_command(sub)
-    # further subcommands register here
+    _add_report_command(sub)
+    _add_demo_and_tasks_commands(sub)
     return parser
 
 
