@@ -24,6 +24,7 @@ import numpy as np
 
 from . import __version__
 from .errors import BuildError, ConfigError
+from .files import write_atomic
 from .index import pointer_size
 from .manifest import (MANIFEST_NAME, SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest,
                        ShardInfo, TokenizerInfo, shard_file)
@@ -402,9 +403,7 @@ def _load_state(work: Path, params_hash: str) -> dict[str, Any] | None:
 
 
 def _save_state(work: Path, state: dict[str, Any]) -> None:
-    tmp = work / (STATE_NAME + ".tmp")
-    tmp.write_text(json.dumps(state))
-    os.replace(tmp, work / STATE_NAME)
+    write_atomic(work / STATE_NAME, json.dumps(state))
 
 
 def _check_disk_space(work: Path, text_bytes: int | None, width: int, ds_bytes: int | None = None) -> None:

@@ -293,6 +293,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from .errors import ConfigError, IndexFormatError
+    from .files import write_atomic
     from .index import open_index
     from .metrics import summarize
     from .generations import read_generations
@@ -342,11 +343,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             for res in results:
                 writer.write(res.to_dict())
         os.replace(tmp, out)
-        tmp = summary_path.with_name(summary_path.name + ".partial")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
-        os.replace(tmp, summary_path)
+        write_atomic(summary_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     except OSError as exc:
         raise ConfigError(f"cannot write results: {exc}") from None
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BuildError
+from .files import write_atomic
 
 STAGES = ("corpus", "tokenizer", "index", "model", "prompts", "lm-eval", "report")
 
@@ -91,11 +92,7 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     t = time.time()
     reused = paths.corpus.is_file()
     if not reused:
-        tmp = paths.corpus.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for r in records:
-                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-        os.replace(tmp, paths.corpus)
+        write_atomic(paths.corpus, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     _stage("corpus", reused, t, f"{len(records)} documents, {size.n_memorized} planted")
 
     t = time.time()

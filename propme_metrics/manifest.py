@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import IndexFormatError
+from .files import write_atomic
 
 MANIFEST_NAME = "propme-manifest.json"
 WORD_STARTS_NAME = "propme-word-starts.txt"
@@ -101,10 +101,7 @@ class IndexManifest:
 
     def write(self, folder: str | Path) -> None:
         """Write atomically (temp file, then rename), so a half-written manifest never exists."""
-        path = Path(folder) / MANIFEST_NAME
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(Path(folder) / MANIFEST_NAME, json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
 
     @classmethod
     def read(cls, folder: str | Path) -> "IndexManifest":

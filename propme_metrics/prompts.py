@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .errors import ConfigError
+from .files import write_atomic
 from .jsonl import json_objects
 
 FORMAT = "propme-prompts/1"
@@ -456,16 +456,10 @@ def write_prompt_set(ps: PromptSet, out: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     data = prompt_file_bytes(ps.records)
     ps.manifest["prompts_sha256"] = hashlib.sha256(data).hexdigest()
-    _atomic_write(out, data)
-    _atomic_write(sidecar_path(out),
+    write_atomic(out, data)
+    write_atomic(sidecar_path(out),
                   (json.dumps(ps.manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return out
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def load_prompt_set(path: str | Path, index=None, setting: str | None = None) -> PromptSet:

@@ -19,6 +19,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .metrics import NV_HIT_THRESHOLD
+
 if TYPE_CHECKING:  # pragma: no cover
     from .report import CorpusResult, Report
 
@@ -60,7 +62,7 @@ def locate_segments(text: str, segments: list[dict[str, Any]]) -> list[tuple[int
 def _seg_class(docs: list[dict[str, Any]]) -> str:
     if any(d.get("match") == "full_raw" for d in docs):
         return "c-full"
-    if max((float(d.get("nv_recall") or 0) for d in docs), default=0.0) > 0.5:
+    if max((float(d.get("nv_recall") or 0) for d in docs), default=0.0) > NV_HIT_THRESHOLD:
         return "c-high"
     return "c-low"
 

@@ -208,37 +208,29 @@ def format_index(request, tmp_path_factory, gpt2_dir, synthetic_records, synthet
     return fmt, path, open_index(path)
 
 
-@pytest.fixture(scope="module")
-def wide_tokenizer(tmp_path_factory) -> Path:
-    """A word-level tokenizer with 70,002 ids (w0..w69999, [UNK]=70000, </s>=70001): needs 32-bit ids."""
+def word_level_tokenizer(out: Path, n_words: int) -> Path:
+    """A word-level tokenizer w0..w<n-1>, then [UNK] = n and </s> = n + 1, saved to `out`."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {f"w{i}": i for i in range(70_000)}
-    vocab["[UNK]"] = 70_000
-    vocab["</s>"] = 70_001
+    vocab = {f"w{i}": i for i in range(n_words)}
+    vocab.update({"[UNK]": n_words, "</s>": n_words + 1})
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]")
-    out = tmp_path_factory.mktemp("wide-tokenizer")
-    tok.save_pretrained(out)
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]").save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def wide_tokenizer(tmp_path_factory) -> Path:
+    """A word-level tokenizer with 70,002 ids (w0..w69999, [UNK]=70000, </s>=70001): needs 32-bit ids."""
+    return word_level_tokenizer(tmp_path_factory.mktemp("wide-tokenizer"), 70_000)
 
 
 @pytest.fixture(scope="module")
 def small_tokenizer(tmp_path_factory) -> Path:
     """A 102-id word-level tokenizer: loads and analyses in milliseconds (for cases that fail early)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"w{i}": i for i in range(100)}
-    vocab.update({"[UNK]": 100, "</s>": 101})
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]")
-    out = tmp_path_factory.mktemp("small-tokenizer")
-    tok.save_pretrained(out)
-    return out
+    return word_level_tokenizer(tmp_path_factory.mktemp("small-tokenizer"), 100)
 
 
 @pytest.fixture(scope="module")
