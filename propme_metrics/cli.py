@@ -208,8 +208,9 @@ def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--n", type=int, default=100, help="number of prompts")
     b.add_argument("--seed", type=int, default=42, help="sampling seed")
     b.add_argument("--language", default=None, help="prompt language (da, en); required for the built-in sets")
-    b.add_argument("--candidates", default=None, help="candidate prompts: plain text (one per line) or JSONL "
-                   "with a \"prompt\" field (optional id, domain, language); default: the built-in set")
+    b.add_argument("--candidates", default=None, help="candidate prompts: plain text (one per line), JSONL "
+                   "with a \"prompt\" field (optional id, domain, language), or Tatoeba's sentence export "
+                   "(id<TAB>lang<TAB>text; filtered by --language); default: the built-in set")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_prompts_build)
 

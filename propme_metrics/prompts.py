@@ -151,10 +151,36 @@ def _is_jsonl(path: Path, lines: list[str]) -> bool:
         return False
 
 
-def read_candidates(path: str | Path) -> tuple[list[dict[str, Any]], str]:
-    """Raw candidates of a file (JSONL objects with "prompt", or one prompt per line) and its sha256.
+_TATOEBA_LINE = re.compile(r"^(\d+)\t([a-z]{3}(?:_[A-Za-z]+)?|\\N)\t(.*)$")
 
-    Each dict has id, prompt, domain, language, setting (may be None) and line (1-based).
+
+def _tatoeba_rows(lines: list[str]) -> list[re.Match] | None:
+    """The parsed lines of a Tatoeba export (`id<TAB>lang<TAB>text` on every line), else None."""
+    matches = [_TATOEBA_LINE.match(ln) for ln in lines if ln.strip()]
+    return matches if matches and all(matches) else None
+
+
+def same_language(a: str | None, b: str | None) -> bool:
+    """Whether two language codes name the same language (ISO 639-1 `da` = ISO 639-3 `dan`)."""
+    import langcodes
+
+    if a is None or b is None:
+        return True
+    try:
+        return langcodes.standardize_tag(a) == langcodes.standardize_tag(b)
+    except ValueError:
+        return a == b
+
+
+def read_candidates(path: str | Path) -> tuple[list[dict[str, Any]], str]:
+    """Raw candidates of a file and its sha256.
+
+    Formats: JSONL objects with "prompt"; Tatoeba's sentence export (`id<TAB>lang<TAB>text` per
+    line, the per-language `dan_sentences.tsv` or the full `sentences.tsv`: ids become
+    `tatoeba-<id>`, languages are ISO 639-3 codes, matched to `--language` by `same_language`;
+    Tatoeba's unknown language `\\N` becomes `und`, which no `--language` keeps);
+    or plain text, one prompt per line. Each dict has id, prompt, domain, language, setting (may
+    be None) and line (1-based).
     """
     path = Path(path)
     if not path.is_file():
@@ -174,6 +200,12 @@ def read_candidates(path: str | Path) -> tuple[list[dict[str, Any]], str]:
                 raise ConfigError(f"{path} line {line_no} has no string \"prompt\" field")
             out.append({"id": rec.get("id"), "prompt": rec["prompt"], "domain": rec.get("domain"),
                         "language": rec.get("language"), "setting": rec.get("setting"), "line": line_no})
+    elif (tatoeba := _tatoeba_rows(lines)) is not None:
+        numbered = [n for n, ln in enumerate(lines, 1) if ln.strip()]
+        for line_no, m in zip(numbered, tatoeba):
+            out.append({"id": f"tatoeba-{m.group(1)}", "prompt": m.group(3).strip(), "domain": None,
+                        "language": "und" if m.group(2) == "\\N" else m.group(2), "setting": None,
+                        "line": line_no, "format": "tatoeba"})
     else:
         for line_no, line in enumerate(lines, 1):
             if line.strip():
@@ -191,10 +223,15 @@ def _prepare(raw: list[dict[str, Any]], setting: str, language: str | None, orig
     by_id: dict[str, str] = {}
     by_prompt: dict[str, str] = {}
     out = []
+    languages = sorted({str(r["language"]) for r in raw
+                        if r.get("format") == "tatoeba" and r.get("language") not in (None, "und")})
+    if language is None and len(languages) > 1:
+        raise ConfigError(f"{origin} is a Tatoeba export in several languages ({', '.join(languages[:8])}"
+                          + (", ..." if len(languages) > 8 else "") + ")", "pass --language to keep one of them")
     for rec in raw:
         if rec.get("setting") not in (None, setting):
             continue
-        if language is not None and rec.get("language") not in (None, language):
+        if not same_language(rec.get("language"), language):
             continue
         prompt = rec["prompt"]
         cid = str(rec["id"]) if rec.get("id") not in (None, "") else candidate_id(prompt)
@@ -209,7 +246,7 @@ def _prepare(raw: list[dict[str, Any]], setting: str, language: str | None, orig
                               "give every candidate its own id, or leave ids out")
         by_id[cid] = prompt
         by_prompt[prompt] = cid
-        out.append(_Candidate(cid, prompt, rec.get("domain"), rec.get("language") or language, rec["line"]))
+        out.append(_Candidate(cid, prompt, rec.get("domain"), language or rec.get("language"), rec["line"]))
     return out
 
 
