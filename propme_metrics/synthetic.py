@@ -115,9 +115,11 @@ def train_tokenizer(texts: list[str], out_dir: str | Path, vocab_size: int = 100
 def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir: str | Path, steps: int = 400,
                            n_layer: int = 2, n_embd: int = 96, lr: float = 3e-3, seed: int = 0,
                            target_loss: float = 0.05, n_positions: int = 512) -> float:
-    """Train a tiny GPT-2 until it has memorized `texts` (each followed by EOS); return the final loss.
+    """Train a tiny GPT-2 until it has memorized `texts`; return the final loss.
 
-    Full-batch AdamW on CPU; the model ends in eval() mode and is saved with its tokenizer, so
+    Like real models, each document starts with the document-start token (`start.start_token_for`:
+    the one the tokenizer adds itself, else its BOS, else its EOS) and ends with EOS. Full-batch
+    AdamW on CPU; the model ends in eval() mode and is saved with its tokenizer, so
     `lm_eval --model hf --model_args pretrained=<out_dir>` can load it.
     """
     import torch
@@ -127,7 +129,12 @@ def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir:
     transformers.utils.logging.disable_progress_bar()
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    rows = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
+    from .start import start_token_for
+
+    token, added, _ = start_token_for(tok)
+    start = [] if added else [tok.convert_tokens_to_ids(token)]
+    rows = [start + list(tok(t, add_special_tokens=added is not None)["input_ids"]) + [tok.eos_token_id]
+            for t in texts]
     width = max(len(r) for r in rows)
     if width > n_positions:
         raise ConfigError(f"a training text has {width} tokens, more than the model's {n_positions} positions")

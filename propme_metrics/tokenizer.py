@@ -20,23 +20,28 @@ DELIMITER_CHARS = frozenset(".!?\n")
 _SPACE_CHARS = frozenset(" \t\r")
 
 
-def load_tokenizer(name_or_path: str, revision: str | None = None):
-    """Load a fast HF tokenizer (hub id or local folder) or fail with a clear message."""
+def load_tokenizer(name_or_path: str, revision: str | None = None, *, require_fast: bool = True, **kwargs):
+    """Load an HF tokenizer (hub id or local folder) or fail with a clear message.
+
+    `kwargs` go to `AutoTokenizer.from_pretrained` (e.g. the model loader's `trust_remote_code`,
+    `subfolder`, `add_bos_token`); the index needs a fast tokenizer, a model's may be slow.
+    """
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     if name_or_path.startswith((".", "/", "~")) and not Path(name_or_path).expanduser().is_dir():
         raise ConfigError(f"no tokenizer folder at {name_or_path}",
                           "give a folder holding tokenizer.json (e.g. saved with save_pretrained) or a hub id")
+    kwargs.setdefault("use_fast", True)
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, use_fast=True)
+        tok = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
     except Exception as exc:  # the hub client raises many types; all mean "cannot load it"
         raise ConfigError(
             f"cannot load tokenizer {name_or_path!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             "give a Hugging Face tokenizer id reachable from this machine or a local folder "
             "that holds tokenizer.json / tokenizer_config.json",
         ) from None
-    if not getattr(tok, "is_fast", False):
+    if require_fast and not getattr(tok, "is_fast", False):
         raise ConfigError(f"tokenizer {name_or_path!r} has no fast (Rust) implementation",
                           "PropMe needs a fast tokenizer (tokenizer.json)")
     return tok
