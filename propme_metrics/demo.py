@@ -1,8 +1,10 @@
 """`propme demo`: the whole PropMe job offline on an embedded default, in stages that are reused.
 
 corpus (generated, bilingual) -> tokenizer -> infini-gram index -> a tiny GPT-2 that memorizes the
-planted documents -> generic/specific/prefix prompt sets -> `lm_eval --tasks propme_demo` ->
-`propme report`. A second run reuses every stage whose output already exists.
+planted documents (trained like real models, each document after the start token `<|endoftext|>`)
+-> generic/specific/prefix prompt sets -> `lm_eval --tasks propme_demo` (the three prompted
+settings and the prompt-free `unconditional` and `minimal_cue`, every prompt after the start
+token) -> `propme report`. A second run reuses every stage whose output already exists.
 """
 from __future__ import annotations
 
@@ -27,12 +29,13 @@ class DemoSize:
     n_memorized: int = 16
     n_background: int = 300
     n_prompts: int = 100         #: generic and specific prompts each (prefix: every eligible document)
+    n_prompt_free: int = 100     #: generations of unconditional and of minimal_cue each
     max_gen_toks: int = 256
     bootstrap: int = 10_000
 
 
 FULL = DemoSize()
-SMALL = DemoSize(n_memorized=8, n_background=120, n_prompts=8, max_gen_toks=96, bootstrap=1000)
+SMALL = DemoSize(n_memorized=8, n_background=120, n_prompts=8, n_prompt_free=8, max_gen_toks=96, bootstrap=1000)
 
 
 @dataclass
@@ -141,8 +144,8 @@ def lm_eval_command(paths: DemoPaths, size: DemoSize, extra_metadata: dict | Non
     """The stock lm-eval command line that runs the propme_demo group on the demo model."""
     from propme_tasks.discovery import tasks_path
 
-    metadata = {"demo_index": str(paths.index), **{f"demo_{s}_prompts": str(paths.prompts(s))
-                                                   for s in ("generic", "specific", "prefix")}}
+    metadata = {"demo_index": str(paths.index), "prompt_free_generations": size.n_prompt_free,
+                **{f"demo_{s}_prompts": str(paths.prompts(s)) for s in ("generic", "specific", "prefix")}}
     metadata.update(extra_metadata or {})
     return [sys.executable, "-m", "lm_eval", "--model", "hf",
             "--model_args", f"pretrained={paths.model},dtype=float32", "--device", "cpu", "--batch_size", "8",
@@ -171,6 +174,7 @@ def run_lm_eval(paths: DemoPaths, size: DemoSize) -> None:
 def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: bool = True):
     """All seven stages; prints the PM table and where report.html is. Returns the Report."""
     from .progress import stderr_console
+    from .prompt_free import PROMPT_FREE_SETTINGS
     from .report import build_report, print_summary
 
     import importlib.util
@@ -192,8 +196,9 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     result = report.results[0]
     for (metric, setting), iv in sorted(result.pm.items()):
         if metric in ("fmr", "nvr") and iv.estimate >= 0.5:
+            how = "without a prompt" if setting in PROMPT_FREE_SETTINGS else "under ordinary prompts"
             stderr_console.print(f"[yellow]finding:[/] PM_{metric.upper()} ({setting} vs prefix) = {iv.estimate:.2f}: "
-                                 "the tiny model leaks under ordinary prompts as much as under prefix attacks")
+                                 f"the tiny model leaks {how} as much as under prefix attacks")
     print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv}\n"
           f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")
     return report

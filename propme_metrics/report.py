@@ -6,11 +6,13 @@ A RUN is an output folder (searched recursively for `results_*.json`, each with 
 from the traced generations in the samples files (`trace.generations`), through
 `metrics.generation_values` (degenerate and failed generations excluded), grouped by prompt: each
 prompt contributes one `pm.PromptStat` (numerator, denominator) per metric, and the bootstrap
-resamples prompts. When the same model, revision and task occur in several results files, the
+resamples prompts; in the prompt-free settings (`unconditional`, `minimal_cue`) the unit is the
+generation instead. The start token every prompt began with (recorded in each logged document) is
+shown per corpus. When the same model, revision and task occur in several results files, the
 latest (by lm-eval's date id) is used. Rows and checkpoint trajectories follow input order: the
 RUN arguments as given, results files inside a folder by date id (chronologically).
 
-Intervals are 95%: percentile bootstrap over prompts (B = `bootstrap`, numpy `default_rng(seed)`;
+Intervals are 95%: percentile bootstrap over prompts or generations (B = `bootstrap`, numpy `default_rng(seed)`;
 for PM the propensity and prefix prompt sets are resampled independently, `pm.bootstrap_pm`), and
 Wilson score intervals over counted generations for the proportions.
 
@@ -31,6 +33,8 @@ setting present); `<propensity>` is every setting but `prefix`. `<metric>` is on
 | `revision` | `revision=` of the model_args; empty when none was given |
 | `propme_<corpus>_index` | identity of the infini-gram index the generations were traced against |
 | `propme_<corpus>_prompt_set` | fingerprint (12 hex digits) of the prompt ids of every setting |
+| `propme_<corpus>_start_token` | the text put before every prompt (empty: nothing, e.g. the tokenizer adds <s>) |
+| `propme_<corpus>_start_token_choice` | auto, none or literal (the start_token setting of the run) |
 | `propme_<corpus>_pm_<pm_metric>_<propensity>` | PM = p / (p + c) of the metric, propensity setting p vs prefix c |
 | `propme_<corpus>_pm_<pm_metric>_<propensity>_low` | lower end of its 95% bootstrap interval |
 | `propme_<corpus>_pm_<pm_metric>_<propensity>_high` | upper end of its 95% bootstrap interval |
@@ -75,6 +79,7 @@ from .errors import ConfigError
 from .jsonl import json_objects
 from .metrics import counts_for_metrics, generation_values
 from .pm import Interval, PromptStat, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
+from .prompt_free import PROMPT_FREE_SETTINGS
 from .trace import TraceResult
 
 PREFIX = "prefix"
@@ -105,6 +110,8 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("revision", "revision= of the model_args; empty when none was given"),
     ("propme_<corpus>_index", "identity of the infini-gram index the generations were traced against"),
     ("propme_<corpus>_prompt_set", "fingerprint (12 hex digits) of the prompt ids of every setting"),
+    ("propme_<corpus>_start_token", "the text put before every prompt (empty: nothing, e.g. the tokenizer adds <s>)"),
+    ("propme_<corpus>_start_token_choice", "auto, none or literal (the start_token setting of the run)"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p vs prefix c"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>_low", "lower end of its 95% bootstrap interval"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", "upper end of its 95% bootstrap interval"),
@@ -152,13 +159,20 @@ class PromptRecord:
 
     def stat(self, metric: str) -> PromptStat:
         """This prompt's (numerator, denominator) of a ratio metric over its counted generations."""
-        counted = [v for v in self.values if v is not None]
-        if metric == "extraction":
-            known = [v["extracted"] for v in counted if v["extracted"] is not None]
-            return PromptStat(float(sum(known)), float(len(known)))
-        num, den = _STAT_KEYS[metric]
-        return PromptStat(float(sum(v[num] for v in counted)),
-                          float(len(counted)) if den is None else float(sum(v[den] for v in counted)))
+        return _stat([v for v in self.values if v is not None], metric)
+
+    def generation_stats(self, metric: str) -> list[PromptStat]:
+        """One (numerator, denominator) per counted generation (prompt-free settings resample these)."""
+        return [_stat([v], metric) for v in self.values if v is not None]
+
+
+def _stat(counted: list[dict[str, Any]], metric: str) -> PromptStat:
+    if metric == "extraction":
+        known = [v["extracted"] for v in counted if v["extracted"] is not None]
+        return PromptStat(float(sum(known)), float(len(known)))
+    num, den = _STAT_KEYS[metric]
+    return PromptStat(float(sum(v[num] for v in counted)),
+                      float(len(counted)) if den is None else float(sum(v[den] for v in counted)))
 
 
 @dataclass
@@ -178,6 +192,7 @@ class RunTask:
     results_path: Path
     samples_path: Path
     date_id: str
+    start_token: dict[str, str] | None = None   #: {"token", "choice", "note"} of the logged samples
 
     @property
     def prompt_ids(self) -> frozenset[str]:
@@ -188,7 +203,9 @@ class RunTask:
         return f"{self.model}" + (f"@{self.revision}" if self.revision else "")
 
     def stats(self, metric: str) -> list[PromptStat]:
-        """One PromptStat per prompt (input order)."""
+        """One PromptStat per resampling unit, in input order: the prompt, or the generation when prompt-free."""
+        if self.setting in PROMPT_FREE_SETTINGS:
+            return [st for p in self.prompts for st in p.generation_stats(metric)]
         return [p.stat(metric) for p in self.prompts]
 
     def counts(self) -> dict[str, int]:
@@ -293,6 +310,23 @@ def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | 
     return list(prompts.values()), identities
 
 
+def _start_token_of(path: Path) -> dict[str, str] | None:
+    """The start token recorded in a samples file's first document (None for runs without one)."""
+    with open(path, encoding="utf-8") as fh:
+        for _, row in json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task"):
+            doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
+            if "start_token_choice" not in doc:
+                return None
+            return {k: str(doc.get(f"start_token{s}") or "") for k, s in
+                    (("token", ""), ("choice", "_choice"), ("note", "_note"))}
+    return None
+
+
+def describe_start_token(start: dict[str, str] | None) -> str:
+    """One line for tables and notes: what every prompt started with, and why."""
+    return "not recorded (run made before PropMe recorded start tokens)" if start is None else start["note"]
+
+
 def _prompt_from_arguments(row: dict[str, Any]) -> str:
     try:
         return str(row["arguments"]["gen_args_0"]["arg_0"])
@@ -343,7 +377,8 @@ def load_run(path: str | Path) -> list[RunTask]:
                 task=task, corpus=cs[0], setting=cs[1], model=model, revision=revision, model_args=model_args,
                 metadata=metadata, index_identity=next(iter(identities), None),
                 results=(data.get("results") or {}).get(task) or {}, prompts=prompts,
-                results_path=results_path, samples_path=samples_path, date_id=date_id))
+                results_path=results_path, samples_path=samples_path, date_id=date_id,
+                start_token=_start_token_of(samples_path)))
     return tasks
 
 
@@ -383,6 +418,7 @@ class CorpusResult:
     prompt_set: str
     settings: dict[str, SettingResult]
     pm: dict[tuple[str, str], Interval]   #: (metric, propensity setting) -> PM with interval
+    start_token: dict[str, str] | None = None   #: what every prompt started with (the prefix task's record)
 
     @property
     def propensity_settings(self) -> list[str]:
@@ -548,7 +584,7 @@ def _dedupe(tasks: list[RunTask], notes: list[str]) -> list[RunTask]:
 
 def _columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> list[str]:
     p = f"propme_{label}"
-    cols = [f"{p}_index", f"{p}_prompt_set"]
+    cols = [f"{p}_index", f"{p}_prompt_set", f"{p}_start_token", f"{p}_start_token_choice"]
     for s in settings:
         if s == PREFIX or PREFIX not in settings:
             continue
@@ -570,7 +606,9 @@ def _columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> 
 
 def _row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
     p = f"propme_{res.label}"
-    out: dict[str, Any] = {f"{p}_index": res.index_identity, f"{p}_prompt_set": res.prompt_set}
+    out: dict[str, Any] = {f"{p}_index": res.index_identity, f"{p}_prompt_set": res.prompt_set,
+                           f"{p}_start_token": (res.start_token or {}).get("token"),
+                           f"{p}_start_token_choice": (res.start_token or {}).get("choice")}
     for (m, s), iv in res.pm.items():
         out[f"{p}_pm_{m}_{s}"] = _finite(iv.estimate)
         out[f"{p}_pm_{m}_{s}_low"] = _finite(iv.low)
@@ -643,7 +681,9 @@ def _write_markdown(path: Path, report: Report) -> None:
     for label in report.labels:
         results = [r for r in report.results if r.label == label]
         idents = sorted({str(r.index_identity) for r in results})
-        lines += [f"## {_md_cell(label)}", "", f"Index: {', '.join(_md_cell(i) for i in idents)}", ""]
+        starts = sorted({describe_start_token(r.start_token) for r in results})
+        lines += [f"## {_md_cell(label)}", "", f"Index: {', '.join(_md_cell(i) for i in idents)}. "
+                  f"Start token: {'; '.join(_md_cell(x) for x in starts)}.", ""]
         pm_cols = sorted({k for r in results for k in r.pm}, key=lambda k: (report.pm_metrics.index(k[0]),
                                                                            setting_sort_key(k[1])))
         if pm_cols:
@@ -735,8 +775,13 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         for (model, revision), by_setting in units.items():
             ordered = sorted(by_setting, key=setting_sort_key)
             settings = {s: _setting_result(by_setting[s], bootstrap, seed) for s in ordered}
-            res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {})
+            starts = {json.dumps(by_setting[s].start_token, sort_keys=True): by_setting[s].task for s in ordered}
+            res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {},
+                               by_setting.get(PREFIX, by_setting[ordered[0]]).start_token)
             label = f"{model}" + (f" (revision {revision})" if revision else "")
+            notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
+                f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
+                for k, t in starts.items()))
             if PREFIX in by_setting:
                 for s in res.propensity_settings:
                     for m in pm_metrics:

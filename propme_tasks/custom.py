@@ -1,4 +1,4 @@
-"""Task YAML for a custom corpus: `propme_<name>` with generic, specific and prefix subtasks.
+"""Task YAML for a custom corpus: `propme_<name>` with a subtask per setting (prompted and prompt-free).
 
 The files include PropMe's shared template by absolute path (lm-eval resolves `include:` relative
 to the including file otherwise), so regenerate them after moving the Python environment.
@@ -10,10 +10,11 @@ import re
 from pathlib import Path
 
 from propme_metrics.errors import ConfigError
+from propme_metrics.prompt_free import PROMPT_FREE_SETTINGS
 
 from .discovery import tasks_path
 
-SETTINGS = ("generic", "specific", "prefix")
+SETTINGS = ("generic", "specific", "prefix", *PROMPT_FREE_SETTINGS)
 
 
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:
@@ -23,16 +24,18 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
                           "and not one of PropMe's own (dynaword, common_pile, demo)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    template = Path(tasks_path(), "_default_template_yaml")
     written = []
     for setting in SETTINGS:
+        # prompt-free settings sample (greedy decoding would repeat one generation)
+        template = Path(tasks_path(), "_sampling_template_yaml" if setting in PROMPT_FREE_SETTINGS
+                        else "_default_template_yaml")
         path = out / f"propme_{name}_{setting}.yaml"
         q = json.dumps  # JSON strings are valid YAML scalars: paths with '#', ':' or quotes stay intact
         path.write_text(
             f"include: {q(str(template))}\n"
             f"task: propme_{name}_{setting}\n"
             "metadata:\n"
-            "  version: 1.0\n"
+            "  version: 2.0\n"
             f"  corpus: {name}\n"
             f"  setting: {setting}\n"
             f"  language: {q(language)}\n"
@@ -40,5 +43,5 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
         written.append(path)
     group = out / f"propme_{name}.yaml"
     group.write_text(f"group: propme_{name}\ntask:\n" + "".join(f"  - propme_{name}_{s}\n" for s in SETTINGS)
-                     + "metadata:\n  version: 1.0\n")
+                     + "metadata:\n  version: 2.0\n")
     return [group, *written]

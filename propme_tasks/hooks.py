@@ -2,7 +2,9 @@
 
 lm-eval passes the task's merged metadata (YAML `metadata:` + `--metadata` + `--model_args`) to
 `load_prompts` only, so the loader validates the configuration before any generation and copies
-what scoring needs (index path, tracing parameters) into every document.
+what scoring needs (index path, tracing parameters) into every document. It also resolves the
+document-start token (`propme_metrics.start`) from the model arguments: the model is given
+`model_prompt` = start token + prompt, and each document records the choice.
 """
 from __future__ import annotations
 
@@ -75,10 +77,10 @@ def trace_config(meta: dict[str, Any]) -> TraceConfig:
 
 
 def load_prompts(**meta: Any):
-    """`custom_dataset` hook: validate index and prompts, return {'test': Dataset} of prompts."""
+    """`custom_dataset` hook: validate index, prompts and start token; return {'test': Dataset}."""
     import datasets
 
-    from propme_metrics.prompts import build_prompt_set, load_prompt_set, write_prompt_set
+    from propme_metrics.prompt_free import PROMPT_FREE_SETTINGS, prompt_free_records
 
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
@@ -97,39 +99,82 @@ def load_prompts(**meta: Any):
         index = _tracer(str(Path(index_path).absolute()), config_json).index
     except PropMeError as exc:
         raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
-    n = _int_setting(meta, "n_prompts", 100)
+    start = start_token(meta)
     seed = _int_setting(meta, "prompt_seed", 42, minimum=0)
-    repeats = _int_setting(meta, "generations_per_prompt", 1)
-    prompt_key = f"{corpus}_{setting}_prompts"
-    prompt_file, pwhere = _setting(meta, prompt_key)
-    try:
-        if prompt_file is not None:
-            prompt_set = load_prompt_set(prompt_file, index=index, setting=setting)
-        else:
-            cache = Path(_setting(meta, "cache_dir", Path.home() / ".cache" / "propme")[0]) / "prompts"
-            cache.mkdir(parents=True, exist_ok=True)
-            prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}-{_source_tag(setting, language)}.jsonl"
-            pwhere = "the prompt cache"
-            if prompt_file.exists():
-                prompt_set = load_prompt_set(prompt_file, index=index, setting=setting)
-            else:
-                prompt_set = build_prompt_set(index, setting, n=n, seed=seed, language=language)
-                write_prompt_set(prompt_set, prompt_file)
-    except PropMeError as exc:
-        raise TaskConfigError(f"prompt set for {corpus}/{setting} ({pwhere}: {prompt_file}): {exc}") from None
-    except OSError as exc:
-        raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
+    max_tokens = _int_setting(meta, "max_prompt_tokens", 0, minimum=0)
+    repeats = _int_setting(meta, "generations_per_prompt", 1)  # checked before any prompt set is built
+    if setting in PROMPT_FREE_SETTINGS:
+        if meta.get(f"{corpus}_{setting}_prompts"):
+            raise TaskConfigError(f"{setting} is prompt-free: it takes no prompt file "
+                                  f"({corpus}_{setting}_prompts); set prompt_free_generations instead")
+        if setting == "unconditional" and not start.token and not start.added_by_tokenizer:
+            raise TaskConfigError(f"{corpus}/unconditional gives the model only the start token, but nothing is "
+                                  f"put before the prompts ({start.note}), so the prompt would be empty: "
+                                  "use start_token auto or a literal")
+        try:
+            records = prompt_free_records(setting, _int_setting(meta, "prompt_free_generations", 100), seed, language)
+        except PropMeError as exc:
+            raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
+        repeats = 1  # each record is one generation (the resampling unit of prompt-free settings)
+    else:
+        records = _prompt_set(meta, index, corpus, setting, language, seed).records
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
-              "trace_config": config_json}
+              "trace_config": config_json, "start_token": start.token, "start_token_choice": start.choice,
+              "start_token_note": start.note}
     rows = []
-    for rec in prompt_set.records:
+    for rec in records:
+        prompt = _truncated(index, rec.prompt, max_tokens)
         for j in range(repeats):
-            rows.append({"id": rec.id, "sample_ix": j, "prompt": rec.prompt, "setting": setting,
-                         "domain": rec.domain or "", "language": rec.language or "",
+            rows.append({"id": rec.id, "sample_ix": j, "prompt": prompt, "model_prompt": start.apply(prompt),
+                         "setting": setting, "domain": rec.domain or "", "language": rec.language or "",
                          "continuation": rec.continuation or "",
                          "source_doc": json.dumps(rec.source_doc, ensure_ascii=False) if rec.source_doc else "",
                          "prompt_longest_span": rec.longest_span, **shared})
     return {"test": datasets.Dataset.from_list(rows)}
+
+
+def start_token(meta: dict[str, Any]):
+    """The run's StartToken from `start_token` (metadata or PROPME_START_TOKEN; default auto)."""
+    from propme_metrics.start import resolve_start_token
+
+    choice, where = _setting(meta, "start_token")
+    try:
+        return resolve_start_token(choice, meta)
+    except PropMeError as exc:
+        raise TaskConfigError(f"{where or 'start_token (default auto)'}: {exc}") from None
+
+
+def _truncated(index, prompt: str, max_tokens: int) -> str:
+    """The prompt cut to its last `max_tokens` index tokens (0: unchanged), like vLLM's truncate_prompt_tokens."""
+    if not max_tokens:
+        return prompt
+    ids = index.encode(prompt)
+    return index.decode(ids[-max_tokens:]) if len(ids) > max_tokens else prompt
+
+
+def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language: str | None, seed: int):
+    """The prompt set of a prompted setting: the configured file, the cache, or built and cached."""
+    from propme_metrics.prompts import build_prompt_set, load_prompt_set, write_prompt_set
+
+    n = _int_setting(meta, "n_prompts", 100)
+    prompt_key = f"{corpus}_{setting}_prompts"
+    prompt_file, pwhere = _setting(meta, prompt_key)
+    try:
+        if prompt_file is not None:
+            return load_prompt_set(prompt_file, index=index, setting=setting)
+        cache = Path(_setting(meta, "cache_dir", Path.home() / ".cache" / "propme")[0]) / "prompts"
+        cache.mkdir(parents=True, exist_ok=True)
+        prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}-{_source_tag(setting, language)}.jsonl"
+        pwhere = "the prompt cache"
+        if prompt_file.exists():
+            return load_prompt_set(prompt_file, index=index, setting=setting)
+        prompt_set = build_prompt_set(index, setting, n=n, seed=seed, language=language)
+        write_prompt_set(prompt_set, prompt_file)
+        return prompt_set
+    except PropMeError as exc:
+        raise TaskConfigError(f"prompt set for {corpus}/{setting} ({pwhere}: {prompt_file}): {exc}") from None
+    except OSError as exc:
+        raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
 
 
 def _source_tag(setting: str, language: str | None) -> str:

@@ -26,6 +26,15 @@ def test_demo_small_end_to_end(demo_paths, capsys):
         assert row[f"propme_demo_pm_fmr_{setting}"] < 0.45
         assert row[f"propme_demo_pm_nvr_{setting}_low"] <= row[f"propme_demo_pm_nvr_{setting}"] \
             <= row[f"propme_demo_pm_nvr_{setting}_high"]
+    # the prompt-free settings ran (8 generations each at CI size) and have PM against prefix
+    for setting in ("unconditional", "minimal_cue"):
+        assert row[f"propme_demo_n_{setting}"] == 8
+        assert 0 <= row[f"propme_demo_pm_nvr_{setting}_low"] <= row[f"propme_demo_pm_nvr_{setting}"] \
+            <= row[f"propme_demo_pm_nvr_{setting}_high"] <= 1
+    # every prompt started with the model's <|endoftext|>, as the model was trained
+    assert (row["propme_demo_start_token"], row["propme_demo_start_token_choice"]) == ("<|endoftext|>", "auto")
+    assert "Start token: the tokenizer adds no start token: prepended its BOS token <\\|endoftext\\|>" \
+        in (demo_paths.report / "leaderboard.md").read_text()  # '|' escaped for Markdown tables
     # a second run reuses everything, lm-eval included
     assert main(["demo", "--small", "--quiet", "--out", str(demo_paths.root)]) == 0
     assert "lm-eval: reused" in capsys.readouterr().err

@@ -31,7 +31,7 @@ def model_args(demo_paths) -> list[str]:
 
 
 def demo_metadata(demo_paths) -> str:
-    return json.dumps({"demo_index": str(demo_paths.index),
+    return json.dumps({"demo_index": str(demo_paths.index), "prompt_free_generations": 8,
                        **{f"demo_{s}_prompts": str(demo_paths.prompts(s)) for s in ("generic", "specific", "prefix")}})
 
 
@@ -54,10 +54,18 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
     assert prefix["fmr,none"] >= 0.8  # the model memorized the planted documents
     assert prefix["extraction,none"] >= 0.8
     assert "extraction,none" not in generic
+    for setting in ("unconditional", "minimal_cue"):  # the prompt-free settings run and are traced
+        task = results[f"propme_demo_{setting}"]
+        assert task["trace,none"] == 0 and "nvr,none" in task and "extraction,none" not in task
+        rows = [json.loads(line) for line in next(out.rglob(f"samples_propme_demo_{setting}_*.jsonl")).open()]
+        assert len(rows) == 8 and len({r["doc"]["id"] for r in rows}) == 8
+        assert all(r["arguments"]["gen_args_0"]["arg_0"].startswith("<|endoftext|>") for r in rows)
     samples_file = next(out.rglob("samples_propme_demo_prefix_*.jsonl"))
     samples = [json.loads(line) for line in samples_file.open()]
     assert len(samples) == sum(1 for _ in open(demo_paths.prompts("prefix")))
     for row in samples:
+        assert row["doc"]["start_token"] == "<|endoftext|>" and row["doc"]["start_token_choice"] == "auto"
+        assert row["arguments"]["gen_args_0"]["arg_0"] == "<|endoftext|>" + row["doc"]["prompt"]
         trace = row["trace"]
         gen = trace["generations"][0]
         assert gen["text"] == row["resps"][0][0]
@@ -118,7 +126,8 @@ def test_python_api_helper():
 def test_loader_validates_before_generation(demo_paths, tmp_path, synthetic_index, monkeypatch):
     monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("PROPME_DEMO_INDEX", raising=False)
-    base = {"corpus": "demo", "setting": "generic", "language": "da", "version": 1.0}
+    base = {"corpus": "demo", "setting": "generic", "language": "da", "version": 1.0,
+            "pretrained": str(demo_paths.model)}
     with pytest.raises(hooks.TaskConfigError, match="PROPME_DEMO_INDEX"):
         hooks.load_prompts(**base)
     with pytest.raises(hooks.TaskConfigError, match="cannot be used"):
@@ -149,7 +158,8 @@ def test_loader_validates_before_generation(demo_paths, tmp_path, synthetic_inde
 def test_process_results_traces_each_generation(demo_paths, monkeypatch, tmp_path):
     monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
     doc = hooks.load_prompts(corpus="demo", setting="prefix", language=None, demo_index=str(demo_paths.index),
-                             demo_prefix_prompts=str(demo_paths.prompts("prefix")))["test"][0]
+                             demo_prefix_prompts=str(demo_paths.prompts("prefix")),
+                             pretrained=str(demo_paths.model))["test"][0]
     copy = doc["continuation"]
     items = hooks.process_results(doc, [[copy, "zzz qqq unrelated words", ""]])
     gens = items["trace"]["generations"]
@@ -175,18 +185,23 @@ def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
     odd.symlink_to(demo_paths.index, target_is_directory=True)
     assert main(["tasks-new", "nordic", "--index", str(odd), "--language", "da",
                  "--out", str(folder)]) == 0
-    tm = TaskManager(include_path=str(folder), include_defaults=False)
-    assert {"propme_nordic", "propme_nordic_generic", "propme_nordic_prefix"} <= set(tm.all_tasks)
+    tm = TaskManager(include_path=str(folder), include_defaults=False, metadata={"tokenizer": str(demo_paths.model)})
+    assert {"propme_nordic", "propme_nordic_generic", "propme_nordic_prefix", "propme_nordic_unconditional",
+            "propme_nordic_minimal_cue"} <= set(tm.all_tasks)
     task = tm.load(["propme_nordic_generic"])["tasks"]["propme_nordic_generic"]
     assert task.config.metadata["nordic_index"] == str(odd)
     docs = list(task.test_docs())
     assert len(docs) == 5 and {d["language"] for d in docs} == {"da"} and docs[0]["corpus"] == "nordic"
+    cue = tm.load(["propme_nordic_minimal_cue"])["tasks"]["propme_nordic_minimal_cue"]
+    assert cue.config.generation_kwargs["do_sample"] is True and cue.config.generation_kwargs["temperature"] == 0.7
+    assert all(d["model_prompt"].startswith("<|endoftext|>") for d in cue.test_docs())
 
 
 def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp_path):
     monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
     doc = hooks.load_prompts(corpus="demo", setting="generic", language="da", demo_index=str(demo_paths.index),
-                             demo_generic_prompts=str(demo_paths.prompts("generic")))["test"][0]
+                             demo_generic_prompts=str(demo_paths.prompts("generic")),
+                             pretrained=str(demo_paths.model))["test"][0]
     tracer = hooks._tracer(doc["index_path"], doc["trace_config"])
 
     def broken(*args, **kwargs):
