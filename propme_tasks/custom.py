@@ -35,7 +35,7 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
             f"include: {q(str(template))}\n"
             f"task: propme_{name}_{setting}\n"
             "metadata:\n"
-            "  version: 2.0\n"
+            "  version: 3.0\n"
             f"  corpus: {name}\n"
             f"  setting: {setting}\n"
             f"  language: {q(language)}\n"
@@ -43,5 +43,5 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
         written.append(path)
     group = out / f"propme_{name}.yaml"
     group.write_text(f"group: propme_{name}\ntask:\n" + "".join(f"  - propme_{name}_{s}\n" for s in SETTINGS)
-                     + "metadata:\n  version: 2.0\n")
+                     + "metadata:\n  version: 3.0\n")
     return [group, *written]

@@ -19,10 +19,9 @@ SPY = str(Path(__file__).with_name("lmeval_spy.py"))
 
 @pytest.fixture(scope="session")
 def llama_style_dir(tmp_path_factory) -> Path:
-    """A tiny Llama-style model whose tokenizer adds <s> by itself (SentencePiece-like BPE), built offline."""
-    import torch
+    """A Llama-style tokenizer that adds <s> by itself (SentencePiece-like BPE), built offline."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     from propme_metrics.synthetic import generate_corpus
 
@@ -39,11 +38,6 @@ def llama_style_dir(tmp_path_factory) -> Path:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                    model_max_length=2048)
     fast.save_pretrained(out)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    LlamaForCausalLM(config).save_pretrained(out)
     return out
 
 
@@ -170,10 +164,13 @@ def test_gpt2_style_model_gets_one_endoftext_and_recalls(demo_paths, tmp_path):
 
 
 def test_llama_style_tokenizer_gets_one_bos_not_two(demo_paths, llama_style_dir, tmp_path):
+    """--model_args tokenizer= overrides the tokenizer in the pretrained= folder, for lm-eval and for
+    PropMe alike: the demo model (its own tokenizer is GPT-2-style) runs with the Llama-style one."""
     ids_file, out = tmp_path / "llama-ids.jsonl", tmp_path / "llama-runs"
     meta = {"demo_index": str(demo_paths.index), "demo_generic_prompts": str(demo_paths.prompts("generic")),
             "demo_prefix_prompts": str(demo_paths.prompts("prefix")), "prompt_free_generations": 2}
-    proc = _spy_lm_eval(ids_file, ["--model", "hf", "--model_args", f"pretrained={llama_style_dir},dtype=float32",
+    proc = _spy_lm_eval(ids_file, ["--model", "hf", "--model_args",
+                                   f"pretrained={demo_paths.model},tokenizer={llama_style_dir},dtype=float32",
                                    "--device", "cpu", "--batch_size", "4", "--limit", "2",
                                    "--tasks", "propme_demo_generic,propme_demo_prefix,propme_demo_unconditional",
                                    "--gen_kwargs", "max_gen_toks=8", "--metadata", json.dumps(meta),
@@ -187,6 +184,11 @@ def test_llama_style_tokenizer_gets_one_bos_not_two(demo_paths, llama_style_dir,
     doc = json.loads(next(out.rglob("samples_propme_demo_generic_*.jsonl")).open().readline())["doc"]
     assert doc["start_token"] == "" and doc["model_prompt"] == doc["prompt"]
     assert "adds <s> by itself" in doc["start_token_note"]
+    # the ids are the Llama-style tokenizer's encoding of the bare prompt (nothing of <|endoftext|>)
+    from transformers import AutoTokenizer
+
+    llama = AutoTokenizer.from_pretrained(llama_style_dir)
+    assert llama(doc["prompt"])["input_ids"] in ids
 
 
 def test_report_resamples_prompt_free_settings_by_generation(tmp_path):

@@ -28,7 +28,7 @@ def test_default_groups(corpus):
     for setting in SETTINGS:
         cfg = _load(folder / f"propme_{corpus}_{setting}.yaml")
         assert cfg["task"] == f"propme_{corpus}_{setting}" and cfg["doc_to_text"] == "model_prompt"
-        assert cfg["metadata"] == {"version": 2.0, "corpus": corpus, "setting": setting,
+        assert cfg["metadata"] == {"version": 3.0, "corpus": corpus, "setting": setting,
                                    "language": LANGUAGES[corpus]}
         expected = SAMPLED if setting in ("unconditional", "minimal_cue") else GREEDY
         assert cfg["generation_kwargs"] == expected, (corpus, setting)
