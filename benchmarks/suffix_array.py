@@ -31,7 +31,11 @@ def run_builder(ds: str, out: str, builder: str) -> None:
     t = time.perf_counter()
     build_suffix_array(ds_path, Path(out), 2, os.cpu_count() or 1, _half_of_ram(), Path(out + ".tmp"), builder=builder)
     seconds = time.perf_counter() - t
-    rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    # VmHWM is this process's own peak (ru_maxrss would carry the parent's across exec); the
+    # children are rust_indexing's binaries
+    hwm = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+               if line.startswith("VmHWM:"))
+    rss = max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     print(json.dumps({"seconds": seconds, "peak_rss_mib": rss / 1024}))
 
 

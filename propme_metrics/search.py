@@ -56,7 +56,7 @@ def _map(path: Path, dtype, random_access: bool = True) -> np.ndarray:
         if os.fstat(fh.fileno()).st_size == 0:
             return np.zeros(0, dtype=dtype)
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    if random_access and hasattr(mm, "madvise"):
+    if random_access and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
         mm.madvise(mmap.MADV_RANDOM)
     return np.frombuffer(mm, dtype=dtype)
 
@@ -105,7 +105,8 @@ class ShardSearcher:
         self._reading_disk = True  # whether the last step waited for the disk (then the next prefetches)
         if accelerate and self.n:
             self.top = load_toplevel(folder, sid, width, self.n, self._toplevel_ok)
-            self._fetch_sa, self._fetch_ds = _Prefetcher(sa_path), _Prefetcher(ds_path)
+            if hasattr(os, "posix_fadvise"):  # Linux and most Unixes; elsewhere searches just fault pages in
+                self._fetch_sa, self._fetch_ds = _Prefetcher(sa_path), _Prefetcher(ds_path)
 
     # keys: a token's little-endian bytes read as a big-endian number sort like the engine's suffixes
     def keys(self, tokens: np.ndarray) -> np.ndarray:

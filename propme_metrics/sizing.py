@@ -1,7 +1,8 @@
 """What a build will take (disk, memory, time) before it starts, and refusing shards that cannot fit.
 
-The rates are those `benchmarks/scale.py` measured on a 2-core machine (per core where the step
-uses every core); they give the order of magnitude, not a promise.
+The rates were measured on a 2-core machine with little other load (`benchmarks/index_build.py`,
+`benchmarks/suffix_array.py`; per core where the step uses every core, GPT-2 tokenizer on
+generated English); they give the order of magnitude, not a promise.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ TEXT_BYTES_PER_TOKEN = 4.0        #: UTF-8 bytes of text per token, for estimate
 DOC_BYTES_PER_TOKEN = 0.25        #: offset, metaoff and metadata bytes per token (about 80 per document)
 RUST_TOKENS_PER_RAM_BYTE = 0.4    #: SPEC rule of thumb: a rust_indexing shard holds at most 0.4 x RAM tokens
 TOKENIZE_TOKENS_PER_CPU_S = 0.5e6  #: fast HF tokenizer, batched, per core
-DIVSUFSORT_BYTES_PER_S = 14e6     #: libdivsufsort (one core) incl. writing the table, bytes of tokenized.N
-RUST_TOKENS_PER_CPU_S = 1.5e6     #: rust_indexing make-part + merge + concat on normal text, per core
+DIVSUFSORT_BYTES_PER_S = 10e6     #: libdivsufsort (one core) incl. writing the table, bytes of tokenized.N
+RUST_TOKENS_PER_CPU_S = 1.3e6     #: rust_indexing make-part + merge + concat on normal text, per core
 
 
 @dataclass
