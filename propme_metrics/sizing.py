@@ -14,7 +14,7 @@ from .index import pointer_size
 
 TEXT_BYTES_PER_TOKEN = 4.0        #: UTF-8 bytes of text per token, for estimates from file sizes
 DOC_BYTES_PER_TOKEN = 0.25        #: offset, metaoff and metadata bytes per token (about 80 per document)
-RUST_TOKENS_PER_RAM_BYTE = 0.4    #: SPEC rule of thumb: a rust_indexing shard holds at most 0.4 x RAM tokens
+RUST_TOKENS_PER_RAM_BYTE = 0.4    #: rule of thumb: a rust_indexing shard holds at most 0.4 x RAM tokens
 TOKENIZE_TOKENS_PER_CPU_S = 0.5e6  #: fast HF tokenizer, batched, per core
 DIVSUFSORT_BYTES_PER_S = 10e6     #: libdivsufsort (one core) incl. writing the table, bytes of tokenized.N
 RUST_TOKENS_PER_CPU_S = 1.3e6     #: rust_indexing make-part + merge + concat on normal text, per core
