@@ -79,7 +79,7 @@ def cmd_index_info(args: argparse.Namespace) -> int:
 def cmd_index_verify(args: argparse.Namespace) -> int:
     from .index import verify_index
 
-    report = verify_index(args.index, samples=args.samples, seed=args.seed)
+    report = verify_index(args.index, samples=args.samples, seed=args.seed, full=args.full)
     for check in report.checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     print("index verified" if report.ok else "index verification FAILED")
@@ -125,7 +125,8 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
                    help="bytes per token id (default: 2 if every id <= 65534, else 4)")
     b.add_argument("--batch-size", type=int, default=1024, help="documents per tokenizer batch")
     b.add_argument("--cpus", type=int, default=None, help="processes for the suffix-array build (default: all)")
-    b.add_argument("--force", action="store_true", help="replace whatever --out holds")
+    b.add_argument("--force", action="store_true", help="replace the PropMe index that --out holds (never "
+                   "anything else: a folder with other files is refused)")
     b.add_argument("--skip-space-check", action="store_true", help="do not check free disk space first")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_index_build)
@@ -139,6 +140,8 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
     v.add_argument("index", help="index folder")
     v.add_argument("--samples", type=int, default=2000, help="suffix-array positions to check per shard")
     v.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
+    v.add_argument("--full", action="store_true", help="also check every file's content checksum (reads the "
+                   "whole index; opening an index only checks sizes and sampled checksums)")
     v.set_defaults(func=cmd_index_verify)
 
     j = isub.add_parser("join", help="join shard sets built separately with --shard-ids into one index")

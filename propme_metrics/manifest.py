@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,8 @@ class IndexManifest:
     versions: dict[str, str]
     created: str
     format: str = FORMAT
+    #: relative path -> {bytes, xxh3_128, sample}: content checksums of every file (empty for old indexes)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:

@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import propme_metrics.build as build_module
-from conftest import make_index, write_jsonl
+from conftest import make_index, word_level_tokenizer, write_jsonl
 from propme_metrics import cli
 from propme_metrics.build import build_index, choose_token_width, join_indexes, partial_dir
 from propme_metrics.errors import ConfigError, IndexFormatError
@@ -206,19 +206,6 @@ def format_index(request, tmp_path_factory, gpt2_dir, synthetic_records, synthet
         path = root / "index"
         make_index(corpus, path, gpt2_dir, num_shards=2)
     return fmt, path, open_index(path)
-
-
-def word_level_tokenizer(out: Path, n_words: int) -> Path:
-    """A word-level tokenizer w0..w<n-1>, then [UNK] = n and </s> = n + 1, saved to `out`."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"w{i}": i for i in range(n_words)}
-    vocab.update({"[UNK]": n_words, "</s>": n_words + 1})
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]").save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
