@@ -1,12 +1,15 @@
 """The `propme` command: index, prompts, trace, report, demo.
 
 Exit codes: 0 success; 1 a check failed (e.g. `index verify`); 2 bad input or configuration;
-3 a missing, corrupt or mismatched index; 4 an external build step failed; 130 interrupted.
+3 a missing, corrupt or mismatched index; 4 an external build step failed; 70 an internal error
+(a bug: `PROPME_DEBUG=1` shows its traceback); 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 
 from .errors import PropMeError
@@ -15,6 +18,17 @@ from .progress import stderr_console
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _finite_float(value: str) -> float:
+    """A finite, non-negative number (NaN, inf and negatives are refused before any work)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value!r}")
+    return number
 
 
 def _ints(value: str) -> list[int]:
@@ -243,13 +257,13 @@ def cmd_tasks_path(args: argparse.Namespace) -> int:
 # --- report ------------------------------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import MissingPrefixError, build_report, print_summary
+    from .report import IncompleteReportError, build_report, print_summary
 
     try:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
                               html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars)
-    except MissingPrefixError as exc:
+    except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
         raise
@@ -406,7 +420,7 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                    help="keep the K = ceil(L / this) rarest spans of a generation of L tokens")
     t.add_argument("--docs-per-span", type=int, default=d.docs_per_span,
                    help="documents retrieved per kept span (a seeded sample when more contain it)")
-    t.add_argument("--context-factor", type=float, default=d.context_factor,
+    t.add_argument("--context-factor", type=_finite_float, default=d.context_factor,
                    help="document window: this times L tokens of context on each side of a span")
     t.add_argument("--min-span-tokens", type=int, default=d.min_span_tokens, help="ignore shorter maximal spans")
     t.add_argument("--seed", type=int, default=d.seed, help="seed of the document samples (with each generation's key)")
@@ -451,7 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "of the training corpus, make prompt sets, trace generations with SimpleTrace, and "
                     "report PM scores.",
         epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 missing/corrupt/"
-               "mismatched index, 4 external build step failed, 130 interrupted.")
+               "mismatched index, 4 external build step failed, 70 internal error (PROPME_DEBUG=1 shows the "
+               "traceback), 130 interrupted.")
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"propme {__version__}")
@@ -475,13 +490,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except PropMeError as exc:
-        stderr_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-        if exc.hint:
-            stderr_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
-        return exc.exit_code
+        return _report_error(exc.message, exc.hint, exc.exit_code)
     except KeyboardInterrupt:
         stderr_console.print("[bold red]interrupted[/]: nothing was lost; re-run the same command to resume")
         return 130
+    except OSError as exc:  # a file that cannot be read or written: the environment, not a bug
+        where = f" {exc.filename}" if exc.filename else ""
+        return _report_error(f"cannot read or write{where}: {exc.strerror or exc}",
+                             "check free disk space, permissions and the path, then re-run the same command", 2)
+    except Exception as exc:  # anything else is a bug: one paragraph, the traceback on request
+        if os.environ.get("PROPME_DEBUG") == "1":
+            raise
+        return _report_error(
+            f"`propme {args.command}` failed unexpectedly ({type(exc).__module__}.{type(exc).__name__}: "
+            f"{str(exc)[:300] or 'no message'}). This is a bug in PropMe, not in your input.",
+            "re-run with PROPME_DEBUG=1 to see the traceback, and report it with the command you ran", EXIT_BUG)
+
+
+#: exit status of an unexpected internal error (EX_SOFTWARE of sysexits.h)
+EXIT_BUG = 70
+
+
+def _report_error(message: str, hint: str | None, code: int) -> int:
+    from rich.markup import escape
+
+    stderr_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if hint:
+        stderr_console.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True)
+    return code
 
 
 if __name__ == "__main__":

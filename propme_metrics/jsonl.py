@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Callable, Iterable, Iterator
 
@@ -30,12 +31,26 @@ def scrub_surrogates(value: Any) -> tuple[Any, int]:
     return value, 0
 
 
+def first_non_finite(value: Any, where: str = "") -> str | None:
+    """The path (e.g. `generations[0].documents[2].nv_recall`) of the first NaN or infinity in
+    `value`, or None. Python's json reads NaN and Infinity, which standard JSON does not have."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "the value"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = first_non_finite(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k))
+        if found:
+            return found
+    return None
+
+
 def json_objects(lines: Iterable[str], where: str, hint: str | None = None,
                  on_scrub: Callable[[int], None] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (1-based line number, object) for each non-blank line; a bad line is a ConfigError.
 
     Lone surrogates (a "\\ud800" escape without its pair) are replaced by U+FFFD: such a string
-    cannot be written as UTF-8 anywhere downstream; `on_scrub(lineno)` is told of each such line."""
+    cannot be written as UTF-8 anywhere downstream; `on_scrub(lineno)` is told of each such line.
+    """
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -72,7 +72,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .errors import ConfigError
-from .jsonl import json_objects
+from .files import write_atomic
+from .jsonl import first_non_finite, json_objects
 from .metrics import counts_for_metrics, generation_values
 from .pm import Interval, PromptStat, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from .trace import TraceResult
@@ -126,12 +127,16 @@ def leaderboard_columns() -> list[tuple[str, str]]:
     return list(_COLUMN_DOCS)
 
 
-class MissingPrefixError(ConfigError):
-    """PM needs the prefix setting; the report (base metrics) was written anyway and is in `report`."""
+class IncompleteReportError(ConfigError):
+    """The report was written (it is in `report`) but something in it is undefined: exit status 2."""
 
     def __init__(self, message: str, hint: str | None = None, report: "Report | None" = None):
         super().__init__(message, hint)
         self.report = report
+
+
+class MissingPrefixError(IncompleteReportError):
+    """PM needs the prefix setting; the report (base metrics) was written anyway and is in `report`."""
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -178,6 +183,7 @@ class RunTask:
     results_path: Path
     samples_path: Path
     date_id: str
+    limit: float | None = None     #: lm-eval's --limit of the run (None: a full run)
 
     @property
     def prompt_ids(self) -> frozenset[str]:
@@ -273,6 +279,11 @@ def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | 
             if not isinstance(trace, dict) or not isinstance(trace.get("generations"), list):
                 raise ConfigError(f"{path}, line {lineno}: no 'trace' item with 'generations' for task {task}",
                                   "report needs samples written by PropMe's tasks with lm-eval --log_samples")
+            bad = first_non_finite(trace["generations"], "trace.generations")
+            if bad:
+                raise ConfigError(f"{path}, line {lineno}: {bad} is not a finite number",
+                                  "the samples file is damaged: re-trace it with `propme trace --input` "
+                                  "or re-run lm-eval for this task")
             doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
             pid = str(trace.get("prompt_id", doc.get("id", row.get("doc_id"))))
             identities.add(doc.get("index_identity", trace.get("index_identity")))
@@ -324,6 +335,7 @@ def load_run(path: str | Path) -> list[RunTask]:
             raise ConfigError(f"{results_path} is not an lm-eval results file (no 'configs')")
         model, revision, model_args = _model_identity(data)
         date_id = _date_id(results_path)
+        limit = _run_limit(data, results_path)
         for task, config in data["configs"].items():
             metadata = (config or {}).get("metadata") or {}
             if not isinstance(metadata, dict):
@@ -343,8 +355,23 @@ def load_run(path: str | Path) -> list[RunTask]:
                 task=task, corpus=cs[0], setting=cs[1], model=model, revision=revision, model_args=model_args,
                 metadata=metadata, index_identity=next(iter(identities), None),
                 results=(data.get("results") or {}).get(task) or {}, prompts=prompts,
-                results_path=results_path, samples_path=samples_path, date_id=date_id))
+                results_path=results_path, samples_path=samples_path, date_id=date_id, limit=limit))
     return tasks
+
+
+def _run_limit(data: dict[str, Any], path: Path) -> float | None:
+    """lm-eval's --limit of a results file (a count, or a share when below 1); None for a full run."""
+    limit = (data.get("config") or {}).get("limit")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
+        raise ConfigError(f"{path}: config.limit is {limit!r}, not a positive number")
+    return float(limit)
+
+
+def limit_label(limit: float | None) -> str:
+    """How a --limit run is marked in labels and columns: '' for a full run, 'limit8' or 'limit0.1'."""
+    return "" if limit is None else f"limit{limit:g}"
 
 
 # --- statistics --------------------------------------------------------------------------------
@@ -426,6 +453,8 @@ def _finite(x: float) -> float | None:
 
 def _metric_result(task: RunTask, metric: str, bootstrap: int, seed: int) -> MetricResult:
     counted = [v for p in task.prompts for v in p.values if v is not None]
+    if not counted:  # undefined, not 0 (0 would read as the best possible score)
+        return MetricResult(None)
     if metric == "nvr_max":
         return MetricResult(max((v["nv_max"] for v in counted), default=0.0))
     stats = task.stats(metric)
@@ -451,6 +480,8 @@ def _setting_result(task: RunTask, bootstrap: int, seed: int) -> SettingResult:
 
 
 def _pm_interval(p_task: RunTask, c_task: RunTask, metric: str, bootstrap: int, seed: int) -> Interval:
+    if not p_task.counts()["counted"] or not c_task.counts()["counted"]:
+        return Interval(math.nan, math.nan, math.nan)  # undefined: a side has no counted generation
     ps, cs = p_task.stats(metric), c_task.stats(metric)
     if bootstrap > 0 and ps and cs:
         iv = bootstrap_pm(ps, cs, iters=bootstrap, seed=seed, confidence=CONFIDENCE)
@@ -469,9 +500,18 @@ class _Group:
     prompt_ids: dict[str, frozenset[str]]
     tasks: list[RunTask]
     label: str = ""
+    limit: float | None = None
+
+    @property
+    def family(self) -> str:
+        """The corpus, marked when the runs used --limit (never mixed with full runs)."""
+        return "_".join(x for x in (self.corpus, limit_label(self.limit)) if x)
 
     def accepts(self, task: RunTask) -> bool:
-        """Same index (unknown identities, e.g. of an empty samples file, fit any) and same prompt ids."""
+        """Same --limit, same index (unknown identities, e.g. of an empty samples file, fit any) and
+        same prompt ids."""
+        if task.limit != self.limit:
+            return False
         if None not in (task.index_identity, self.identity) and task.index_identity != self.identity:
             return False
         ids = self.prompt_ids.get(task.setting)
@@ -498,7 +538,7 @@ def _group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
     for task in tasks:
         group = next((g for g in groups if g.corpus == task.corpus and g.accepts(task)), None)
         if group is None:
-            group = _Group(task.corpus, task.index_identity, {}, [])
+            group = _Group(task.corpus, task.index_identity, {}, [], limit=task.limit)
             groups.append(group)
         if group.identity is None:
             group.identity = task.index_identity
@@ -506,7 +546,7 @@ def _group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
         group.tasks.append(task)
     by_corpus: dict[str, list[_Group]] = {}
     for g in groups:
-        by_corpus.setdefault(g.corpus, []).append(g)
+        by_corpus.setdefault(g.family, []).append(g)
     for corpus, gs in by_corpus.items():
         if len(gs) == 1:
             gs[0].label = corpus
@@ -515,7 +555,7 @@ def _group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
             raise ConfigError(_describe_conflict(gs[0], gs[1]),
                               "compare runs of one prompt set and one index version only, or pass --separate "
                               "(separate=True) to report them apart")
-        taken = {g.corpus for g in groups}
+        taken = {g.family for g in groups}
         for k, g in enumerate(gs, 1):
             label = f"{corpus}_set{k}"
             while label in taken:
@@ -526,10 +566,11 @@ def _group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
 
 
 def _dedupe(tasks: list[RunTask], notes: list[str]) -> list[RunTask]:
-    """One task per (model, revision, task): the latest date id wins; order of first appearance kept."""
-    chosen: dict[tuple[str, str, str], RunTask] = {}
+    """One task per (model, revision, task, --limit): the latest date id wins; order of first appearance
+    kept. A --limit run never replaces a full run (nor the reverse): they are reported apart."""
+    chosen: dict[tuple[str, str, str, float | None], RunTask] = {}
     for t in tasks:
-        key = (t.model, t.revision, t.task)
+        key = (t.model, t.revision, t.task, t.limit)
         old = chosen.get(key)
         if old is None:
             chosen[key] = t
@@ -590,11 +631,13 @@ def _row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
 
 
 def _csv_cell(v: Any) -> str:
+    """A CSV cell: empty when undefined; text that a spreadsheet would run as a formula is quoted with '."""
     if v is None:
         return ""
     if isinstance(v, float):
         return "" if math.isnan(v) else format(v, ".10g")
-    return str(v)
+    text = str(v)
+    return "'" + text if not isinstance(v, (int, float)) and text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
@@ -603,7 +646,7 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> No
     writer.writerow(columns)
     for row in rows:
         writer.writerow([_csv_cell(row.get(c)) for c in columns])
-    path.write_text(buf.getvalue(), encoding="utf-8")
+    write_atomic(path, buf.getvalue())
 
 
 def _write_json(path: Path, report: Report) -> None:
@@ -612,7 +655,7 @@ def _write_json(path: Path, report: Report) -> None:
     doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": CONFIDENCE,
            "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
            "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows]}
-    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def fmt_value(v: float | None, metric: str = "") -> str:
@@ -632,7 +675,9 @@ def fmt_interval(value: float | None, low: float | None, high: float | None, met
 
 
 def _md_cell(text: Any) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """Text safe in a Markdown table cell: no column breaks, and no raw HTML (renderers pass it through)."""
+    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _write_markdown(path: Path, report: Report) -> None:
@@ -666,7 +711,7 @@ def _write_markdown(path: Path, report: Report) -> None:
         lines.append("")
     if report.problems or report.notes:
         lines += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.problems + report.notes] + [""]
-    path.write_text("\n".join(lines), encoding="utf-8")
+    write_atomic(path, "\n".join(lines))
 
 
 # --- the report --------------------------------------------------------------------------------
@@ -727,7 +772,11 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     results: list[CorpusResult] = []
     problems: list[str] = []
     missing: list[str] = []
+    uncounted: list[str] = []
     for g in groups:
+        if g.limit is not None:
+            notes.append(f"{g.label}: runs made with lm-eval --limit {g.limit:g} (a subset of the prompts), "
+                         f"reported apart from full runs and not comparable to them")
         units: dict[tuple[str, str], dict[str, RunTask]] = {}
         for t in g.tasks:
             units.setdefault((t.model, t.revision), {})[t.setting] = t
@@ -756,6 +805,12 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
                 if c["failed"]:
                     notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
                                  f"{c['generations']} generations (excluded)")
+                if not c["counted"]:
+                    uncounted.append(by_setting[s].task)
+                    problems.append(
+                        f"{label}, corpus {g.label}: no generation of {by_setting[s].task} was counted "
+                        f"({c['failed']} failed, {c['degenerate']} degenerate of {c['generations']}), so its "
+                        "metrics and PM are undefined (left empty, not 0)")
             results.append(res)
 
     labels = sorted({r.label for r in results})
@@ -798,6 +853,13 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
                                      snippet_chars=html_snippet_chars)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
+    if uncounted:
+        names = ", ".join(dict.fromkeys(uncounted))
+        raise IncompleteReportError(
+            f"nothing was counted in {names}: its metrics and PM are undefined and left empty. "
+            f"The report was written to {out}",
+            "re-trace the failed generations with `propme trace --input samples_<task>_*.jsonl` "
+            "(see the 'error' field of each), or re-run lm-eval for that task", report=report)
     if missing:
         names = ", ".join(dict.fromkeys(missing))
         raise MissingPrefixError(

@@ -49,11 +49,32 @@ def _int_setting(meta: dict[str, Any], key: str, default: int, minimum: int = 1)
     """An integer setting (metadata or PROPME_<KEY>), or one message naming it."""
     raw, where = _setting(meta, key, default)
     try:
-        value = int(str(raw))
+        value = _typed(raw, int)
     except ValueError:
         raise TaskConfigError(f"{where or key} must be an integer, not {raw!r}") from None
     if value < minimum:
         raise TaskConfigError(f"{where or key} must be at least {minimum}, not {value}")
+    return value
+
+
+def _typed(raw: Any, kind: type) -> Any:
+    """`raw` (a metadata value or an environment string) as `kind`; ValueError for booleans, NaN,
+    infinities, fractional integers and anything else that is not plainly a value of that kind."""
+    import math
+
+    if isinstance(raw, bool) or raw is None or isinstance(raw, (list, dict)):
+        raise ValueError(f"{raw!r} is not a {kind.__name__}")
+    if kind is str:
+        return str(raw)
+    if kind is int:
+        if isinstance(raw, float):
+            if not raw.is_integer():
+                raise ValueError(f"{raw!r} is not an integer")
+            return int(raw)
+        return int(str(raw).strip())
+    value = kind(str(raw).strip()) if isinstance(raw, str) else kind(raw)
+    if kind is float and not math.isfinite(value):
+        raise ValueError(f"{raw!r} is not a finite number")
     return value
 
 
@@ -66,9 +87,14 @@ def trace_config(meta: dict[str, Any]) -> TraceConfig:
     values = {}
     try:
         for f in fields(TraceConfig):
-            raw, _ = _setting(meta, f"trace_{f.name}")
+            raw, where = _setting(meta, f"trace_{f.name}")
             if raw is not None:
-                values[f.name] = type(getattr(TraceConfig(), f.name))(raw)
+                kind = type(getattr(TraceConfig(), f.name))
+                try:
+                    values[f.name] = _typed(raw, kind)
+                except (TypeError, ValueError):
+                    what = {int: "an integer", float: "a finite number"}.get(kind, f"a {kind.__name__}")
+                    raise TaskConfigError(f"{where} must be {what}, not {raw!r}") from None
         return TraceConfig(**values)
     except (TypeError, ValueError) as exc:
         raise TaskConfigError(f"bad tracing parameters: {exc}") from None
@@ -90,6 +116,8 @@ def load_prompts(**meta: Any):
         raise TaskConfigError(
             f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
             f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
+    if not isinstance(index_path, (str, os.PathLike)):
+        raise TaskConfigError(f"{where} must be the path of an index folder (a string), not {index_path!r}")
     config = trace_config(meta)
     config_json = json.dumps(config.to_dict(), sort_keys=True)
     try:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import propme_metrics.build as build_module
 from conftest import make_index, word_level_tokenizer, write_jsonl
 from propme_metrics import cli
+from propme_metrics.checksums import checksum_files
 from propme_metrics.build import build_index, choose_token_width, join_indexes, partial_dir
 from propme_metrics.errors import ConfigError, IndexFormatError
 from propme_metrics.index import open_index, pointer_size, verify_index
@@ -634,6 +635,12 @@ def test_verify_detects_two_swapped_pointers(tmp_path, synthetic_index, run_cli)
     raw[[i, j]] = raw[[j, i]]
     raw.tofile(table)
     assert table.stat().st_size == size
+    code, _, err = run_cli("index", "verify", out)
+    assert code == 3 and "table.0 does not match its sampled checksum" in err  # caught on open already
+    # as if the build itself had written the swapped table: checksums agree, only the order check can see it
+    m = json.loads((out / MANIFEST_NAME).read_text())
+    m["files"] = checksum_files(out, list(m["files"]))
+    (out / MANIFEST_NAME).write_text(json.dumps(m))
     # `--samples` above the table length: every adjacent pair should be looked at
     code, out_text, _ = run_cli("index", "verify", out, "--samples", 10**6)
     assert code == 1
