@@ -299,22 +299,21 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
 # --- trace -------------------------------------------------------------------------------------
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    import functools
-    import os
     import time
     from dataclasses import fields
     from pathlib import Path
 
-    import jsonlines
     from rich.console import Console
     from rich.table import Table
 
+    from .checksums import file_digest
     from .errors import ConfigError, IndexFormatError
-    from .files import write_atomic
+    from .files import atomic_output, write_atomic
+    from .generations import read_generations
     from .index import open_index
     from .metrics import summarize
-    from .generations import read_generations
     from .trace import TraceConfig, Tracer
+    from .trace_resume import finish, job_fingerprint, trace_resumable
 
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
@@ -335,11 +334,21 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 f"{manifest.tokenizer.name!r} (sha256 {manifest.tokenizer.sha256[:12]})",
                 "trace against an index built with the tokenizer you name, or leave out --tokenizer: "
                 "the index's own copy is used either way")
+    out, summary_path = Path(args.out), Path(args.summary)
+    try:
+        for path in (out, summary_path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder for the results: {exc}") from None
     tracer = Tracer(index, config)
+    fingerprint = job_fingerprint(file_digest(args.input), manifest.identity, config.to_dict(), generations)
     started = time.time()
-    results = tracer.trace([g.text for g in generations], [g.key for g in generations],
-                           [g.continuation for g in generations], workers=args.workers, progress=not args.quiet)
+    results, resumed = trace_resumable(tracer, generations, out, fingerprint, workers=args.workers,
+                                       progress=not args.quiet)
     seconds = time.time() - started
+    if resumed:
+        stderr_console.print(f"resumed: {resumed} of {len(generations)} generation(s) were traced by an "
+                             "interrupted run of this command and kept", highlight=False)
     summary = summarize(results, drop_degenerate=not args.keep_degenerate)
     record = {
         **summary.to_dict(),
@@ -351,18 +360,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
         "input": {"path": str(Path(args.input).absolute()), "format": fmt,
                   "text_field": args.text_field if fmt == "jsonl" else "filtered_resps"},
     }
-    out, summary_path = Path(args.out), Path(args.summary)
     try:
-        for path in (out, summary_path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".partial")
-        with jsonlines.open(tmp, mode="w", dumps=functools.partial(json.dumps, ensure_ascii=False)) as writer:
+        with atomic_output(out) as fh:  # a unique temporary name: concurrent writers never collide
             for res in results:
-                writer.write(res.to_dict())
-        os.replace(tmp, out)
+                fh.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
         write_atomic(summary_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     except OSError as exc:
-        raise ConfigError(f"cannot write results: {exc}") from None
+        raise ConfigError(f"cannot write results: {exc}",
+                          "free space or fix permissions, then re-run the same command: finished traces are kept") from None
+    finish(out)
 
     table = Table(title=f"PropMe trace: {len(results)} generation(s) of {args.input} "
                         f"against index {manifest.identity}")
@@ -377,7 +383,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             ("R20 / R50", f"{summary.r20:.4f} / {summary.r50:.4f}")]
     if summary.extraction_rate is not None:
         rows.append(("extraction rate", f"{summary.extraction_rate:.4f}"))
-    rows.append(("speed", f"{len(results) / seconds:,.1f} generations/s" if seconds > 0 else "-"))
+    rows.append(("speed", f"{(len(results) - resumed) / seconds:,.1f} generations/s" if seconds > 0 else "-"))
     for name, value in rows:
         table.add_row(name, value)
     console = Console()
@@ -403,7 +409,8 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                     "an lm-eval samples_*.jsonl written by --log_samples (detected: the model's filtered "
                     "response is traced, never the prompt; doc['continuation'] is used when present). Running "
                     "it on a samples file re-traces every generation, which is how failed traces are redone. "
-                    "Results are identical for any --workers.")
+                    "Results are identical for any --workers. An interrupted run resumes: re-running the same command "
+                    "keeps the generations already traced (kept in a hidden journal beside --out).")
     t.add_argument("--index", required=True, help="index folder")
     t.add_argument("--input", required=True, help="generations: JSONL or an lm-eval samples_*.jsonl")
     t.add_argument("--out", required=True, help="RESULTS.jsonl to write: one line per generation")

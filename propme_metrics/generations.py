@@ -59,6 +59,10 @@ def read_generations(path: str | Path, text_field: str = "completion",
             if missing:
                 raise ConfigError(f"{path} line {lineno} lacks {', '.join(missing)} although line {rows[0][0]} "
                                   "is an lm-eval sample", "do not mix lm-eval samples and other rows in one file")
+            if _is_loglikelihood(row):
+                raise ConfigError(f"{path} line {lineno} is a loglikelihood sample (log-probability and is-greedy "
+                                  "pairs), not generated text: there is nothing to trace",
+                                  "trace the samples of a generate_until task such as propme_<corpus>_<setting>")
             gens = _sample_generations(row)
             if gens is None:
                 raise ConfigError(f"{path} line {lineno}: cannot find the model's response in filtered_resps/resps")
@@ -95,6 +99,14 @@ def read_generations(path: str | Path, text_field: str = "completion",
         for j, text in enumerate(texts):
             out.append(Generation(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont))
     return out, "jsonl"
+
+
+def _is_loglikelihood(row: dict[str, Any]) -> bool:
+    """lm-eval's loglikelihood responses are [log-probability, is-greedy] pairs, never text."""
+    resps = row["resps"]
+    pair = resps[0][0] if isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0] else None
+    return (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], bool)
+            and isinstance(pair[0], (int, float)) and not isinstance(pair[0], bool))
 
 
 def _sample_generations(row: dict[str, Any]) -> list[str] | None:
