@@ -561,9 +561,17 @@ def _check_disk_space(work: Path, text_bytes: int | None, width: int, ds_bytes: 
     else:
         return
     if free < need:
-        raise ConfigError(f"not enough disk space in {work.parent}: about {need / 2**30:.1f} GiB needed, "
-                          f"{free / 2**30:.1f} GiB free",
+        raise ConfigError(f"not enough disk space in {work.parent}: about {human_bytes(need)} needed, "
+                          f"{human_bytes(free)} free",
                           "free space, build to another --out, or pass --skip-space-check if the estimate is wrong")
+
+
+def human_bytes(n: int) -> str:
+    """A size for messages: '512 B', '3.4 MiB', '1.2 GiB' (never '0.0 GiB' for a small folder)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def _half_of_ram() -> int:

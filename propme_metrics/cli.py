@@ -31,6 +31,24 @@ def _finite_float(value: str) -> float:
     return number
 
 
+def _count(minimum: int):
+    """An argparse type: an integer of at least `minimum` (refused before any work otherwise)."""
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value!r}")
+        return number
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+_positive, _natural = _count(1), _count(0)
+
+
 def _ints(value: str) -> list[int]:
     try:
         return [int(v) for v in _csv(value)]
@@ -132,13 +150,13 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--source-field", default="source", help="field naming a document's source, for --exclude-sources")
     b.add_argument("--exclude-sources", default="", help="comma-separated sources to leave out "
                    "(the DFM Decoder skipped depbank,jvj,nordjyllandnews,synne of Dynaword 1.2.12)")
-    b.add_argument("--shards", type=int, default=1, help="number of shards (document i goes to shard i mod N)")
+    b.add_argument("--shards", type=_positive, default=1, help="number of shards (document i goes to shard i mod N)")
     b.add_argument("--shard-ids", type=_ints, default=None, help="build only these shards (e.g. 0,1), "
                    "to spread a build over machines; combine the parts with `propme index join`")
     b.add_argument("--token-width", type=int, choices=(2, 4), default=None,
                    help="bytes per token id (default: 2 if every id <= 65534, else 4)")
-    b.add_argument("--batch-size", type=int, default=1024, help="documents per tokenizer batch")
-    b.add_argument("--cpus", type=int, default=None, help="processes for the suffix-array build (default: all)")
+    b.add_argument("--batch-size", type=_positive, default=1024, help="documents per tokenizer batch")
+    b.add_argument("--cpus", type=_positive, default=None, help="processes for the suffix-array build (default: all)")
     b.add_argument("--force", action="store_true", help="replace the PropMe index that --out holds (never "
                    "anything else: a folder with other files is refused)")
     b.add_argument("--skip-space-check", action="store_true", help="do not check free disk space first")
@@ -152,8 +170,8 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
 
     v = isub.add_parser("verify", help="check an index: sizes, suffix-array order, documents, unigram counts")
     v.add_argument("index", help="index folder")
-    v.add_argument("--samples", type=int, default=2000, help="suffix-array positions to check per shard")
-    v.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
+    v.add_argument("--samples", type=_positive, default=2000, help="suffix-array positions to check per shard")
+    v.add_argument("--seed", type=_natural, default=0, help="seed of the sampled positions")
     v.add_argument("--full", action="store_true", help="also check every file's content checksum (reads the "
                    "whole index; opening an index only checks sizes and sampled checksums)")
     v.set_defaults(func=cmd_index_verify)
@@ -222,8 +240,8 @@ def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--index", required=True, help="index folder")
     b.add_argument("--setting", required=True, choices=("generic", "specific", "prefix"), help="prompt setting")
     b.add_argument("--out", required=True, help="prompt file to write (FILE.jsonl; sidecar FILE.jsonl.manifest.json)")
-    b.add_argument("--n", type=int, default=100, help="number of prompts")
-    b.add_argument("--seed", type=int, default=42, help="sampling seed")
+    b.add_argument("--n", type=_positive, default=100, help="number of prompts")
+    b.add_argument("--seed", type=_natural, default=42, help="sampling seed")
     b.add_argument("--language", default=None, help="prompt language (da, en); required for the built-in sets")
     b.add_argument("--candidates", default=None, help="candidate prompts: plain text (one per line) or JSONL "
                    "with a \"prompt\" field (optional id, domain, language); default: the built-in set")
@@ -281,17 +299,17 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder (searched recursively for "
                    "results_*.json) or a results_*.json file")
     r.add_argument("--out", required=True, help="report folder to write")
-    r.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples (0: no bootstrap intervals)")
-    r.add_argument("--seed", type=int, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
+    r.add_argument("--bootstrap", type=_natural, default=10_000, help="bootstrap resamples (0: no bootstrap intervals)")
+    r.add_argument("--seed", type=_natural, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
     r.add_argument("--pm-metrics", type=_csv, default="nvr,fmr,als",
                    help="comma-separated metrics to compute PM for (nvr, fmr, als, fmr_normalized, nvr_hits, "
                         "nvr_above_half, r20, r50)")
     r.add_argument("--separate", action="store_true", help="report runs of different index versions or prompt "
                    "sets of one corpus apart (as <corpus>_set1, <corpus>_set2, ...) instead of refusing them")
     r.add_argument("--no-html", action="store_true", help="skip report.html")
-    r.add_argument("--html-docs", type=int, default=3, help="source documents shown per segment in report.html "
+    r.add_argument("--html-docs", type=_natural, default=3, help="source documents shown per segment in report.html "
                    "(the best matches; more make a bigger page)")
-    r.add_argument("--html-snippet-chars", type=int, default=200, help="characters of document context shown on "
+    r.add_argument("--html-snippet-chars", type=_natural, default=200, help="characters of document context shown on "
                    "each side of a span in report.html")
     r.set_defaults(func=cmd_report)
 
@@ -423,17 +441,17 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--workers", type=int, default=1, help="processes tracing in parallel")
     t.add_argument("--tokenizer", dest="check_tokenizer", default=None, metavar="NAME_OR_DIR",
                    help="check that this tokenizer (hub id or folder) is the index's; error if not")
-    t.add_argument("--span-divisor", type=int, default=d.span_divisor,
+    t.add_argument("--span-divisor", type=_positive, default=d.span_divisor,
                    help="keep the K = ceil(L / this) rarest spans of a generation of L tokens")
-    t.add_argument("--docs-per-span", type=int, default=d.docs_per_span,
+    t.add_argument("--docs-per-span", type=_positive, default=d.docs_per_span,
                    help="documents retrieved per kept span (a seeded sample when more contain it)")
     t.add_argument("--context-factor", type=_finite_float, default=d.context_factor,
                    help="document window: this times L tokens of context on each side of a span")
-    t.add_argument("--min-span-tokens", type=int, default=d.min_span_tokens, help="ignore shorter maximal spans")
-    t.add_argument("--seed", type=int, default=d.seed, help="seed of the document samples (with each generation's key)")
-    t.add_argument("--snippet-chars", type=int, default=d.snippet_chars,
+    t.add_argument("--min-span-tokens", type=_positive, default=d.min_span_tokens, help="ignore shorter maximal spans")
+    t.add_argument("--seed", type=_natural, default=d.seed, help="seed of the document samples (with each generation's key)")
+    t.add_argument("--snippet-chars", type=_natural, default=d.snippet_chars,
                    help="characters of document context kept on each side of a span in the results")
-    t.add_argument("--max-tokens", type=int, default=d.max_tokens,
+    t.add_argument("--max-tokens", type=_positive, default=d.max_tokens,
                    help="longer generations are not traced but reported as failed, with the reason")
     t.add_argument("--keep-degenerate", action="store_true",
                    help="count degenerate generations (repetitive junk) in the metrics instead of dropping them")

@@ -130,6 +130,7 @@ def load_prompts(**meta: Any):
     repeats = _int_setting(meta, "generations_per_prompt", 1)
     prompt_key = f"{corpus}_{setting}_prompts"
     prompt_file, pwhere = _setting(meta, prompt_key)
+    cache = None
     try:
         if prompt_file is not None:
             prompt_set = load_prompt_set(prompt_file, index=index, setting=setting)
@@ -146,6 +147,9 @@ def load_prompts(**meta: Any):
     except PropMeError as exc:
         raise TaskConfigError(f"prompt set for {corpus}/{setting} ({pwhere}: {prompt_file}): {exc}") from None
     except OSError as exc:
+        if prompt_file is None:  # the cache folder itself cannot be made
+            raise TaskConfigError(f"cannot create the prompt cache {cache} (metadata key 'cache_dir' or "
+                                  f"PROPME_CACHE_DIR): {exc.strerror or exc}; point it at a writable folder") from None
         raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
               "trace_config": config_json}

@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import propme_metrics.trace_resume as resume_module
 from conftest import write_jsonl
