@@ -280,7 +280,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
-                              html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars)
+                              html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars,
+                              retraced=args.retraced)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -306,6 +307,9 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
                         "nvr_above_half, r20, r50)")
     r.add_argument("--separate", action="store_true", help="report runs of different index versions or prompt "
                    "sets of one corpus apart (as <corpus>_set1, <corpus>_set2, ...) instead of refusing them")
+    r.add_argument("--retraced", action="append", default=[], metavar="SUMMARY.json",
+                   help="a `propme trace` summary made from one of the runs' samples files: its results replace "
+                        "that file's traces (how failed traces are redone); repeat for several files")
     r.add_argument("--no-html", action="store_true", help="skip report.html")
     r.add_argument("--html-docs", type=_natural, default=3, help="source documents shown per segment in report.html "
                    "(the best matches; more make a bigger page)")
@@ -377,6 +381,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                   "tokenizer": {"name": manifest.tokenizer.name, "sha256": manifest.tokenizer.sha256}},
         "input": {"path": str(Path(args.input).absolute()), "format": fmt,
                   "text_field": args.text_field if fmt == "jsonl" else "filtered_resps"},
+        "results": str(out.absolute()),
     }
     try:
         with atomic_output(out) as fh:  # a unique temporary name: concurrent writers never collide

@@ -22,6 +22,15 @@ def generation_key(prompt_id: Any, sample_ix: int = 0, j: int = 0, n: int = 1) -
     return f"{prompt_id}#{sample_ix}" + (f".{j}" if n > 1 else "")
 
 
+def sample_key(row: dict[str, Any], n: int, j: int, n_gens: int) -> str:
+    """The key of generation j (of n_gens) of the n-th row of an lm-eval samples file."""
+    doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
+    if "id" in doc and "sample_ix" in doc:  # a PropMe task: the key its hook traced under
+        return generation_key(doc["id"], doc["sample_ix"], j, n_gens)
+    base = str(row.get("doc_id", n))
+    return base if n_gens == 1 else f"{base}#{j}"
+
+
 LM_EVAL_SAMPLE_FIELDS = ("doc", "arguments", "resps", "filtered_resps")
 
 
@@ -71,12 +80,7 @@ def read_generations(path: str | Path, text_field: str = "completion",
             cont = cont if isinstance(cont, str) and cont else None
             suffix = f"@{row.get('filter')}" if len(filters) > 1 else ""
             for j, text in enumerate(gens):
-                if "id" in doc and "sample_ix" in doc:  # a PropMe task: the key its hook traced under
-                    key = generation_key(doc["id"], doc["sample_ix"], j, len(gens))
-                else:
-                    base = str(row.get("doc_id", n))
-                    key = base if len(gens) == 1 else f"{base}#{j}"
-                out.append(Generation(key + suffix, text, cont))
+                out.append(Generation(sample_key(row, n, j, len(gens)) + suffix, text, cont))
         return out, "lm-eval-samples"
     for n, (lineno, row) in enumerate(rows):
         if text_field not in row:

@@ -73,6 +73,7 @@ from typing import Any, Iterable, Sequence
 
 from .errors import ConfigError
 from .files import write_atomic
+from .generations import sample_key
 from .jsonl import first_non_finite, json_objects
 from .metrics import counts_for_metrics, generation_values
 from .pm import Interval, PromptStat, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
@@ -260,7 +261,45 @@ def _date_id(results_path: Path) -> str:
     return results_path.stem.rsplit("_", 1)[-1] if "_" in results_path.stem else results_path.stem
 
 
-def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | None]]:
+@dataclass
+class Retrace:
+    """Results of `propme trace` run on a samples file: they replace that file's traces (by key)."""
+
+    summary_path: Path
+    samples_path: Path             #: the samples file that was re-traced (resolved)
+    index_identity: str
+    results: dict[str, dict[str, Any]]   #: generation key -> TraceResult dict
+    used: int = 0
+
+
+def load_retrace(summary_path: str | Path) -> Retrace:
+    """Read a `propme trace` SUMMARY.json (and the RESULTS.jsonl it names) made from an lm-eval samples file."""
+    summary_path = Path(summary_path)
+    summary = _read_json(summary_path)
+    hint = "pass the SUMMARY.json that `propme trace --input samples_<task>_*.jsonl --summary` wrote"
+    try:
+        inp, index, results_path = summary["input"], summary["index"], Path(summary["results"])
+        if inp["format"] != "lm-eval-samples":
+            raise ConfigError(f"{summary_path} re-traced {inp['path']}, not an lm-eval samples file", hint)
+        identity, samples = str(index["identity"]), Path(inp["path"]).resolve()
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"{summary_path} is not a `propme trace` summary (no {exc})", hint) from None
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        with open(results_path, encoding="utf-8") as fh:
+            for lineno, row in json_objects(fh, str(results_path)):
+                bad = first_non_finite(row)
+                if bad or not isinstance(row.get("key"), str):
+                    raise ConfigError(f"{results_path}:{lineno}: not a trace result ({bad or 'no key'})", hint)
+                results[row["key"]] = row
+    except OSError as exc:
+        raise ConfigError(f"cannot read the re-traced results {results_path} named by {summary_path}: {exc}",
+                          hint) from None
+    return Retrace(summary_path, samples, identity, results)
+
+
+def _load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()) -> tuple[list[PromptRecord], set[str | None]]:
+    retrace = next((r for r in retraces if r.samples_path == path.resolve()), None)
     prompts: dict[str, PromptRecord] = {}
     identities: set[str | None] = set()
     first_filter: str | None = None
@@ -269,7 +308,9 @@ def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | 
     except OSError as exc:
         raise ConfigError(f"cannot read the samples file {path}: {exc}") from None
     with fh:
-        for lineno, row in json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task"):
+        rows = list(json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task"))
+        several_filters = len({row.get("filter", "none") for _, row in rows}) > 1
+        for n, (lineno, row) in enumerate(rows):
             filt = row.get("filter", "none")
             if first_filter is None:
                 first_filter = filt
@@ -286,7 +327,10 @@ def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | 
                                   "or re-run lm-eval for this task")
             doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
             pid = str(trace.get("prompt_id", doc.get("id", row.get("doc_id"))))
-            identities.add(doc.get("index_identity", trace.get("index_identity")))
+            identity = doc.get("index_identity", trace.get("index_identity"))
+            identities.add(identity)
+            if retrace is not None:
+                _apply_retrace(retrace, row, n, trace, identity, f"@{filt}" if several_filters else "", path)
             rec = prompts.get(pid)
             if rec is None:
                 rec = prompts[pid] = PromptRecord(
@@ -302,6 +346,21 @@ def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | 
                 rec.generations.append(gen)
                 rec.values.append(generation_values(result) if counts_for_metrics(result) else None)
     return list(prompts.values()), identities
+
+
+def _apply_retrace(retrace: Retrace, row: dict[str, Any], n: int, trace: dict[str, Any], identity: Any,
+                   suffix: str, path: Path) -> None:
+    """Replace a row's traced generations by their re-traced results (same keys as `propme trace`)."""
+    if identity is not None and str(identity) != retrace.index_identity:
+        raise ConfigError(f"{retrace.summary_path} traced {path} against index {retrace.index_identity}, but its "
+                          f"generations were traced against {identity}",
+                          "re-trace against the index the run used (its identity is in the samples' doc)")
+    gens = trace["generations"]
+    for j in range(len(gens)):
+        new = retrace.results.get(sample_key(row, n, j, len(gens)) + suffix)
+        if new is not None:
+            gens[j] = new
+            retrace.used += 1
 
 
 def _prompt_from_arguments(row: dict[str, Any]) -> str:
@@ -323,7 +382,7 @@ def _results_files(path: Path) -> list[Path]:
     raise ConfigError(f"{path} does not exist")
 
 
-def load_run(path: str | Path) -> list[RunTask]:
+def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask]:
     """Every PropMe subtask of an lm-eval output folder or results file, with its traced samples.
 
     Raises ConfigError for unreadable files (bad JSON, missing samples file), naming the file.
@@ -347,7 +406,7 @@ def load_run(path: str | Path) -> list[RunTask]:
             if not samples_path.is_file():
                 raise ConfigError(f"missing samples file {samples_path} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
-            prompts, identities = _load_samples(samples_path, task)
+            prompts, identities = _load_samples(samples_path, task, retraces)
             if len(identities) > 1:
                 raise ConfigError(f"{samples_path} mixes generations traced against several indexes: "
                                   + ", ".join(sorted(str(i) for i in identities)))
@@ -737,7 +796,7 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
 def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
                  pm_metrics: Iterable[str] = DEFAULT_PM_METRICS, separate: bool = False, *,
                  html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
-                 html_snippet_chars: int = 200) -> Report:
+                 html_snippet_chars: int = 200, retraced: Sequence[str | Path] = ()) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -752,11 +811,17 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
     notes: list[str] = []
     tasks: list[RunTask] = []
+    retraces = [load_retrace(p) for p in retraced]
     for run in runs:
-        found = load_run(run)
+        found = load_run(run, retraces)
         if not found:
             notes.append(f"{run}: no PropMe task in its results")
         tasks.extend(found)
+    for r in retraces:
+        if not r.used:
+            raise ConfigError(f"{r.summary_path} re-traced {r.samples_path}, which is not a samples file of the runs "
+                              "given (or none of its keys matched)", "pass the run that holds that samples file")
+        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}")
     if not tasks:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
                           "run lm-eval with --tasks propme_<corpus> --log_samples")

@@ -74,7 +74,6 @@ class CorpusSource:
             "exclude_sources": sorted(self.exclude_sources),
         }
         if self.is_local:
-            root = Path(self.location)
             desc["files"] = [{"path": name, "bytes": st["bytes"], ALGORITHM: st[ALGORITHM]}
                              for name, st in self.file_stats(known).items()]
         else:

@@ -20,7 +20,7 @@ from propme_metrics.jsonl import REPLACEMENT, json_objects
 from propme_metrics.progress import stderr_console
 from propme_metrics.sources import CorpusSource
 from propme_tasks.hooks import TaskConfigError, trace_config
-from test_report import DFM, gen, setting_prompts, write_run
+from test_report import gen, setting_prompts, write_run
 
 HOSTILE = ["\ud800", "\udfff", "\x00", "\u202e", "\u200f", "\u0645\u0631\u062d\u0628\u0627", "😀", "👩‍👩‍👧",
            "\r", "\x1b[31m", "\ufeff", "</script>", "w1 w2"]

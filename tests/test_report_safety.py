@@ -105,3 +105,27 @@ def test_model_names_cannot_inject_html_or_formulas(tmp_path):
     assert "<img" not in md and "&lt;img" in md
     row = csv_row(tmp_path / "rep" / "leaderboard.csv")
     assert row["model"].startswith("'=")
+
+
+def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
+    """README's recovery path: failed traces redone by `propme trace --input samples_...` replace the failures."""
+    settings = small_settings()
+    settings["generic"] = [[gen(f"generic-{i}#0", error="ValueError: boom")] for i in range(8)]
+    run = write_run(tmp_path / "run", DFM, "", settings).parent
+    good = small_settings()["generic"]
+    results = tmp_path / "retrace.jsonl"
+    results.write_text("".join(json.dumps({**g[0], "key": f"generic-{i:03d}#0"}) + "\n" for i, g in enumerate(good)))
+    summary = tmp_path / "retrace.json"
+    summary.write_text(json.dumps({"input": {"path": str(samples_file(run, "generic")), "format": "lm-eval-samples"},
+                                   "index": {"identity": "idx-dynaword-v1"}, "results": str(results)}))
+    reference = write_run(tmp_path / "ref", DFM, "", small_settings()).parent
+    expected = build_report([reference], tmp_path / "expected", bootstrap=0, plots=False, html=False)
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
+    assert rep.rows[0]["propme_dynaword_failed_generic"] == 0
+    assert rep.rows[0]["propme_dynaword_generic_nvr"] == expected.rows[0]["propme_dynaword_generic_nvr"]
+    assert any("8 generation(s) taken from the re-trace" in n for n in rep.notes)
+    other = tmp_path / "other.json"
+    other.write_text(summary.read_text().replace("idx-dynaword-v1", "idx-other"))
+    assert main(["report", str(run), "--out", str(tmp_path / "r2"), "--bootstrap", "0", "--no-html",
+                 "--retraced", str(other)]) == 2
+    assert "traced against" in capsys.readouterr().err
