@@ -7,7 +7,8 @@ from the traced generations in the samples files (`trace.generations`), through
 `metrics.generation_values` (degenerate and failed generations excluded), grouped by prompt: each
 prompt contributes one `pm.PromptStat` (numerator, denominator) per metric, and the bootstrap
 resamples prompts. When the same model, revision and task occur in several results files, the
-latest (by lm-eval's date id) is used. Rows and checkpoint trajectories follow input order: the
+latest (by lm-eval's date id) is used; runs made with lm-eval `--limit` never replace full runs
+(nor the reverse): they form their own corpus label `<corpus>_limit<N>`. Rows and checkpoint trajectories follow input order: the
 RUN arguments as given, results files inside a folder by date id (chronologically).
 
 Intervals are 95%: percentile bootstrap over prompts (B = `bootstrap`, numpy `default_rng(seed)`;
@@ -23,7 +24,8 @@ prompt sets are reported apart as `<corpus>_set1`, `<corpus>_set2`, ... (in inpu
 setting present); `<propensity>` is every setting but `prefix`. `<metric>` is one of `nvr`, `fmr`,
 `als`, `fmr_normalized`, `nvr_hits`, `nvr_max`, `nvr_above_half`, `r20`, `r50`, `extraction`
 (prefix only). `<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,als`). Empty cells
-(null in JSON) mean "not run" or "not defined".
+(null in JSON) mean "not run" or "not defined" (a setting with no counted generation has no
+metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` after writing).
 
 | column | meaning |
 |---|---|
