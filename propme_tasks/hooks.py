@@ -57,6 +57,12 @@ def _int_setting(meta: dict[str, Any], key: str, default: int, minimum: int = 1)
     return value
 
 
+def _check_path(value: Any, where: str, what: str) -> None:
+    """A path setting must be text (a number or a list from --metadata JSON is a mistake, not a path)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TaskConfigError(f"{where} must be the path of {what} (a string), not {value!r}")
+
+
 def _typed(raw: Any, kind: type) -> Any:
     """`raw` (a metadata value or an environment string) as `kind`; ValueError for booleans, NaN,
     infinities, fractional integers and anything else that is not plainly a value of that kind."""
@@ -116,8 +122,7 @@ def load_prompts(**meta: Any):
         raise TaskConfigError(
             f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
             f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
-    if not isinstance(index_path, (str, os.PathLike)):
-        raise TaskConfigError(f"{where} must be the path of an index folder (a string), not {index_path!r}")
+    _check_path(index_path, where, "an index folder")
     config = trace_config(meta)
     config_json = json.dumps(config.to_dict(), sort_keys=True)
     try:
@@ -130,12 +135,16 @@ def load_prompts(**meta: Any):
     repeats = _int_setting(meta, "generations_per_prompt", 1)
     prompt_key = f"{corpus}_{setting}_prompts"
     prompt_file, pwhere = _setting(meta, prompt_key)
+    if prompt_file is not None:
+        _check_path(prompt_file, pwhere, "a prompt file")
+    cache_dir, cwhere = _setting(meta, "cache_dir", Path.home() / ".cache" / "propme")
+    _check_path(cache_dir, cwhere, "the prompt cache folder")
     cache = None
     try:
         if prompt_file is not None:
             prompt_set = load_prompt_set(prompt_file, index=index, setting=setting)
         else:
-            cache = Path(_setting(meta, "cache_dir", Path.home() / ".cache" / "propme")[0]) / "prompts"
+            cache = Path(cache_dir) / "prompts"
             cache.mkdir(parents=True, exist_ok=True)
             prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}-{_source_tag(setting, language)}.jsonl"
             pwhere = "the prompt cache"

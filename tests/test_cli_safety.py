@@ -162,3 +162,25 @@ def test_read_only_report_folder_is_one_message(tmp_path, cli_run):
 def test_read_only_demo_folder_is_one_message(cli_run):
     code, _, err = cli_run("demo", "--out", "/sys/propme-test-demo", "--small", "--quiet")
     assert code == 2 and "Operation not permitted" in err
+
+
+# --- the lm-eval hooks: a configuration error stops the run before generation, as one message -------
+
+
+@pytest.mark.parametrize("meta,fragment", [
+    ({"demo_index": 123}, "'demo_index' must be the path of an index folder"),
+    ({"trace_max_tokens": True}, "'trace_max_tokens' must be an integer, not True"),
+    ({"trace_context_factor": float("nan")}, "'trace_context_factor' must be a finite number"),
+    ({"trace_context_factor": "inf"}, "'trace_context_factor' must be a finite number"),
+    ({"n_prompts": 2.5}, "'n_prompts' must be an integer"),
+    ({"cache_dir": 7}, "'cache_dir' must be the path of the prompt cache folder"),
+    ({"demo_generic_prompts": ["a"]}, "'demo_generic_prompts' must be the path of a prompt file"),
+    ({"cache_dir": "/sys/propme-test-cache"}, "cannot create the prompt cache /sys/propme-test-cache/prompts"),
+])
+def test_task_configuration_errors_are_one_message(meta, fragment, synthetic_index):
+    from propme_tasks.hooks import TaskConfigError, load_prompts
+
+    meta = {"demo_index": str(synthetic_index), **meta}
+    with pytest.raises(TaskConfigError) as info:
+        load_prompts(corpus="demo", setting="generic", language="en", **meta)
+    assert fragment in str(info.value.code)
