@@ -7,6 +7,7 @@ Suffix arrays come from the `rust_indexing` binary shipped in the infini-gram wh
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -18,7 +19,8 @@ from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -112,61 +114,72 @@ def build_index(
     params_hash = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
     try:
-        _recover_interrupted_install(out, work)
-        existing = _existing_index(out, params_hash, force)
-        if existing is not None:
-            return existing
-        finished = _finished_partial(work, params_hash)
-        if finished is not None:  # killed between the manifest and the move: only the move is left
-            _install(work, out)
-            return finished
-
-        state = _load_state(work, params_hash)
-        if state is None:
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir(parents=True)
-            state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": [],
-                     "source_stats": source.file_stats() if source.is_local else {}}
-            _save_state(work, state)
-        if check_space:
-            _check_disk_space(work, source.estimated_text_bytes(), width)
-        started = time.time()
-        counts = _run_steps(source, tok, work, state, width, num_shards, shard_ids, batch_size, cpus, mem_bytes,
-                            check_space, progress)
-        shards = [
-            ShardInfo(id=sid, documents=counts[str(sid)]["documents"], tokens=counts[str(sid)]["tokens"],
-                      ds_bytes=shard_file(work, "tokenized", sid).stat().st_size,
-                      sa_bytes=shard_file(work, "table", sid).stat().st_size)
-            for sid in shard_ids
-        ]
-        vocab = analyze_vocab(tok)
-        _remove_strays(work)
-        manifest = IndexManifest(
-            source=params["source"],
-            tokenizer=TokenizerInfo(
-                name=tokenizer, revision=tokenizer_revision, cls=type(tok).__name__, vocab_size=len(tok),
-                max_id=max_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
-                family=vocab.family, sha256=tok_hash),
-            token_width=width,
-            delimiter_ids=vocab.delimiter_ids,
-            num_shards=num_shards,
-            shard_ids=shard_ids,
-            shards=shards,
-            build={"params_hash": params_hash, "batch_size": batch_size, "cpus": cpus,
-                   "seconds_last_run": round(time.time() - started, 2),
-                   "source_stats": state.get("source_stats", {}),
-                   "replaced_surrogates": state.get("replaced_surrogates", 0)},
-            versions=_versions(),
-            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            files=checksum_files(work, index_file_names(shard_ids)),
-        )
-        manifest.write(work)  # its presence marks a finished build (see _finished_partial)
-        (work / STATE_NAME).unlink()
-        _install(work, out)
+        with _build_lock(out):
+            return _build_locked(source, tok, out, work, params, params_hash, tokenizer, tokenizer_revision,
+                                 max_id, width, tok_hash, num_shards, shard_ids, batch_size, cpus, mem_bytes,
+                                 force, check_space, progress)
     except OSError as exc:
         raise ConfigError(f"cannot write the index: {exc.strerror or exc} ({exc.filename or work})",
                           "free disk space or choose a writable --out; re-run the same command to resume "
                           "(finished steps are kept)") from None
+
+
+def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict[str, Any], params_hash: str,
+                  tokenizer: str, tokenizer_revision: str | None, max_id: int, width: int, tok_hash: str,
+                  num_shards: int, shard_ids: list[int], batch_size: int, cpus: int, mem_bytes: int, force: bool,
+                  check_space: bool, progress: bool) -> IndexManifest:
+    """The build proper, while this process alone builds `out`: reuse, finish, resume or start it."""
+    _recover_interrupted_install(out, work)
+    existing = _existing_index(out, params_hash, force)
+    if existing is not None:
+        return existing
+    finished = _finished_partial(work, params_hash)
+    if finished is not None:  # killed between the manifest and the move: only the move is left
+        _install(work, out)
+        return finished
+
+    state = _load_state(work, params_hash)
+    if state is None:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": [],
+                 "source_stats": source.file_stats() if source.is_local else {}}
+        _save_state(work, state)
+    if check_space:
+        _check_disk_space(work, source.estimated_text_bytes(), width)
+    started = time.time()
+    counts = _run_steps(source, tok, work, state, width, num_shards, shard_ids, batch_size, cpus, mem_bytes,
+                        check_space, progress)
+    shards = [
+        ShardInfo(id=sid, documents=counts[str(sid)]["documents"], tokens=counts[str(sid)]["tokens"],
+                  ds_bytes=shard_file(work, "tokenized", sid).stat().st_size,
+                  sa_bytes=shard_file(work, "table", sid).stat().st_size)
+        for sid in shard_ids
+    ]
+    vocab = analyze_vocab(tok)
+    _remove_strays(work)
+    manifest = IndexManifest(
+        source=params["source"],
+        tokenizer=TokenizerInfo(
+            name=tokenizer, revision=tokenizer_revision, cls=type(tok).__name__, vocab_size=len(tok),
+            max_id=max_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+            family=vocab.family, sha256=tok_hash),
+        token_width=width,
+        delimiter_ids=vocab.delimiter_ids,
+        num_shards=num_shards,
+        shard_ids=shard_ids,
+        shards=shards,
+        build={"params_hash": params_hash, "batch_size": batch_size, "cpus": cpus,
+               "seconds_last_run": round(time.time() - started, 2),
+               "source_stats": state.get("source_stats", {}),
+               "replaced_surrogates": state.get("replaced_surrogates", 0)},
+        versions=_versions(),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        files=checksum_files(work, index_file_names(shard_ids)),
+    )
+    manifest.write(work)  # its presence marks a finished build (see _finished_partial)
+    (work / STATE_NAME).unlink()
+    _install(work, out)
     return manifest
 
 
@@ -238,6 +251,34 @@ def _check_out_spares_source(out: Path, source: CorpusSource) -> None:
         if p == out or out in p.parents:
             raise ConfigError(f"--out {out} is or contains the corpus {p}; building there could delete it",
                               "choose an --out outside the corpus folder")
+
+
+@contextmanager
+def _build_lock(out: Path) -> Iterator[None]:
+    """Hold `.<out>.propme-lock` beside `out` for the whole build; a second build of `out` stops at once.
+    The lock file is removed at the end (a build that finds it unlinked under its lock tries again)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.parent / f".{out.name}.propme-lock"
+    while True:
+        fh = open(path, "a")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise ConfigError(f"another `propme index build` is building {out} right now",
+                              "wait for it to finish (re-running the same command afterwards is a no-op)") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        fh.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        fh.close()
 
 
 def _recover_interrupted_install(out: Path, work: Path) -> None:

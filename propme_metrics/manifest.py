@@ -109,7 +109,10 @@ class IndexManifest:
     def read(cls, folder: str | Path) -> "IndexManifest":
         path = Path(folder) / MANIFEST_NAME
         if not Path(folder).is_dir():
+            aside = Path(folder).absolute().parent / f".{Path(folder).name}.propme-old"
             raise IndexFormatError(f"index folder {folder} does not exist",
+                                   "a build was interrupted while it replaced this index (the old one waits in "
+                                   f"{aside}): re-run that `propme index build` to finish it" if aside.is_dir() else
                                    "build one with `propme index build SOURCE --out DIR`")
         if not path.is_file():
             raise IndexFormatError(f"{folder} is not a PropMe index (no {MANIFEST_NAME})",
