@@ -162,6 +162,10 @@ class Index:
             raise IndexFormatError(f"{self.path} lacks {WORD_STARTS_NAME} or {TOKENIZER_DIRNAME}/",
                                    "rebuild the index with `propme index build`")
         bad = checksum_mismatches(self.path, m.files, full=False)
+        if bad and bad[0].startswith(TOKENIZER_DIRNAME + "/"):
+            raise IndexFormatError(f"the tokenizer stored in {self.path} is not the one the index was built with "
+                                   f"({bad[0]})", "the tokenizer folder inside the index was altered; rebuild the "
+                                   "index or restore that folder")
         if bad:
             raise IndexFormatError(f"{self.path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
                                    "a file was changed after the build (disk error, copy gone wrong, edit); "

@@ -100,7 +100,7 @@ def trace_config(meta: dict[str, Any]) -> TraceConfig:
                     values[f.name] = _typed(raw, kind)
                 except (TypeError, ValueError):
                     what = {int: "an integer", float: "a finite number"}.get(kind, f"a {kind.__name__}")
-                    raise TaskConfigError(f"{where} must be {what}, not {raw!r}") from None
+                    raise TaskConfigError(f"bad tracing parameters: {where} must be {what}, not {raw!r}") from None
         return TraceConfig(**values)
     except (TypeError, ValueError) as exc:
         raise TaskConfigError(f"bad tracing parameters: {exc}") from None

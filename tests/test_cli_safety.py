@@ -73,8 +73,11 @@ def test_interrupted_trace_resumes_with_identical_results(tmp_path, monkeypatch,
     code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path / "twice"))
     assert code == 0, err
     assert "resumed: 4 of 9" in err and sum(calls) == 5  # only the rest was traced
-    for name in ("r.jsonl", "s.json"):
-        assert (tmp_path / "twice" / name).read_bytes() == (tmp_path / "once" / name).read_bytes()
+    assert (tmp_path / "twice" / "r.jsonl").read_bytes() == (tmp_path / "once" / "r.jsonl").read_bytes()
+    once, twice = (json.loads((tmp_path / d / "s.json").read_text()) for d in ("once", "twice"))
+    assert twice.pop("results") == str(tmp_path / "twice" / "r.jsonl")
+    once.pop("results")
+    assert twice == once
     assert sorted(p.name for p in (tmp_path / "twice").iterdir()) == ["r.jsonl", "s.json"]
 
 
