@@ -564,10 +564,11 @@ def _existing_index(out: Path, params_hash: str, force: bool) -> IndexManifest |
     if not entries:
         return None
     foreign = [name for name in entries if not _is_index_entry(name)]
-    if (out / MANIFEST_NAME).is_file() and not foreign:
+    if (out / MANIFEST_NAME).is_file():
         manifest = IndexManifest.read(out)
         if manifest.build.get("params_hash") == params_hash and not force:
             return manifest
+    if (out / MANIFEST_NAME).is_file() and not foreign:
         if not force:
             raise ConfigError(
                 f"{out} already holds a different index (source {manifest.source.get('location')}, "

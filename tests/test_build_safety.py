@@ -101,6 +101,7 @@ def test_force_replaces_only_an_index(tmp_path, tok, cli_run):
     idx = tmp_path / "idx"
     assert cli_run(*build_args(corpus, idx, tok))[0] == 0
     (idx / "README.txt").write_text("my notes on this index")
+    assert cli_run(*build_args(corpus, idx, tok))[0] == 0  # the same build again: still a no-op
     other = write_jsonl(tmp_path / "other.jsonl", word_docs(30, 2))
     code, _, err = cli_run(*build_args(other, idx, tok, "--force"))
     assert code == 2 and "README.txt" in err
