@@ -76,7 +76,7 @@ from typing import Any, Iterable, Sequence
 from .errors import ConfigError
 from .files import write_atomic
 from .generations import sample_key
-from .jsonl import first_non_finite, json_objects
+from .jsonl import first_non_finite, json_objects, scrub_surrogates
 from .metrics import counts_for_metrics, generation_values
 from .pm import Interval, PromptStat, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from .trace import TraceResult
@@ -212,7 +212,7 @@ class RunTask:
 def _read_json(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            return scrub_surrogates(json.load(fh))[0]  # a "\ud800" in a model name cannot be written out
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc})",
                           "pass lm-eval's results_*.json files or the folders holding them") from None

@@ -142,10 +142,11 @@ def test_hostile_samples_fields_give_a_report(tmp_path_factory, cli_run, model, 
     settings_ = {"generic": [[gen("generic-0#0", 3, (0.2,), text="TEXT-MARKER")]] +
                  setting_prompts("generic", 2, [(2, 4)], {}, set())[0:2],
                  "prefix": setting_prompts("prefix", 3, [(3, 5)], {0: 0.5}, {0})}
-    run = write_run(root / "run", as_read(model) or "m", "", settings_, prompt_text="PROMPT-MARKER").parent
-    for f in run.rglob("samples_*.jsonl"):  # the fields as lm-eval writes them: JSON escapes, surrogates too
+    run = write_run(root / "run", "MODEL-MARKER", "", settings_, prompt_text="PROMPT-MARKER").parent
+    for f in [*run.rglob("samples_*.jsonl"), *run.rglob("results_*.json")]:  # as lm-eval writes them: JSON escapes
         data = f.read_text(encoding="utf-8")
-        data = data.replace("TEXT-MARKER", json.dumps(text)[1:-1]).replace("PROMPT-MARKER", json.dumps(prompt)[1:-1])
+        for marker, value in (("TEXT-MARKER", text), ("PROMPT-MARKER", prompt), ("MODEL-MARKER", model or "m")):
+            data = data.replace(marker, json.dumps(value)[1:-1])
         f.write_text(data, encoding="utf-8")
     code, _, err = cli_run("report", run, "--out", root / "rep", "--bootstrap", "20")
     assert code == 0, err
