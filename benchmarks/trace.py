@@ -17,8 +17,10 @@ What it does, in one run:
 The baseline is the straightforward loop of the published code: for every start position one
 `engine.find` on the whole remaining suffix; when that suffix does not occur, the suffix-array
 neighbours of its insertion point are fetched with `engine.get_doc_by_rank_2` and their common
-prefix with the query measured in Python. Spans are then counted with `engine.find` and documents
-fetched with `engine.get_docs_by_ranks_2`; the other steps (rules, rarity, NV-recall) are shared.
+prefix with the query measured in Python. Spans and unions are then counted with `engine.find` and
+windows fetched with `engine.get_doc_by_rank(max_disp_len=5L)`; the other steps (rules, rarity,
+anchors, classes, NV-recall) are shared. A fourth measurement times start-up: a fresh process that
+imports PropMe, opens the small index and traces one generation.
 """
 from __future__ import annotations
 
@@ -46,15 +48,7 @@ def baseline_tracer_class():
     class BaselineTracer(Tracer):
         """Step 1 and the lookups through infini-gram's engine, one call per start / span / document."""
 
-        def maximal_spans(self, ids):
-            # the published loop visits every start; the word-start rule is applied afterwards
-            self._all_ends = self.longest_matches(ids, list(range(len(ids))))
-            return super().maximal_spans(ids)
-
         def longest_matches(self, ids, starts=None):
-            if starts is not None and getattr(self, "_all_ends", None) is not None:
-                ends, self._all_ends = self._all_ends, None
-                return ends[list(starts)]
             import numpy as np
 
             engine = self.index.engine
@@ -87,13 +81,14 @@ def baseline_tracer_class():
                 out.append(Occurrences(f["cnt"], [tuple(x) for x in f["segment_by_shard"]]))
             return out
 
-        def _windows(self, s, ranks, needle_len, ctx):
+        def windows(self, occurrences, max_disp_len):
             import numpy as np
 
-            res = self.index.engine.get_docs_by_ranks_2(requests=[(s, r, needle_len, ctx) for r in ranks])
+            engine = self.index.engine
+            docs = [engine.get_doc_by_rank(s=s, rank=r, max_disp_len=max_disp_len) for s, r in occurrences]
             return [DocWindow(shard=self.index.engine_shards[s], doc_ix=d["doc_ix"], doc_len=d["doc_len"],
                               token_ids=np.asarray(d["token_ids"]), needle_offset=d["needle_offset"],
-                              metadata=d["metadata"]) for d in res]
+                              metadata=d["metadata"]) for (s, _), d in zip(occurrences, docs)]
 
     return BaselineTracer
 
@@ -131,7 +126,7 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
             step1 = lambda ids: engine.attribute(input_ids=ids, delim_ids=delims, min_len=1,  # noqa: E731
                                                  max_cnt=2**62, enforce_bow=True)
         else:
-            step1 = tracer.maximal_spans
+            step1 = lambda ids: tracer.clean_spans(ids, tracer.step1_spans(ids))  # noqa: E731
         for _ in range(repeat):
             t0 = time.perf_counter()
             for ids in all_ids:
@@ -179,6 +174,27 @@ def run_measure(args: argparse.Namespace, kind: str, index: Path, workers: int, 
     if proc.returncode != 0:
         sys.exit(f"measurement failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+STARTUP = ("import sys, time; t0 = time.perf_counter(); from propme_metrics.trace import Tracer; "
+           "t = Tracer(sys.argv[1]); t.trace_one(sys.argv[2], 'k'); print(time.perf_counter() - t0)")
+
+
+def measure_startup(index: Path, text: str, repeat: int) -> dict:
+    """Wall time of a fresh `python` that imports PropMe, opens `index` and traces one generation,
+    next to a bare `python -c pass` (best of `repeat`)."""
+    best, bare, inner = math.inf, math.inf, math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", STARTUP, str(index), text], capture_output=True, text=True)
+        best = min(best, time.perf_counter() - t0)
+        if proc.returncode != 0:
+            sys.exit(f"start-up measurement failed:\n{proc.stderr[-3000:]}")
+        inner = min(inner, float(proc.stdout.strip().splitlines()[-1]))
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        bare = min(bare, time.perf_counter() - t0)
+    return {"seconds": best, "inner_seconds": inner, "python_seconds": bare}
 
 
 # -- corpus, indexes, generations -----------------------------------------------------------------
@@ -312,6 +328,8 @@ def main() -> None:
     # a few generations and a time limit
     a1 = run_measure(args, "attribute-step1", big, 1, every=max(1, args.generations // 3), timeout=120)
 
+    first = json.loads(open(args.gens_file, encoding="utf-8").readline())["text"]
+    start = measure_startup(small, first, max(3, args.repeat))
     ours = [json.loads(x) for x in open(args.work / "tracer-results.jsonl", encoding="utf-8")][::every]
     theirs = [json.loads(x) for x in open(args.work / "baseline-results.jsonl", encoding="utf-8")]
     agree = sum(a == b for a, b in zip(ours, theirs))
@@ -348,6 +366,10 @@ def main() -> None:
           f"call with word starts, delimiters and every occurrence listed); 'end to end' includes tokenizing, "
           f"counting, document windows, decoding, match classes and NV-recall (shared code). ru_maxrss of the "
           f"2-worker run is that of its largest process.")
+    print(f"Start-up (fresh process: import, open the {small_t} index, trace one generation): "
+          f"{start['seconds']:.2f} s wall, {start['inner_seconds']:.2f} s inside Python "
+          f"(a bare `python -c pass` takes {start['python_seconds']:.2f} s); goal < 1 s: "
+          f"{'met' if start['seconds'] < 1 else 'MISSED'}.")
     speed = tr2["rate"] / base["rate"]
     print(f"Goals: end-to-end speed-up >= 10x: {'met' if speed >= 10 else 'MISSED'} ({speed:.1f}x with {args.workers} "
           f"workers, {tr1['rate'] / base['rate']:.1f}x with 1; step 1 alone {s1['rate'] / b1['rate']:.1f}x); "

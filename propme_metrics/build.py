@@ -33,7 +33,7 @@ from .manifest import (MANIFEST_NAME, SHARD_FILES, TOKENIZER_DIRNAME, WORD_START
                        ShardInfo, TokenizerInfo, shard_file)
 from .progress import progress_bar, rate
 from .sources import CorpusSource
-from .tokenizer import DEFAULT_TOKENIZER, analyze_vocab, load_tokenizer, max_token_id, tokenizer_hash
+from .tokenizer import DEFAULT_TOKENIZER, analyze_vocab, files_sha256, load_tokenizer, max_token_id, tokenizer_hash
 
 STATE_NAME = "propme-build-state.json"
 OVERLAP_BYTES = 100_000  # how far suffix-array parts overlap (the binary's hack size)
@@ -163,7 +163,7 @@ def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict
         tokenizer=TokenizerInfo(
             name=tokenizer, revision=tokenizer_revision, cls=type(tok).__name__, vocab_size=len(tok),
             max_id=max_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
-            family=vocab.family, sha256=tok_hash),
+            family=vocab.family, sha256=tok_hash, files_sha256=files_sha256(work / TOKENIZER_DIRNAME)),
         token_width=width,
         delimiter_ids=vocab.delimiter_ids,
         num_shards=num_shards,

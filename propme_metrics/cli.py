@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -18,17 +17,6 @@ from .progress import stderr_console
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-def _finite_float(value: str) -> float:
-    """A finite, non-negative number (NaN, inf and negatives are refused before any work)."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-    if not math.isfinite(number) or number < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value!r}")
-    return number
 
 
 def _count(minimum: int):
@@ -426,7 +414,7 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
         "trace", help="trace generations to the corpus (SimpleTrace) and compute ALS, FMR, NVR",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Trace each generation back to the index's documents (maximal verbatim spans, rarity "
-                    "filter, documents with match class and NV-recall, merged segments) and aggregate the "
+                    "filter, corpus-verified merging, documents with match class and NV-recall) and aggregate the "
                     "memorization metrics. --input is a JSONL file with one generation per line (field "
                     "--text-field; 'continuation', if present, is the true continuation of a prefix prompt) or "
                     "an lm-eval samples_*.jsonl written by --log_samples (detected: the model's filtered "
@@ -442,7 +430,8 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--key-field", default=None, help="field naming a generation (default: key, id or doc_id if "
                    "present, else the line number)")
     t.add_argument("--mode", choices=("text", "mixed"), default=d.mode,
-                   help="text: sentence and whole-word rules; mixed (code, markup): look the whole generation up first")
+                   help="mixed (the published default): whole-generation lookup, spans of 4+ tokens, no sentence "
+                        "rules; text: sentence and whole-word rules")
     t.add_argument("--workers", type=int, default=1, help="processes tracing in parallel")
     t.add_argument("--tokenizer", dest="check_tokenizer", default=None, metavar="NAME_OR_DIR",
                    help="check that this tokenizer (hub id or folder) is the index's; error if not")
@@ -450,10 +439,14 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                    help="keep the K = ceil(L / this) rarest spans of a generation of L tokens")
     t.add_argument("--docs-per-span", type=_positive, default=d.docs_per_span,
                    help="documents retrieved per kept span (a seeded sample when more contain it)")
-    t.add_argument("--context-factor", type=_finite_float, default=d.context_factor,
-                   help="document window: this times L tokens of context on each side of a span")
-    t.add_argument("--min-span-tokens", type=_positive, default=d.min_span_tokens, help="ignore shorter maximal spans")
-    t.add_argument("--seed", type=_natural, default=d.seed, help="seed of the document samples (with each generation's key)")
+    t.add_argument("--window-factor", type=_positive, default=d.window_factor,
+                   help="document window: this times L tokens around each occurrence (the engine's max_disp_len)")
+    t.add_argument("--max-anchors", type=_positive, default=d.max_anchors,
+                   help="mixed mode: long spans tried to find a full copy when the generation's tokens do not occur")
+    t.add_argument("--rarity", choices=("log", "product"), default=d.rarity,
+                   help="rarity score: sum of log-probabilities, or the published product (underflows on long spans)")
+    t.add_argument("--seed", type=_natural, default=d.seed,
+                   help="document samples: random.Random(f'{seed}:{generation}') per generation")
     t.add_argument("--snippet-chars", type=_natural, default=d.snippet_chars,
                    help="characters of document context kept on each side of a span in the results")
     t.add_argument("--max-tokens", type=_positive, default=d.max_tokens,

@@ -95,8 +95,16 @@ class Index:
         """Tokens in the suffix arrays, separators included (the unigram denominator)."""
         return sum(s.ds_bytes // self.token_width for s in self.manifest.shards)
 
+    @cached_property
+    def backend(self):
+        """The index tokenizer's Rust core (tokenizers), loaded from its tokenizer.json in milliseconds."""
+        from .tokenizer import load_backend
+
+        return load_backend(self.path / TOKENIZER_DIRNAME)
+
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        """Index-tokenizer ids of a text, no special tokens (as the HF tokenizer with add_special_tokens=False)."""
+        return self.backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, clean_up_tokenization_spaces=False)

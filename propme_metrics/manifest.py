@@ -46,6 +46,7 @@ class TokenizerInfo:
     bos_token_id: int | None
     family: str
     sha256: str
+    files_sha256: str | None = None  #: bytes of the saved tokenizer files (a fast check when opening)
 
 
 @dataclass

@@ -23,13 +23,14 @@ def counts_for_metrics(r: TraceResult) -> bool:
 
 
 def generation_values(r: TraceResult | dict[str, Any]) -> dict[str, float | None]:
-    """Per-generation numbers: longest segment (ALS), full matches (FMR), NV-recall sums (NVR), R20/R50."""
+    """Per-generation numbers: longest final span (ALS, R20, R50), full matches (FMR), NV-recall sums
+    over every document entry of every final span (NVR)."""
     r = _as_result(r)
     nvs = r.nv_recalls
     return {
-        "als": float(r.longest_segment),
+        "als": float(r.longest_span),
         "fmr": float(r.full_match),
-        "fmr_normalized": float(r.full_match_normalized),
+        "fmr_normalized": float(r.full_match_normalized),  # full_normalized entries only
         "r20": float(r.longest_span >= 20),
         "r50": float(r.longest_span >= 50),
         "nv_sum": float(sum(nvs)),

@@ -1,40 +1,47 @@
-"""Near-verbatim recall (NV-recall) of a generation against a document window (SPEC section 5)."""
+"""Near-verbatim recall (NV-recall) of a generation against a document window (SPEC section 5).
 
+The published definition: normalize both texts, take `difflib.SequenceMatcher(None, generation
+words, window words)`'s matching blocks (defaults, autojunk included), merge them in two passes and
+count the matched words that survive, over the generation's words. The blocks are computed here
+with numpy (same recursion, same tie-breaks, same autojunk rule: `difflib` itself is the test
+oracle), and a cheap exact bound skips windows that cannot reach the second pass' minimum.
+"""
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
 from rapidfuzz.distance import LCSseq
 
-_SINGLE_QUOTES = "\u2018\u2019\u201a\u201b\u2032\u2039\u203a"  # ‘ ’ ‚ ‛ ′ ‹ ›
-_DOUBLE_QUOTES = "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"  # “ ” „ ‟ ″ « »
-# ‐ ‑ ‒ – — ― ⁃ − ⸺ ⸻ ﹘ ﹣ －
-_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2043\u2212\u2e3a\u2e3b\ufe58\ufe63\uff0d"
-_FOLDS: tuple[tuple[str, str], ...] = (
-    *((ch, "'") for ch in _SINGLE_QUOTES),
-    *((ch, '"') for ch in _DOUBLE_QUOTES),
-    *((ch, "-") for ch in _DASHES),
-    ("\u2026", "..."),
-)
-
-
-def _fold(text: str) -> str:
-    # Chained str.replace is far faster than str.translate on non-ASCII (e.g. Danish) text.
-    for old, new in _FOLDS:
-        text = text.replace(old, new)
-    return text
+#: characters folded before matching (after NFKC): quotes to ASCII, dashes to an em dash, ellipsis
+_FOLD = (("\u2018", "'"), ("\u2019", "'"), ("\u201a", "'"), ("\u201b", "'"),
+         ("\u201c", '"'), ("\u201d", '"'), ("\u201e", '"'), ("\u201f", '"'), ("\u00ab", '"'), ("\u00bb", '"'),
+         ("\u2013", "\u2014"), ("\u2015", "\u2014"), ("\u2212", "\u2014"), ("\u2026", "..."))
+_SPACED_ELLIPSIS = re.compile(r"\.\s+\.\s+\.")
+_GLUED_ELLIPSIS = re.compile(r"\.\.\.(?=[0-9A-Za-z])")
+_EMPHASIS = re.compile(r"_([^_]+)_")
+#: NV-recall values are rounded half-up to this many decimals, as published
+DECIMALS = 9
+#: difflib's autojunk: sequences of at least this many words drop their popular words (> 1% + 1)
+AUTOJUNK_MIN = 200
 
 
 def normalize_words(text: str) -> list[str]:
-    """Split text into comparable words: NFKC, straight quotes, one dash, '...', lowercase.
-
-    Folding runs before NFKC (which would turn a double prime into two primes) and after it.
-    """
-    return _fold(unicodedata.normalize("NFKC", _fold(text))).lower().split()
+    """The comparable words of a text: NFKC, folded quotes/dashes/ellipses, `_x_` emphasis
+    unwrapped, lowercase, split on white space."""
+    norm = unicodedata.normalize("NFKC", text)
+    for old, new in _FOLD:  # chained replace: far faster than str.translate on non-ASCII text
+        if old in norm:
+            norm = norm.replace(old, new)
+    norm = _SPACED_ELLIPSIS.sub("...", norm)
+    norm = _GLUED_ELLIPSIS.sub("... ", norm)
+    norm = _EMPHASIS.sub(r"\1", norm)
+    return norm.lower().split()
 
 
 def _adaptive(n: int, factor: float, lo: int, hi: int) -> int:
@@ -54,7 +61,7 @@ class NVParams:
 
     @classmethod
     def adaptive(cls, n: int) -> NVParams:
-        """Parameters scaled to a generation of n words (SPEC table: round half to even, clamp)."""
+        """Parameters scaled to a generation of n words (round half to even, then clamp)."""
         return cls(
             l1=_adaptive(n, 0.15, 2, 20),
             l2=_adaptive(n, 0.35, 4, 100),
@@ -63,6 +70,20 @@ class NVParams:
             gap2=_adaptive(n, 0.08, 2, 12),
             align2=_adaptive(n, 0.03, 1, 5),
         )
+
+
+class NVScore(NamedTuple):
+    """NV-recall of one window, with the word counts behind it."""
+
+    recall: float
+    matched_words: int    #: generation words inside surviving blocks
+    reference_words: int  #: words of the generation (the denominator)
+    candidate_words: int  #: words of the window
+
+
+def round_metric(value: float) -> float:
+    """Round half-up to DECIMALS places (the published rounding of NV-recall)."""
+    return float(Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-DECIMALS), rounding=ROUND_HALF_UP)) or 0.0
 
 
 def _equal_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -78,15 +99,30 @@ def _equal_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows, cols
 
 
-def _matching_blocks(rows: np.ndarray, cols: np.ndarray, n: int) -> list[tuple[int, int, int]]:
-    """Exactly difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()[:-1].
+def popular_mask(b: np.ndarray) -> np.ndarray:
+    """difflib's autojunk: in a sequence of AUTOJUNK_MIN+ items, items occurring more than
+    len // 100 + 1 times are 'popular' and never start a match (they may still extend one)."""
+    mask = np.zeros(len(b), dtype=bool)
+    if len(b) >= AUTOJUNK_MIN:
+        values, inverse, counts = np.unique(b, return_inverse=True, return_counts=True)
+        mask = counts[inverse] > len(b) // 100 + 1
+    return mask
 
-    Same recursion (longest match in a rectangle, earliest in a then in b, recurse left and
-    right), but each rectangle is one vectorized pass over its equal pairs, using each pair's
-    diagonal run length ending there, clipped to start inside the rectangle.
+
+def _matching_blocks(a: np.ndarray, b: np.ndarray, autojunk: bool = True) -> list[tuple[int, int, int]]:
+    """Exactly difflib.SequenceMatcher(None, a, b, autojunk=autojunk).get_matching_blocks()[:-1].
+
+    Same recursion (longest match in a rectangle, earliest in a then in b, extended over equal
+    neighbours, recurse left and right). Each rectangle is one vectorized pass over its equal
+    pairs (popular b items excluded), using each pair's diagonal run length ending there,
+    clipped to start inside the rectangle.
     """
-    if rows.size == 0:
-        return []
+    rows, cols = _equal_pairs(a, b)
+    if autojunk:
+        keep = ~popular_mask(b)[cols]
+        rows, cols = rows[keep], cols[keep]
+    n = len(a)
+    a_list, b_list = a.tolist(), b.tolist()
     diag_key = (cols - rows + n) * (n + 1) + rows
     order = np.argsort(diag_key)
     sorted_key = diag_key[order]
@@ -95,24 +131,30 @@ def _matching_blocks(rows: np.ndarray, cols: np.ndarray, n: int) -> list[tuple[i
     idx = np.arange(rows.size)
     run_len = np.empty(rows.size, dtype=np.int64)
     run_len[order] = idx - np.maximum.accumulate(np.where(run_start, idx, 0)) + 1
-
     found: list[tuple[int, int, int]] = []
-    stack = [(0, 0, np.stack([rows, cols, run_len]))]
+    stack = [(0, len(a), 0, len(b), np.stack([rows, cols, run_len]))]
     while stack:
-        alo, blo, pairs = stack.pop()
+        alo, ahi, blo, bhi, pairs = stack.pop()
         r, c, runs = pairs
-        clipped = np.minimum(runs, np.minimum(r - (alo - 1), c - (blo - 1)))
-        p = int(clipped.argmax())  # first maximum in row-major order = difflib's tie-break
-        k = int(clipped[p])
-        i, j = int(r[p]) - k + 1, int(c[p]) - k + 1
+        if r.size:
+            clipped = np.minimum(runs, np.minimum(r - (alo - 1), c - (blo - 1)))
+            p = int(clipped.argmax())  # first maximum in row-major order = difflib's tie-break
+            k = int(clipped[p])
+            i, j = int(r[p]) - k + 1, int(c[p]) - k + 1
+        else:  # no pair may start a match; difflib still extends its empty match at the corner
+            i, j, k = alo, blo, 0
+        # difflib extends the best match over equal neighbours (popular items included)
+        while i > alo and j > blo and a_list[i - 1] == b_list[j - 1]:
+            i, j, k = i - 1, j - 1, k + 1
+        while i + k < ahi and j + k < bhi and a_list[i + k] == b_list[j + k]:
+            k += 1
+        if not k:
+            continue
         found.append((i, j, k))
-        left = pairs[:, (r < i) & (c < j)]
-        right = pairs[:, (r >= i + k) & (c >= j + k)]
-        if left.shape[1]:
-            stack.append((alo, blo, left))
-        if right.shape[1]:
-            stack.append((i + k, j + k, right))
-
+        if alo < i and blo < j:
+            stack.append((alo, i, blo, j, pairs[:, (r < i) & (c < j)]))
+        if i + k < ahi and j + k < bhi:
+            stack.append((i + k, ahi, j + k, bhi, pairs[:, (r >= i + k) & (c >= j + k)]))
     found.sort()
     blocks: list[tuple[int, int, int]] = []
     for i, j, k in found:
@@ -139,10 +181,8 @@ def _merge(blocks: list[_Block], gap: int, align: int, min_len: int) -> list[_Bl
             last = merged[-1]
             gap_a = blk.a_start - last.a_end
             gap_b = blk.b_start - last.b_end
-            if gap_a <= gap and gap_b <= gap and abs(gap_a - gap_b) <= align:
-                merged[-1] = _Block(
-                    last.a_start, blk.a_end, last.b_start, blk.b_end, last.matched + blk.matched
-                )
+            if max(gap_a, gap_b) <= gap and abs(gap_a - gap_b) <= align:
+                merged[-1] = _Block(last.a_start, blk.a_end, last.b_start, blk.b_end, last.matched + blk.matched)
                 continue
         merged.append(blk)
     return [m for m in merged if m.matched >= min_len]
@@ -153,43 +193,36 @@ def _encode(words: list[str], vocab: dict[str, int]) -> np.ndarray:
     return np.fromiter(map(vocab.get, words, repeat(-1)), dtype=np.int64, count=len(words))
 
 
-def _recall_encoded(gen: np.ndarray, ref: np.ndarray, params: NVParams) -> float:
+def _matched_words(gen: np.ndarray, ref: np.ndarray, params: NVParams) -> int:
     # The matching blocks are in order in both lists, so together they form a common subsequence:
     # their matched words never exceed the longest common subsequence. Below l2 no block can
-    # survive pass 2, so the result is exactly 0; the bit-parallel LCS (rapidfuzz) is ~10x cheaper
+    # survive pass 2, so the result is exactly 0; the bit-parallel LCS (rapidfuzz) is far cheaper
     # than the blocks and settles most partial documents.
     if LCSseq.similarity(gen, ref, score_cutoff=params.l2) == 0:
-        return 0.0
-    rows, cols = _equal_pairs(gen, ref)
-    # Matched words sit at distinct generation positions that have a partner in the reference:
-    # with fewer than l2 such positions no block can survive pass 2.
-    if rows.size == 0 or np.count_nonzero(np.diff(rows)) + 1 < params.l2:
-        return 0.0
-    raw = _matching_blocks(rows, cols, len(gen))
+        return 0
+    raw = _matching_blocks(gen, ref)
     blocks = [_Block(i, i + k, j, j + k, k) for i, j, k in raw]
     blocks = _merge(blocks, params.gap1, params.align1, params.l1)
     blocks = _merge(blocks, params.gap2, params.align2, params.l2)
-    return min(max(sum(b.matched for b in blocks) / len(gen), 0.0), 1.0)
+    return sum(b.matched for b in blocks)
 
 
-def nv_recall(generation: str, reference: str, params: NVParams | None = None) -> float:
-    """Share of the generation's words found near-verbatim in the reference (0 for no words)."""
-    return nv_recall_many(generation, [reference], params)[0]
-
-
-def nv_recall_many(
-    generation: str, references: list[str], params: NVParams | None = None
-) -> list[float]:
-    """NV-recall of one generation against many windows, normalizing the generation only once.
-
-    params default to NVParams.adaptive(number of generation words).
-    """
+def nv_scores(generation: str, windows: list[str]) -> list[NVScore]:
+    """NV-recall of one generation against many windows, normalizing the generation only once."""
     gen_words = normalize_words(generation)
+    win_words = [normalize_words(w) for w in windows]
     if not gen_words:
-        return [0.0] * len(references)
+        return [NVScore(0.0, 0, 0, len(w)) for w in win_words]
     vocab = {w: i for i, w in enumerate(dict.fromkeys(gen_words))}
     gen = _encode(gen_words, vocab)
-    params = params or NVParams.adaptive(len(gen))
-    return [
-        _recall_encoded(gen, _encode(normalize_words(ref), vocab), params) for ref in references
-    ]
+    params = NVParams.adaptive(len(gen))
+    out = []
+    for words in win_words:
+        matched = _matched_words(gen, _encode(words, vocab), params)
+        out.append(NVScore(round_metric(matched / len(gen)), matched, len(gen), len(words)))
+    return out
+
+
+def nv_recall(generation: str, window: str) -> float:
+    """Share of the generation's words found near-verbatim in the window (0 for no words)."""
+    return nv_scores(generation, [window])[0].recall

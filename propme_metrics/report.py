@@ -343,8 +343,12 @@ def _load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()) -> tu
                 try:
                     result = TraceResult.from_dict(gen)
                 except (KeyError, TypeError, ValueError) as exc:
+                    old = isinstance(gen, dict) and "segments" in gen and "final_spans" not in gen
                     raise ConfigError(f"{path}, line {lineno}: generation {j} of prompt {pid} is not a "
-                                      f"PropMe trace ({type(exc).__name__}: {exc})") from None
+                                      f"PropMe trace ({type(exc).__name__}: {exc})",
+                                      "it was traced by PropMe 0.1 (segments, not final spans): re-run the "
+                                      "lm-eval tasks, or re-trace the file with `propme trace`" if old else
+                                      None) from None
                 rec.generations.append(gen)
                 rec.values.append(generation_values(result) if counts_for_metrics(result) else None)
     return list(prompts.values()), identities

@@ -40,10 +40,10 @@ def script_json(data: Any) -> str:
 
 
 def locate_segments(text: str, segments: list[dict[str, Any]]) -> list[tuple[int, int] | None]:
-    """Character range of each segment in `text`, found by its `text`, left to right.
+    """Character range of each final span in `text`, found by its `text`, left to right.
 
-    Segments are searched in token order, each from the end of the previous one found; a
-    segment whose text (or stripped text) does not occur there gets None.
+    Spans are searched in token order, each from the start of the previous one found; a span
+    whose text (or stripped text) does not occur there gets None.
     """
     located: list[tuple[int, int] | None] = [None] * len(segments)
     pos = 0
@@ -55,7 +55,7 @@ def locate_segments(text: str, segments: list[dict[str, Any]]) -> list[tuple[int
                 j = text.find(candidate, pos)
                 if j >= 0:
                     located[i] = (j, j + len(candidate))
-                    pos = j + len(candidate)
+                    pos = j  # final spans may overlap: the next one starts at or after this start
                     break
     return located
 
@@ -202,14 +202,13 @@ class _Page:
 
     def generation(self, gen: dict[str, Any], block: dict[str, Any], title: str) -> str:
         text = str(gen.get("text") or "")
-        segments = [s for s in (gen.get("segments") or []) if isinstance(s, dict)]
-        documents = [d for d in (gen.get("documents") or []) if isinstance(d, dict)]
+        segments = [s for s in (gen.get("final_spans") or []) if isinstance(s, dict)]
+        n_docs = sum(len(s.get("documents") or []) for s in segments)
         badges = []
         if gen.get("error") is not None:
             badges.append(f'<span class="b bad">tracing failed (excluded): {esc(gen.get("error"))}</span>')
         if gen.get("degenerate"):
             badges.append('<span class="b bad">degenerate (excluded)</span>')
-        badges.append(f'<span class="b">longest segment {esc(gen.get("longest_segment", 0))} tok</span>')
         badges.append(f'<span class="b">longest span {esc(gen.get("longest_span", 0))} tok</span>')
         nvmax = gen.get("nv_recall_max")
         if isinstance(nvmax, (int, float)):
@@ -220,15 +219,14 @@ class _Page:
             badges.append('<span class="b high">normalized full match</span>')
         if gen.get("extracted") is True:
             badges.append('<span class="b full">continuation extracted</span>')
-        badges.append(f'<span class="b dim">{len(segments)} segment(s), {len(documents)} document(s)</span>')
+        badges.append(f'<span class="b dim">{len(segments)} final span(s), {n_docs} document entries</span>')
         if not segments:
             return f'<div class="gen"><div class="badges">{"".join(badges)}</div><div class="gtext">{esc(text)}</div></div>'
 
         gid = str(len(block))
         seg_data, classes = [], []
         for seg in segments:
-            idx = [i for i in (seg.get("documents") or []) if isinstance(i, int) and 0 <= i < len(documents)]
-            docs = [documents[i] for i in idx]
+            docs = [d for d in (seg.get("documents") or []) if isinstance(d, dict)]
             classes.append(_seg_class(docs))
             docs.sort(key=lambda d: (_MATCH_RANK.get(d.get("match"), 3), -float(d.get("nv_recall") or 0)))
             seg_data.append({"text": str(seg.get("text") or ""), "start": seg.get("start"), "end": seg.get("end"),
@@ -239,23 +237,28 @@ class _Page:
         def mark(k: int, inner: str, tag: str = "mark") -> str:
             seg = segments[k]
             length = (seg.get("end") or 0) - (seg.get("start") or 0)
-            tip = f"segment {k + 1}: {length} tokens, {seg_data[k]['n_docs']} document(s); click for sources"
+            tip = f"span {k + 1}: {length} tokens, {seg_data[k]['n_docs']} document(s); click for sources"
             return (f'<{tag} class="seg {classes[k]}" tabindex="0" role="button" data-b="{len(self.blocks)}" '
                     f'data-g="{gid}" data-s="{k}" title="{esc(tip)}">{inner}</{tag}>')
 
         located = locate_segments(text, segments)
-        pieces, cur = [], 0
+        pieces, cur, listed = [], 0, []
+        # final spans may overlap (the full-generation span holds the others): the longest are
+        # marked in the text, the ones overlapping a marked span are listed below it
         for k, rng in sorted(((k, r) for k, r in enumerate(located) if r), key=lambda kr: kr[1][0]):
             a, b = rng
+            if a < cur:
+                listed.append(k)
+                continue
             pieces.append(esc(text[cur:a]))
             pieces.append(mark(k, esc(text[a:b])))
             cur = b
         pieces.append(esc(text[cur:]))
-        missing = [k for k, r in enumerate(located) if r is None]
+        listed += [k for k, r in enumerate(located) if r is None]
         tail = ""
-        if missing:
-            tail = ('<div class="unlocated">segments not found in the text: '
-                    + " ".join(mark(k, esc(segments[k].get("text") or f"segment {k + 1}"), "span") for k in missing)
+        if listed:
+            tail = ('<div class="unlocated">more spans: '
+                    + " ".join(mark(k, esc(segments[k].get("text") or f"span {k + 1}"), "span") for k in listed)
                     + "</div>")
         return (f'<div class="gen"><div class="badges">{"".join(badges)}</div>'
                 f'<div class="gtext">{"".join(pieces)}</div>{tail}</div>')

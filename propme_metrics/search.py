@@ -157,18 +157,20 @@ class ShardSearcher:
             active = active[hi[active] - lo[active] > 1]
         return lo, hi, llo, lhi
 
-    def windows(self, ranks: list[int], needle_len: list[int], ctx: int) -> list[DocWindow]:
-        """Document windows: `ctx` tokens either side of each occurrence, clipped to its document."""
+    def windows(self, ranks: list[int], max_disp_len: int) -> list[DocWindow]:
+        """Document windows of `max_disp_len` tokens around each occurrence, clipped to its document:
+        tokens [p - floor(M/2), p + ceil(M/2)) for an occurrence at p (the engine's `get_doc_by_rank`)."""
         w = self.width
         pos = self.ranks_to_token_pos(np.asarray(ranks, dtype=np.int64))
         ptrs = (pos * w).astype(np.uint64)
         local = np.searchsorted(self.offsets, ptrs, side="right").astype(np.int64) - 1
+        before, after = max_disp_len // 2, max_disp_len - max_disp_len // 2
         out = []
         n_docs = len(self.offsets)
-        for p, doc, nl in zip(pos.tolist(), local.tolist(), needle_len):
+        for p, doc in zip(pos.tolist(), local.tolist()):
             doc_start = int(self.offsets[doc]) // w + 1  # skip the separator
             doc_end = int(self.offsets[doc + 1]) // w if doc + 1 < n_docs else self.n
-            start, end = max(doc_start, p - ctx), min(doc_end, p + nl + ctx)
+            start, end = max(doc_start, p - before), min(doc_end, p + after)
             meta_end = int(self.metaoff[doc + 1]) if doc + 1 < n_docs else len(self.meta)
             out.append(DocWindow(shard=self.id, doc_ix=self.doc_base + doc, doc_len=doc_end - doc_start,
                                  token_ids=np.array(self.ds[start:end]), needle_offset=p - start,

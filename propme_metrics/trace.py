@@ -1,72 +1,86 @@
-"""SimpleTrace: trace a generation back to training documents (SPEC section 4).
+"""SimpleTrace: trace a generation back to training documents, as the published tracer does.
 
-1. maximal spans: for every start, the longest prefix of the suffix that occurs in the corpus,
-   cut after the first sentence delimiter and backed off to whole words;
-2. rarity filter: keep the K = ceil(L/20) spans with the lowest unigram log-probability;
-3. documents: up to 10 documents per kept span (seeded sample), classified full_raw /
-   full_normalized / partial, each scored with NV-recall on its context window;
-4. merging: overlapping kept spans become segments.
+For a completion g (stripped), tokenized with the index tokenizer into L tokens:
+0. mixed mode: look the whole of g up; its documents are full-span candidates;
+1. longest corpus match at every start (text mode: word starts only);
+2. clean spans (text: cut at sentence boundaries, whole words; mixed: 4+ tokens, not blank),
+   then maximal spans;
+3. the K = ceil(L/20) rarest spans (unigram log-probability) are kept;
+4. overlapping kept spans merge only when their union occurs; each final span gets up to 10
+   documents (a seeded sample of its occurrences, one window of 5L tokens each, classified
+   full_raw / full_normalized / partial and scored with NV-recall);
+5. mixed mode: the full-generation span (0, L) with its documents, or, when g does not occur as
+   tokenized, with the full matches found through long anchor spans.
 
-The suffix arrays are searched with numpy over the memory-mapped shard files (`search.py`) instead
-of through infini-gram's engine: the engine starts one OS thread per start position and per shard
-(`creativity`), per `find` and per document fetched, which costs far more than the search itself,
-and it never compares a query that sorts before every suffix of a shard with that shard's first
-suffix (SPEC section 3). Here all start positions of a generation are binary-searched together,
-one vectorized step at a time, comparing only the tokens not already known to match (the lower
-of the two bounds' common-prefix lengths), and both neighbours of every insertion point count,
-rank 0 included. The sort order is the engine's: byte order of little-endian token ids. Counts,
-suffix-array ranges (`segment_by_shard` in engine shard order) and document windows (`doc_ix`,
-`needle_offset`, metadata) are exactly what the engine's `find` and `get_doc_by_rank_2` return.
-
-Nothing is loaded into memory: the files are memory-mapped and only the pages a search touches
-are read.
+The suffix arrays are searched with numpy over the memory-mapped shards (`search.py`), all
+starts of a generation at once, both neighbours of every insertion point checked; counts, rank
+ranges and windows are exactly what infini-gram's engine returns. Where the published code has a
+defect PropMe deviates (word starts of byte-level tokenizers, log-probabilities instead of an
+underflowing product, counts in the unigram table, the rank-0 neighbour); nothing else differs.
 """
 from __future__ import annotations
 
-import hashlib
+import ast
 import json
 import math
+import random
 import re
 import time
 import unicodedata
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from .errors import ConfigError, IndexFormatError
 from .index import Index, open_index
-from .nvrecall import nv_recall_many
+from .nvrecall import nv_scores
 from .search import DocWindow, Occurrences, ShardSearcher
-from .tokenizer import tokenizer_hash
+from .manifest import TOKENIZER_DIRNAME
+from .tokenizer import files_sha256, tokenizer_hash
+
+#: characters that end a sentence in text mode (a span may hold one only as its last character)
+BOUNDARY_CHARS = frozenset("!.?\n")
+#: mixed mode: shorter spans (other than the whole generation) are dropped, anchors are at least this long
+MIXED_MIN_TOKENS = 4
+MATCH_CLASSES = ("full_raw", "full_normalized", "partial")
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, not {value!r}")
+
 
 @dataclass(frozen=True)
 class TraceConfig:
-    """Tracing parameters; the defaults are those of the published study (SPEC sections 4-5).
+    """Tracing parameters; the defaults are those of the published final runs (mixed mode).
 
     Every field can be set from the command line (`propme trace`), from lm-eval task metadata
-    (`trace_<field>`) or in Python; `asdict(config)` is recorded with every result summary.
+    (`trace_<field>`) or in Python; `to_dict()` is recorded with every result summary.
     """
 
-    mode: str = "text"                 #: 'text' (sentence and word rules) or 'mixed' (whole-generation lookup first, for code/markup)
-    span_divisor: int = 20             #: keep K = ceil(L / span_divisor) rarest spans (at least 1)
-    docs_per_span: int = 10            #: documents retrieved per kept span (seeded sample beyond that)
-    context_factor: float = 2.5        #: context window of round(context_factor * L) tokens on each side of a span
-    min_span_tokens: int = 1           #: shorter maximal spans are ignored
-    seed: int = 0                      #: fixed seed; each span's sample seed also uses the generation's key and the span
-    snippet_chars: int = 300           #: characters of document context kept on each side of a span in `snippet`
-    max_tokens: int = 4096             #: longer generations are not traced: recorded as failed, with the reason
+    mode: str = "mixed"         #: 'mixed' (whole-generation lookup, no sentence rules) or 'text'
+    span_divisor: int = 20      #: keep K = ceil(L / span_divisor) rarest spans (at least 1)
+    docs_per_span: int = 10     #: documents retrieved per final span (a seeded sample beyond that)
+    window_factor: int = 5      #: a document window is window_factor x L tokens around the occurrence
+    max_anchors: int = 8        #: mixed mode: anchor spans tried for full matches when g does not occur as tokenized
+    seed: int = 42              #: document samples: random.Random(f"{seed}:{g}") per generation
+    rarity: str = "log"         #: 'log' (sum of log-probabilities) or 'product' (the published product, underflows)
+    snippet_chars: int = 300    #: characters of window kept on each side of the span in each document's snippet
+    max_tokens: int = 4096      #: longer generations are not traced: recorded as failed, with the reason
 
     def __post_init__(self) -> None:
         if self.mode not in ("text", "mixed"):
             raise ValueError(f"mode must be 'text' or 'mixed', not {self.mode!r}")
-        if self.span_divisor < 1 or self.docs_per_span < 1 or self.context_factor < 0 or self.min_span_tokens < 1:
-            raise ValueError("span_divisor, docs_per_span and min_span_tokens must be >= 1, context_factor >= 0")
-        if self.snippet_chars < 0 or self.max_tokens < 1:
-            raise ValueError("snippet_chars must be >= 0 and max_tokens >= 1")
+        if self.rarity not in ("log", "product"):
+            raise ValueError(f"rarity must be 'log' or 'product', not {self.rarity!r}")
+        for name in ("span_divisor", "docs_per_span", "window_factor", "max_anchors", "max_tokens"):
+            _positive_int(name, getattr(self, name))
+        for name in ("seed", "snippet_chars"):
+            _positive_int(name, getattr(self, name), minimum=0)
 
     def k(self, n_tokens: int) -> int:
         """Spans kept by the rarity filter for a generation of `n_tokens` tokens."""
@@ -78,14 +92,14 @@ class TraceConfig:
 
 @dataclass
 class Span:
-    """A maximal verbatim span [start, end) of the generation's index tokens."""
+    """A maximal clean span [start, end) of the generation's index tokens (steps 1-2)."""
 
     start: int
     end: int
     count: int
-    rarity: float          #: sum of the tokens' unigram log-probabilities (lower = rarer)
+    rarity: float          #: rarity score (lower = rarer): sum of log-probabilities, or their product
     text: str = ""
-    kept: bool = False
+    kept: bool = False     #: among the K rarest
 
     @property
     def length(self) -> int:
@@ -94,28 +108,30 @@ class Span:
 
 @dataclass
 class TracedDocument:
-    """A retrieved document: where it is, what it is, and how closely the generation matches it."""
+    """One document entry of a final span: where it is, what it is, how closely g matches its window."""
 
     shard: int
     doc_ix: int
     source_id: Any
     metadata: dict[str, Any]
-    span: int                      #: index into the result's spans of the span that retrieved it
     match: str                     #: 'full_raw', 'full_normalized' or 'partial'
     nv_recall: float
-    snippet: str                   #: the document around the span
-    snippet_span: tuple[int, int]  #: character offsets of the span inside the snippet
+    nv_matched_words: int          #: generation words matched near-verbatim in the window
+    nv_reference_words: int        #: words of the generation
+    nv_candidate_words: int        #: words of the window
+    snippet: str                   #: the window around the occurrence
+    snippet_span: tuple[int, int]  #: character offsets of the occurrence inside the snippet
 
 
 @dataclass
-class Segment:
-    """Overlapping kept spans merged; `documents` index into the result's documents."""
+class FinalSpan:
+    """A final span of the generation with its document entries (what every metric counts)."""
 
     start: int
     end: int
     text: str
-    spans: list[int]
-    documents: list[int]
+    count: int                     #: occurrences of the span's tokens in the corpus (0: matched through anchors)
+    documents: list = field(default_factory=list)  #: TracedDocument entries (raw windows while tracing)
 
     @property
     def length(self) -> int:
@@ -127,24 +143,24 @@ class TraceResult:
     """Everything traced for one generation, JSON-able through `to_dict`."""
 
     key: str
-    text: str
+    text: str                      #: the traced completion g (stripped)
     n_tokens: int
     degenerate: bool
-    spans: list[Span] = field(default_factory=list)
-    segments: list[Segment] = field(default_factory=list)
-    documents: list[TracedDocument] = field(default_factory=list)
+    mode: str = "mixed"
+    spans: list[Span] = field(default_factory=list)              #: maximal clean spans, `kept` marked
+    final_spans: list[FinalSpan] = field(default_factory=list)   #: longest first
     extracted: bool | None = None   #: prefix prompts: the true continuation was reproduced
     error: str | None = None
 
     @property
-    def longest_span(self) -> int:
-        """Longest maximal span (before the rarity filter), in index tokens."""
-        return max((s.length for s in self.spans), default=0)
+    def documents(self) -> list[TracedDocument]:
+        """Every document entry of every final span (one document may appear once per span)."""
+        return [d for s in self.final_spans for d in s.documents]
 
     @property
-    def longest_segment(self) -> int:
-        """Longest merged segment of kept spans: the per-generation value behind ALS."""
-        return max((s.length for s in self.segments), default=0)
+    def longest_span(self) -> int:
+        """Length of the longest final span: the per-generation value behind ALS, R20 and R50."""
+        return max((s.length for s in self.final_spans), default=0)
 
     @property
     def full_match(self) -> bool:
@@ -152,7 +168,8 @@ class TraceResult:
 
     @property
     def full_match_normalized(self) -> bool:
-        return any(d.match in ("full_raw", "full_normalized") for d in self.documents)
+        """A `full_normalized` entry (the published normalized variant; raw matches do not count)."""
+        return any(d.match == "full_normalized" for d in self.documents)
 
     @property
     def nv_recalls(self) -> list[float]:
@@ -160,26 +177,30 @@ class TraceResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(longest_span=self.longest_span, longest_segment=self.longest_segment,
-                    full_match=self.full_match, full_match_normalized=self.full_match_normalized,
+        data.update(longest_span=self.longest_span, full_match=self.full_match,
+                    full_match_normalized=self.full_match_normalized,
                     nv_recall_max=max(self.nv_recalls, default=0.0))
-        order = ["key", "text", "n_tokens", "longest_span", "longest_segment", "full_match",
-                 "full_match_normalized", "nv_recall_max", "degenerate", "extracted", "error",
-                 "spans", "segments", "documents"]
+        order = ["key", "text", "n_tokens", "mode", "longest_span", "full_match", "full_match_normalized",
+                 "nv_recall_max", "degenerate", "extracted", "error", "final_spans", "spans"]
         return {k: data[k] for k in order}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TraceResult":
-        spans = [Span(**{k: s[k] for k in ("start", "end", "count", "rarity", "text", "kept")}) for s in data["spans"]]
-        segments = [Segment(**s) for s in data["segments"]]
-        documents = [TracedDocument(**{**d, "snippet_span": tuple(d["snippet_span"])}) for d in data["documents"]]
+        doc_keys = [f.name for f in fields(TracedDocument)]
+        span_keys = [f.name for f in fields(Span)]
+        finals = [FinalSpan(start=s["start"], end=s["end"], text=s["text"], count=s["count"],
+                            documents=[TracedDocument(**{**{k: d[k] for k in doc_keys},
+                                                         "snippet_span": tuple(d["snippet_span"])})
+                                       for d in s["documents"]])
+                  for s in data["final_spans"]]
         return cls(key=data["key"], text=data["text"], n_tokens=data["n_tokens"], degenerate=data["degenerate"],
-                   spans=spans, segments=segments, documents=documents, extracted=data.get("extracted"),
-                   error=data.get("error"))
+                   mode=data.get("mode", "mixed"), spans=[Span(**{k: s[k] for k in span_keys}) for s in data["spans"]],
+                   final_spans=finals, extracted=data.get("extracted"), error=data.get("error"))
 
 
 def normalize_text(text: str) -> str:
-    """Normalization behind `full_normalized` (SPEC section 4, step 3)."""
+    """Normalization behind `full_normalized`: NFKC, LF line ends, one space, no spaces at line
+    ends, at most one blank line, stripped."""
     text = unicodedata.normalize("NFKC", text).replace("\r\n", "\n").replace("\r", "\n")
     text = re.sub(r"[ \t]+", " ", text)
     text = re.sub(r" *\n *", "\n", text)
@@ -191,7 +212,7 @@ def is_degenerate(text: str) -> bool:
     """Repetitive junk: compresses below 10% with zlib and is less than half letters."""
     if not text:
         return False
-    raw = text.encode("utf-8")
+    raw = text.encode("utf-8", "surrogatepass")
     letters = sum(c.isalpha() for c in text) / len(text)
     return len(zlib.compress(raw)) / len(raw) < 0.10 and letters < 0.5
 
@@ -201,6 +222,76 @@ def continuation_reproduced(generation: str, continuation: str) -> bool:
     fold = lambda s: " ".join(s.split())  # noqa: E731
     cont = fold(continuation)
     return bool(cont) and fold(generation).startswith(cont)
+
+
+def parse_metadata(raw: str) -> dict[str, Any]:
+    """A document's metadata line: JSON or a Python literal, unwrapped from a 'metadata' field."""
+    raw = raw.strip()
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        try:
+            parsed = ast.literal_eval(raw)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return {"raw": raw}
+    if isinstance(parsed, dict) and isinstance(parsed.get("metadata"), dict):
+        parsed = parsed["metadata"]
+    return parsed if isinstance(parsed, dict) else {"value": parsed}
+
+
+def source_id(metadata: dict[str, Any], doc_ix: int) -> Any:
+    """The first non-empty of the metadata fields id, doc_id, source, url; else the document index."""
+    for key in ("id", "doc_id", "source", "url"):
+        if metadata.get(key):
+            return metadata[key]
+    return doc_ix
+
+
+def evenly_spaced(n: int, k: int) -> list[int]:
+    """k of the indices 0..n-1 spread evenly (round(i(n-1)/(k-1))), de-duplicated and topped up
+    with the first unused ones; k = 1 gives the middle one."""
+    if k <= 0 or n <= 0:
+        return []
+    if k >= n:
+        return list(range(n))
+    if k == 1:
+        return [n // 2]
+    picked = list(dict.fromkeys(round(i * (n - 1) / (k - 1)) for i in range(k)))
+    taken = set(picked)
+    for i in range(n):
+        if len(picked) == k:
+            break
+        if i not in taken:
+            picked.append(i)
+    return picked
+
+
+def select_occurrences(occ: Occurrences, limit: int, rng: random.Random | None) -> list[tuple[int, int]]:
+    """Up to `limit` (engine shard, rank) occurrences, in (shard, rank) order when all are taken;
+    else `rng.sample` of their positions (the published sample), or evenly spaced ones without rng."""
+    sizes = [hi - lo for lo, hi in occ.segment_by_shard]
+    total = sum(sizes)
+    if total <= limit:
+        picks: Sequence[int] = range(total)
+    else:
+        picks = rng.sample(range(total), limit) if rng is not None else evenly_spaced(total, limit)
+    bounds = np.cumsum([0] + sizes)
+    out = []
+    for p in picks:
+        s = int(np.searchsorted(bounds, p, side="right") - 1)
+        out.append((s, int(occ.segment_by_shard[s][0] + p - bounds[s])))
+    return out
+
+
+@dataclass
+class _Retrieved:
+    """A fetched window before classification: the occurrence, its decoded text and where the needle sits."""
+
+    win: DocWindow
+    text: str
+    needle: tuple[int, int]   #: character offsets of the needle in `text`
 
 
 class Tracer:
@@ -215,7 +306,10 @@ class Tracer:
         self.config = config or TraceConfig()
         manifest = self.index.manifest
         try:
-            found = tokenizer_hash(self.index.tokenizer)
+            backend = self.index.backend
+            # unchanged tokenizer files need no HF tokenizer (seconds to import); else it decides
+            same_files = manifest.tokenizer.files_sha256 == files_sha256(self.index.path / TOKENIZER_DIRNAME)
+            found = manifest.tokenizer.sha256 if same_files else tokenizer_hash(self.index.tokenizer)
         except ConfigError as exc:  # the copy inside the index cannot be loaded: the index is broken
             raise IndexFormatError(f"the tokenizer stored in {self.index.path} cannot be loaded: {exc.message}",
                                    "rebuild the index with `propme index build`") from None
@@ -224,18 +318,11 @@ class Tracer:
                 f"the tokenizer stored in {self.index.path} (sha256 {found[:12]}) is not the one the index was "
                 f"built with ({manifest.tokenizer.name}, sha256 {manifest.tokenizer.sha256[:12]})",
                 "the tokenizer folder inside the index was altered; rebuild the index or restore that folder")
-        self._delims = frozenset(manifest.delimiter_ids)
-        self._bow = self.index.word_start_ids
         self._separator = self.index.separator
         self._log_total = math.log(self.index.total_positions)
-        backend = self.index.tokenizer.backend_tokenizer
-        self._decode_fn = backend.decode
-        self._decode_batch = backend.decode_batch
-        # A plain byte-level decoder turns tokens into bytes and the bytes into text, so decoding the
-        # text before a span and the rest separately gives the window exactly (spans begin on
-        # character boundaries); other decoders (e.g. SentencePiece's, which strips a leading space)
-        # need the whole window decoded once more.
-        self._split_decode = type(backend.decoder).__name__ == "ByteLevel"
+        self._backend = backend
+        self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
+        self._word_initial = self._word_initial_ids(backend)
         shards, base = [], 0
         docs = {s.id: s.documents for s in manifest.shards}
         for sid in self.index.engine_shards:  # engine order: doc_ix and segment_by_shard follow it
@@ -243,46 +330,44 @@ class Tracer:
             base += docs[sid]
         self._shards = shards
 
+    def _word_initial_ids(self, backend) -> frozenset[int]:
+        """Ids whose surface form begins with the space marker (SPEC 4.8): the stored word starts
+        without the newline pieces (a newline is no space marker)."""
+        newline = ("Ċ", "<0x0A>", "<0x0D>", "\n")
+        return frozenset(i for i in self.index.word_start_ids
+                         if not (backend.id_to_token(i) or "").startswith(newline))
+
     @cached_property
     def _logprob(self) -> np.ndarray:
-        """Unigram log-probability by token id (separator included in the total); unseen ids count once."""
-        counts = {t: c for t, c in self.index.unigram_counts.items() if t != self._separator}  # never in a span
-        size = max(max(counts, default=0), self.index.manifest.tokenizer.max_id) + 1
-        table = np.full(size, -self._log_total)
+        """Unigram log-probability by token id (separator included in the total); an id missing
+        from the table has probability 1 (it cannot be in a span anyway)."""
+        counts = {t: c for t, c in self.index.unigram_counts.items() if t != self._separator and c > 0}
+        table = np.zeros(max(max(counts, default=0), self.index.manifest.tokenizer.max_id) + 1)
         for t, c in counts.items():
-            if c > 0:
-                table[t] = math.log(c) - self._log_total
+            table[t] = math.log(c) - self._log_total
         return table
 
+    @cached_property
+    def _prob(self) -> list[float]:
+        """Unigram probability by token id (count / total), 1 where the table has no count."""
+        counts, total = self.index.unigram_counts, self.index.total_positions
+        table = [1.0] * len(self._logprob)
+        for t, c in counts.items():
+            if c > 0 and t != self._separator:
+                table[t] = c / total
+        return table
+
+    def _rarity(self, ids: list[int]) -> float:
+        if self.config.rarity == "product":
+            prob = self._prob
+            return math.prod(prob[t] for t in ids)
+        return math.fsum(self._logprob[ids].tolist())
+
     def _decode(self, ids) -> str:
-        return self._decode_fn(ids.tolist() if isinstance(ids, np.ndarray) else list(ids), skip_special_tokens=False)
+        return self._backend.decode(list(ids), skip_special_tokens=False)
 
-    def _decode_windows(self, picked: list[tuple[DocWindow, int]], spans: list[Span]) -> list[tuple[str, int]]:
-        """Each window's exact text and the character offset of its span, decoded in one batch."""
-        if self._split_decode:
-            pieces = []
-            for win, _ in picked:
-                pieces += [win.token_ids[:win.needle_offset].tolist(), win.token_ids[win.needle_offset:].tolist()]
-            texts = self._decode_batch(pieces, skip_special_tokens=False)
-            return [(before + rest, len(before)) for before, rest in zip(texts[0::2], texts[1::2])]
-        out = []
-        wholes = self._decode_batch([win.token_ids.tolist() for win, _ in picked], skip_special_tokens=False)
-        for (win, span_i), window in zip(picked, wholes):
-            # where the span sits: its text's only occurrence in the window, else the first after the
-            # text before it (its own text occurs there: no character straddles a span's ends)
-            text = spans[span_i].text
-            lo = window.find(text) if text else -1
-            if lo < 0 or window.find(text, lo + 1) >= 0:
-                before = self._decode(win.token_ids[:win.needle_offset])
-                lo = window.find(text, len(before)) if text else -1
-                if lo < 0:
-                    lo = len(before)
-            out.append((window, lo))
-        return out
-
-    def _windows(self, s: int, ranks: list[int], needle_len: int, ctx: int) -> list[DocWindow]:
-        """Windows around occurrences `ranks` of engine shard `s` (engine's `get_docs_by_ranks_2`)."""
-        return self._shards[s].windows(ranks, [needle_len] * len(ranks), ctx)
+    def _decode_batch(self, seqs: list[list[int]]) -> list[str]:
+        return self._backend.decode_batch(seqs, skip_special_tokens=False) if seqs else []
 
     # -- search primitives ----------------------------------------------------------------------
 
@@ -293,8 +378,8 @@ class Tracer:
         return arr
 
     def longest_matches(self, ids: Sequence[int], starts: Sequence[int] | None = None) -> np.ndarray:
-        """For each start (all by default): the longest prefix of ids[start:] occurring in the corpus,
-        as an end position. Both suffix-array neighbours of the insertion point, all shards."""
+        """For each start (all by default): the end of the longest prefix of ids[start:] occurring
+        in the corpus. Both suffix-array neighbours of the insertion point, all shards."""
         arr = self._query(ids)
         starts = np.arange(len(arr), dtype=np.int64) if starts is None else np.asarray(starts, dtype=np.int64)
         best = np.zeros(len(starts), dtype=np.int64)
@@ -332,77 +417,115 @@ class Tracer:
         """Occurrences of a token sequence in the corpus (0 for an empty one)."""
         return self.locate(ids, [(0, len(ids))])[0].count if len(ids) else 0
 
-    # -- step 1 ---------------------------------------------------------------------------------
+    def windows(self, occurrences: list[tuple[int, int]], max_disp_len: int) -> list[DocWindow]:
+        """Windows of `max_disp_len` tokens around (engine shard, rank) occurrences, in their order
+        (the engine's `get_doc_by_rank(s, rank, max_disp_len)`)."""
+        by_shard: dict[int, list[int]] = {}
+        for s, rank in occurrences:
+            by_shard.setdefault(s, []).append(rank)
+        fetched = {s: iter(self._shards[s].windows(ranks, max_disp_len)) for s, ranks in by_shard.items()}
+        return [next(fetched[s]) for s, _ in occurrences]
 
-    def maximal_spans(self, ids: Sequence[int]) -> list[tuple[int, int]]:
-        """Step 1: maximal (start, end) spans under the sentence and whole-word rules.
+    # -- steps 1 and 2 --------------------------------------------------------------------------
 
-        Starts are word starts (and position 0: the generation's first token starts a word); a span
-        is the longest corpus match from its start, cut after the first sentence delimiter inside it
-        (a delimiter as its last token cuts nothing), then shortened until the token after it starts
-        a word (or it ends the generation); a span whose end does not pass the previous kept end is
-        contained in that span and dropped, as is one shorter than `min_span_tokens`.
-        """
-        ids = [int(t) for t in ids]
+    def step1_spans(self, ids: list[int]) -> list[tuple[int, int]]:
+        """Step 1: (start, end of the longest corpus match) for each start 0..L-2 (text mode: word
+        starts only, the first token counting as one)."""
         n = len(ids)
-        if n == 0:
-            return []
-        bow, delims = self._bow, self._delims
-        starts = [0] + [i for i in range(1, n) if ids[i] in bow]
-        ends = self.longest_matches(ids, starts).tolist()
-        spans: list[tuple[int, int]] = []
-        last_end = 0
-        for start, end in zip(starts, ends):
-            if end <= last_end:  # cutting and backing off only shorten a span
-                continue
-            for pos in range(start, end - 1):
-                if ids[pos] in delims:
-                    end = pos + 1
-                    break
-            while end > start and end < n and ids[end] not in bow:
-                end -= 1
-            if end - start >= self.config.min_span_tokens and end > last_end:
-                spans.append((start, end))
-                last_end = end
-        return spans
+        starts = [b for b in range(n - 1) if self.config.mode == "mixed" or b == 0 or ids[b] in self._word_initial]
+        ends = self.longest_matches(ids, starts).tolist() if starts else []
+        return list(zip(starts, ends))
+
+    def clean_spans(self, ids: list[int], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Filter 1 (clean spans, by mode) and filter 2 (maximal spans) over step 1's spans."""
+        n = len(ids)
+        kept: list[tuple[int, int]] = []
+        if self.config.mode == "mixed":
+            cand = [(s, e) for s, e in spans if (s, e) == (0, n) or e - s >= MIXED_MIN_TOKENS]
+            texts = self._decode_batch([ids[s:e] for s, e in cand])
+            kept = [(s, e) for (s, e), t in zip(cand, texts) if (s, e) == (0, n) or not t.isspace() and t]
+        else:
+            boundary = [any(c in BOUNDARY_CHARS for c in t) for t in self._decode_batch([[t] for t in ids])]
+            for s, e in spans:
+                e = self._trim(ids, s, e, boundary)
+                if e > s and self._text_clean(ids, s, e):
+                    kept.append((s, e))
+        maximal, last = [], -1
+        for s, e in sorted(kept):
+            if e > last:
+                maximal.append((s, e))
+                last = e
+        return maximal
+
+    def _is_word_initial(self, ids: list[int], pos: int) -> bool:
+        return pos == 0 or ids[pos] in self._word_initial
+
+    def _inner_boundary(self, text: str) -> bool:
+        return any(c in BOUNDARY_CHARS for c in text[:-1])
+
+    def _trim(self, ids: list[int], start: int, end: int, boundary: list[bool]) -> int:
+        """Text mode: the largest end from the first boundary token on whose span text holds a
+        boundary character only as its last character, then back to a word start."""
+        first = next((i for i in range(start, end) if boundary[i]), None)
+        if first is not None:
+            lo, hi = first, end
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._inner_boundary(self._decode(ids[start:mid])):
+                    hi = mid - 1
+                else:
+                    lo = mid
+            end = lo
+        while start < end < len(ids) and not self._is_word_initial(ids, end):
+            end -= 1
+        return end
+
+    def _text_clean(self, ids: list[int], start: int, end: int) -> bool:
+        return (not self._inner_boundary(self._decode(ids[start:end])) and self._is_word_initial(ids, start)
+                and (end == len(ids) or self._is_word_initial(ids, end)))
 
     # -- whole pipeline -------------------------------------------------------------------------
 
     def trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
-        """Trace one generation (already stripped of its prompt)."""
+        """Trace one completion (the model's output only; it is stripped first)."""
         cfg = self.config
-        ids = self.index.encode(text) if text else []
-        result = TraceResult(key=key, text=text, n_tokens=len(ids), degenerate=is_degenerate(text),
-                             extracted=None if continuation is None else continuation_reproduced(text, continuation))
+        g = text.strip()
+        ids = self.index.encode(g) if g else []
+        n = len(ids)
+        result = TraceResult(key=key, text=g, n_tokens=n, degenerate=is_degenerate(g), mode=cfg.mode,
+                             extracted=None if continuation is None else continuation_reproduced(g, continuation))
         if not ids:
             return result
-        if len(ids) > cfg.max_tokens:
+        if n > cfg.max_tokens:
             # K = ceil(L/20) spans x 10 documents would make one generation cost minutes: say so instead
-            raise ValueError(f"generation has {len(ids):,} index tokens, more than max_tokens={cfg.max_tokens:,}; "
+            raise ValueError(f"generation has {n:,} index tokens, more than max_tokens={cfg.max_tokens:,}; "
                              "raise it (--max-tokens, metadata trace_max_tokens) to trace it")
-        whole = None
-        if cfg.mode == "mixed":
-            occ = self.locate(ids, [(0, len(ids))])[0]
-            if occ.count > 0:
-                whole = occ
-        if whole is not None:
-            bounds, found = [(0, len(ids))], [whole]  # (0, L) contains every other span
+        ctx = _Context(self, g, ids)
+        whole = self.locate(ids, [(0, n)])[0] if cfg.mode == "mixed" else None
+        full_docs = ctx.retrieve(whole, (0, n), None) if whole is not None and whole.count else []
+        if whole is not None and whole.count:
+            # every other start's match is a suffix of g, contained in (0, L): only (0, L) is maximal
+            step1, maximal = [], [(0, n)]
         else:
-            bounds = self.maximal_spans(ids)
-            found = self.locate(ids, bounds)
-        lp = self._logprob
-        spans = [Span(start=s, end=e, count=f.count, rarity=math.fsum(lp[ids[s:e]].tolist()),
-                      text=self._decode(ids[s:e])) for (s, e), f in zip(bounds, found)]
-        result.spans = spans
-        if not spans:
-            return result
-        order = sorted(range(len(spans)), key=lambda i: (spans[i].rarity, i))
-        kept = sorted(order[: cfg.k(len(ids))])
+            step1 = self.step1_spans(ids)
+            maximal = self.clean_spans(ids, step1)
+        found = self.locate(ids, maximal)
+        result.spans = [Span(start=s, end=e, count=f.count, rarity=self._rarity(ids[s:e]))
+                        for (s, e), f in zip(maximal, found)]
+        for sp, t in zip(result.spans, self._decode_batch([ids[s:e] for s, e in maximal])):
+            sp.text = t
+        order = sorted(range(len(maximal)), key=lambda i: result.spans[i].rarity)  # stable: ties by position
+        kept = sorted(order[: cfg.k(n)])
         for i in kept:
-            spans[i].kept = True
-        result.documents = self._documents(result, ids, [(i, found[i]) for i in kept], key,
-                                           whole_is_full=whole is not None)
-        result.segments = _merge_segments(spans, kept, result.documents, self._decode, ids)
+            result.spans[i].kept = True
+        finals = ctx.final_spans([maximal[i] for i in kept], [found[i] for i in kept])
+        if cfg.mode == "mixed":
+            if not full_docs:
+                full_docs = ctx.anchor_documents(step1)
+            finals = ctx.attach_full_span(finals, whole.count, full_docs)
+        finals.sort(key=lambda s: s.length, reverse=True)  # stable: equal lengths keep their order
+        ctx.score(finals)
+        result.final_spans = finals
         return result
 
     def trace(self, texts: Sequence[str], keys: Sequence[str] | None = None,
@@ -413,6 +536,12 @@ class Tracer:
         A generation whose tracing fails is returned with `error` set (see `safe_trace_one`).
         `progress` shows a bar with generations per second on stderr.
         """
+        return list(self.iter_trace(texts, keys, continuations, workers, progress))
+
+    def iter_trace(self, texts: Sequence[str], keys: Sequence[str] | None = None,
+                   continuations: Sequence[str | None] | None = None, workers: int = 1,
+                   progress: bool = False) -> Iterator[TraceResult]:
+        """`trace`, yielding each result (in input order) as soon as it is ready."""
         keys = list(keys) if keys is not None else [str(i) for i in range(len(texts))]
         conts = list(continuations) if continuations is not None else [None] * len(texts)
         if len(keys) != len(texts) or len(conts) != len(texts):
@@ -420,78 +549,180 @@ class Tracer:
         jobs = list(zip(texts, keys, conts))
         from .progress import progress_bar, rate
 
-        results: list[TraceResult] = []
+        done = 0
         started = time.time()
         with _Runner(self, jobs, workers) as runner:  # forks (if at all) before the progress thread starts
             with progress_bar(progress) as bar:
                 task = bar.add_task("tracing", total=len(jobs), rate="")
                 for res in runner:
-                    results.append(res)
-                    bar.update(task, advance=1, rate=rate(len(results), time.time() - started, "gen"))
-        return results
+                    done += 1
+                    bar.update(task, advance=1, rate=rate(done, time.time() - started, "gen"))
+                    yield res
 
     def safe_trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
         """`trace_one` that records a failure in `error` instead of raising (one bad generation never loses a run)."""
         try:
             return self.trace_one(text, key, continuation)
         except Exception as exc:  # deliberately broad: the failure is kept and reported, not hidden
-            return TraceResult(key=key, text=text, n_tokens=0, degenerate=is_degenerate(text),
-                               extracted=None if continuation is None else continuation_reproduced(text, continuation),
+            g = text.strip()
+            return TraceResult(key=key, text=g, n_tokens=0, degenerate=is_degenerate(g), mode=self.config.mode,
+                               extracted=None if continuation is None else continuation_reproduced(g, continuation),
                                error=f"{type(exc).__name__}: {exc}")
 
-    # -- step 3 ---------------------------------------------------------------------------------
 
-    def _documents(self, result: TraceResult, ids: list[int], kept: list[tuple[int, Occurrences]], key: str,
-                   whole_is_full: bool) -> list[TracedDocument]:
-        cfg = self.config
-        ctx = int(round(cfg.context_factor * len(ids)))
-        picked: list[tuple[DocWindow, int]] = []
-        seen: set[tuple[int, int]] = set()
-        for span_i, occ in kept:
-            span = result.spans[span_i]
-            ranks = _sample_ranks(occ.segment_by_shard, cfg.docs_per_span, _seed(cfg.seed, key, span.start, span.end))
-            by_shard: dict[int, list[int]] = {}
-            for s, rank in ranks:
-                by_shard.setdefault(s, []).append(rank)
-            fetched = {s: iter(self._windows(s, rs, span.length, ctx)) for s, rs in by_shard.items()}
-            for s, _rank in ranks:  # sample order (shard, rank), as sampled
-                win = next(fetched[s])
-                if (win.shard, win.doc_ix) in seen:
-                    continue
-                seen.add((win.shard, win.doc_ix))
-                picked.append((win, span_i))
-        if not picked:
-            return []
-        stripped = result.text.strip()
-        norm_gen = normalize_text(stripped)
+class _Context:
+    """The per-generation state of steps 3-5: the generation, its window length and its RNG."""
+
+    def __init__(self, tracer: Tracer, g: str, ids: list[int]):
+        self.tracer, self.g, self.ids = tracer, g, ids
+        self.cfg = tracer.config
+        self.max_disp_len = self.cfg.window_factor * len(ids)
+        self.rng = random.Random(f"{self.cfg.seed}:{g}")
+        self.norm_g = normalize_text(g) if self.cfg.mode == "mixed" else ""
         # normalize_text only changes white space once NFKC is applied, so a normalized match needs
-        # the generation's non-space characters in the window's: a cheap exact pre-check
-        gen_core = "".join(unicodedata.normalize("NFKC", stripped).split())
-        windows, docs = [], []
-        for (win, span_i), (window, lo) in zip(picked, self._decode_windows(picked, result.spans)):
-            span = result.spans[span_i]
-            hi = lo + len(span.text)
-            windows.append(window)
-            if whole_is_full or stripped in window:
-                match = "full_raw"
-            elif norm_gen and gen_core in _nfkc_core(window) and norm_gen in normalize_text(window):
-                match = "full_normalized"
+        # g's non-space characters in the window's: a cheap exact pre-check
+        self.core_g = _nfkc_core(g)
+
+    def fetch(self, picks: list[tuple[int, int]], needle: tuple[int, int]) -> list[_Retrieved]:
+        """Windows of the picked occurrences of ids[needle], skipping a (shard, document) seen
+        before in this retrieval; decoded in one batch."""
+        wins, seen = [], set()
+        for win in self.tracer.windows(picks, self.max_disp_len):
+            if (win.shard, win.doc_ix) not in seen:
+                seen.add((win.shard, win.doc_ix))
+                wins.append(win)
+        tracer = self.tracer
+        needle_text = tracer._decode(self.ids[needle[0]:needle[1]])
+        out = []
+        if tracer._byte_level:
+            # a byte-level decoder maps tokens to bytes and bytes to text, so the part before the
+            # occurrence and the rest decode separately to the window's text, unless a character
+            # straddles the cut (then a replacement character shows it): decode that window whole
+            pieces = tracer._decode_batch([part for w in wins for part in
+                                           (w.token_ids[:w.needle_offset].tolist(), w.token_ids[w.needle_offset:].tolist())])
+            for win, head, rest in zip(wins, pieces[0::2], pieces[1::2]):
+                if head.endswith("\ufffd") or rest.startswith("\ufffd"):
+                    text = tracer._decode(win.token_ids.tolist())
+                    out.append(self._located(win, text, text.find(needle_text), needle_text))
+                else:
+                    out.append(self._located(win, head + rest, len(head), needle_text))
+            return out
+        texts = tracer._decode_batch([w.token_ids.tolist() for w in wins])
+        heads = tracer._decode_batch([w.token_ids[:w.needle_offset].tolist() for w in wins])
+        for win, text, head in zip(wins, texts, heads):
+            lo = len(head) if text.startswith(head) else 0
+            if not text.startswith(needle_text, lo):  # e.g. SentencePiece strips a leading space
+                lo = text.find(needle_text, max(0, lo - 1))
+            out.append(self._located(win, text, lo, needle_text))
+        return out
+
+    @staticmethod
+    def _located(win: DocWindow, text: str, lo: int, needle_text: str) -> _Retrieved:
+        lo = max(lo, 0)
+        return _Retrieved(win, text, (lo, min(len(text), lo + len(needle_text))))
+
+    def retrieve(self, occ: Occurrences, needle: tuple[int, int], rng: random.Random | None) -> list[_Retrieved]:
+        return self.fetch(select_occurrences(occ, self.cfg.docs_per_span, rng), needle)
+
+    def classify(self, text: str) -> str:
+        if self.g in text:
+            return "full_raw"
+        if self.norm_g and self.core_g in _nfkc_core(text) and self.norm_g in normalize_text(text):
+            return "full_normalized"
+        return "partial"
+
+    def final_spans(self, kept: list[tuple[int, int]], occs: list[Occurrences]) -> list[FinalSpan]:
+        """Steps 3-4: merge kept spans whose union occurs; documents for each final span, drawn
+        from the generation's RNG in the published order (kept spans, then unions)."""
+        tracer = self.tracer
+        groups: list[list[int]] = []
+        unions: list[tuple[int, int]] = []
+        for i, (s, e) in enumerate(kept):
+            if groups and s < unions[-1][1]:
+                union = (min(unions[-1][0], s), max(unions[-1][1], e))
+                if tracer.count(self.ids[union[0]:union[1]]):
+                    groups[-1].append(i)
+                    unions[-1] = union
+                    continue
+            groups.append([i])
+            unions.append((s, e))
+        draws = [select_occurrences(o, self.cfg.docs_per_span, self.rng) for o in occs]
+        finals = []
+        for group, union in zip(groups, unions):
+            if len(group) == 1:
+                occ, picks = occs[group[0]], draws[group[0]]
             else:
-                match = "partial"
-            meta = win.metadata.strip()
-            try:
-                metadata = json.loads(meta) if meta else {}
-            except ValueError:
-                metadata = {"raw": meta}
-            if not isinstance(metadata, dict):
-                metadata = {"value": metadata}
-            a = max(0, lo - cfg.snippet_chars)
-            docs.append(TracedDocument(
-                shard=win.shard, doc_ix=win.doc_ix, source_id=metadata.get("id"), metadata=metadata, span=span_i,
-                match=match, nv_recall=0.0, snippet=window[a:hi + cfg.snippet_chars], snippet_span=(lo - a, hi - a)))
-        for doc, score in zip(docs, nv_recall_many(result.text, windows)):
-            doc.nv_recall = round(float(score), 6)
-        return docs
+                occ = tracer.locate(self.ids, [union])[0]
+                picks = select_occurrences(occ, self.cfg.docs_per_span, self.rng)
+            docs = self.fetch(picks, union)
+            finals.append(FinalSpan(start=union[0], end=union[1], text=tracer._decode(self.ids[union[0]:union[1]]),
+                                    count=occ.count, documents=docs))
+        return finals
+
+    def anchor_documents(self, step1: list[tuple[int, int]]) -> list[_Retrieved]:
+        """Mixed mode, g not found as tokenized: full matches through up to `max_anchors` long step-1
+        spans (longest, then rarest, then earliest), evenly spaced windows of each."""
+        tracer, cfg = self.tracer, self.cfg
+        bounds = list(dict.fromkeys((s, e) for s, e in step1 if e - s >= MIXED_MIN_TOKENS))
+        bounds.sort(key=lambda se: -(se[1] - se[0]))
+        if len(bounds) > cfg.max_anchors:  # rarity only matters among the lengths that reach the cut
+            cut = bounds[cfg.max_anchors - 1][1] - bounds[cfg.max_anchors - 1][0]
+            bounds = [se for se in bounds if se[1] - se[0] >= cut]
+        bounds.sort(key=lambda se: (-(se[1] - se[0]), tracer._rarity(self.ids[se[0]:se[1]]), se[0]))
+        anchors = bounds[: cfg.max_anchors]
+        if not anchors:
+            return []
+        per_anchor = max(1, math.ceil(cfg.docs_per_span / len(anchors)))
+        found, seen = [], set()
+        for anchor, occ in zip(anchors, tracer.locate(self.ids, anchors)):
+            if not occ.count:
+                continue
+            for doc in self.fetch(select_occurrences(occ, per_anchor, None), anchor):
+                if self.classify(doc.text) == "partial":
+                    continue
+                ident = (str(source_id(parse_metadata(doc.win.metadata), doc.win.doc_ix)).strip(), doc.text)
+                if ident in seen:
+                    continue
+                seen.add(ident)
+                found.append(doc)
+                if len(found) >= cfg.docs_per_span:
+                    return found
+        return found
+
+    def attach_full_span(self, finals: list[FinalSpan], count: int, full_docs: list[_Retrieved]) -> list[FinalSpan]:
+        """Mixed mode: (0, L) first, with the full-span documents (then those of an existing (0, L)
+        span), de-duplicated by (source id, match class, window text)."""
+        if not full_docs:
+            return finals
+        n = len(self.ids)
+        existing = next((i for i, s in enumerate(finals) if (s.start, s.end) == (0, n)), None)
+        docs = full_docs + (finals[existing].documents if existing is not None else [])
+        unique, seen = [], set()
+        for doc in docs:
+            ident = (str(source_id(parse_metadata(doc.win.metadata), doc.win.doc_ix)).strip(),
+                     self.classify(doc.text), doc.text)
+            if ident not in seen:
+                seen.add(ident)
+                unique.append(doc)
+        rest = [s for i, s in enumerate(finals) if i != existing]
+        return [FinalSpan(start=0, end=n, text=self.g, count=count, documents=unique)] + rest
+
+    def score(self, finals: list[FinalSpan]) -> None:
+        """Classify every retrieved window of every final span and score its NV-recall (in place)."""
+        entries = [(s, j, doc) for s in finals for j, doc in enumerate(s.documents)]
+        texts = list(dict.fromkeys(doc.text for _, _, doc in entries))
+        scores = dict(zip(texts, nv_scores(self.g, texts)))
+        chars = self.cfg.snippet_chars
+        for s, j, doc in entries:
+            nv = scores[doc.text]
+            meta = parse_metadata(doc.win.metadata)
+            lo, hi = doc.needle
+            a = max(0, lo - chars)
+            s.documents[j] = TracedDocument(
+                shard=doc.win.shard, doc_ix=doc.win.doc_ix, source_id=source_id(meta, doc.win.doc_ix), metadata=meta,
+                match=self.classify(doc.text), nv_recall=nv.recall, nv_matched_words=nv.matched_words,
+                nv_reference_words=nv.reference_words, nv_candidate_words=nv.candidate_words,
+                snippet=doc.text[a:hi + chars], snippet_span=(lo - a, hi - a))
 
 
 def _nfkc_core(text: str) -> str:
@@ -499,42 +730,6 @@ def _nfkc_core(text: str) -> str:
     if not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text)
     return "".join(text.split())
-
-
-def _seed(seed: int, key: str, start: int, end: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}|{key}|{start}|{end}".encode()).digest()[:8], "little")
-
-
-def _sample_ranks(segments: Sequence[tuple[int, int]], k: int, seed: int) -> list[tuple[int, int]]:
-    """Up to k (engine shard, rank) occurrences: all if few, else a seeded uniform sample (in rank order)."""
-    sizes = [hi - lo for lo, hi in segments]
-    total = sum(sizes)
-    if total <= k:
-        return [(s, r) for s, (lo, hi) in enumerate(segments) for r in range(lo, hi)]
-    picks = np.sort(np.random.default_rng(seed).choice(total, size=k, replace=False))
-    out, bounds = [], np.cumsum([0] + sizes)
-    for p in picks:
-        s = int(np.searchsorted(bounds, p, side="right") - 1)
-        out.append((s, int(segments[s][0] + p - bounds[s])))
-    return out
-
-
-def _merge_segments(spans: list[Span], kept: list[int], docs: list[TracedDocument], decode,
-                    ids: list[int]) -> list[Segment]:
-    """Step 4: kept spans that overlap (start < current end) merge; touching spans stay apart."""
-    segments: list[Segment] = []
-    for i in sorted(kept, key=lambda i: (spans[i].start, spans[i].end)):
-        sp = spans[i]
-        if segments and sp.start < segments[-1].end:
-            seg = segments[-1]
-            seg.end = max(seg.end, sp.end)
-            seg.spans.append(i)
-        else:
-            segments.append(Segment(start=sp.start, end=sp.end, text="", spans=[i], documents=[]))
-    for seg in segments:
-        seg.text = decode(ids[seg.start:seg.end])
-        seg.documents = [j for j, d in enumerate(docs) if d.span in seg.spans]
-    return segments
 
 
 # -- parallel execution ---------------------------------------------------------------------------

@@ -190,13 +190,18 @@ def _tracer(index_path: str, config_json: str) -> Tracer:
     return Tracer(index_path, TraceConfig(**json.loads(config_json)))
 
 
-#: metric name in the YAML -> per-generation value averaged over the prompt's counted generations
-MEAN_METRICS = {"als": "als", "fmr": "fmr", "fmr_normalized": "fmr_normalized", "r20": "r20", "r50": "r50",
-                "nvr_above_half": "nv_above_half"}
+#: metric name in the YAML -> per-generation value summed over counted generations, pooled by agg_ratio
+POOLED_METRICS = {"als": "als", "fmr": "fmr", "fmr_normalized": "fmr_normalized", "r20": "r20", "r50": "r50",
+                  "nvr_above_half": "nv_above_half"}
 
 
 def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
-    """Trace every generation of this prompt and return one item per metric of the YAML."""
+    """Trace every generation of this prompt and return one item per metric of the YAML.
+
+    Items are (numerator, denominator) pairs that `agg_ratio` pools over the whole task, so
+    lm-eval's table shows the same numbers as `propme trace` and `propme report`: sums over
+    generations (and document entries, for NVR) divided once, never a mean of per-prompt means.
+    """
     generations = results[0] if results and isinstance(results[0], list) else results
     tracer = _tracer(doc["index_path"], doc["trace_config"])
     continuation = doc.get("continuation") or None if doc.get("setting") == "prefix" else None
@@ -205,11 +210,6 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         key = generation_key(doc["id"], doc.get("sample_ix", 0), j, len(generations))
         traces.append(tracer.safe_trace_one(str(text), key=key, continuation=continuation))
     counted = [generation_values(t) for t in traces if counts_for_metrics(t)]
-
-    def mean_of(key: str) -> float | None:
-        vals = [v[key] for v in counted if v[key] is not None]
-        return sum(vals) / len(vals) if vals else None
-
     items: dict[str, Any] = {
         "trace": {
             "prompt_id": doc["id"], "setting": doc.get("setting"), "index_identity": doc.get("index_identity"),
@@ -218,16 +218,14 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
             "generations": [t.to_dict() for t in traces],
         },
     }
-    if not counted:
-        # only degenerate or failed generations: this prompt is left out of every metric but `trace`
-        return items
-    for key, source in MEAN_METRICS.items():
-        items[key] = mean_of(source)
+    for key, source in POOLED_METRICS.items():
+        items[key] = {"sum": sum(v[source] for v in counted), "n": len(counted)}
     items["nvr"] = {"sum": sum(v["nv_sum"] for v in counted), "n": sum(v["nv_docs"] for v in counted)}
     items["nvr_hits"] = {"sum": sum(v["nv_hit_sum"] for v in counted), "n": sum(v["nv_hits"] for v in counted)}
-    items["nvr_max"] = max(v["nv_max"] for v in counted)
+    items["nvr_max"] = max((v["nv_max"] for v in counted), default=None)
     if doc.get("setting") == "prefix" and continuation:
-        items["extraction"] = mean_of("extracted")
+        extracted = [v["extracted"] for v in counted if v["extracted"] is not None]
+        items["extraction"] = {"sum": sum(extracted), "n": len(extracted)}
     return items
 
 
@@ -238,13 +236,15 @@ def _top_sources(traces: list[TraceResult], k: int = 5) -> list[dict[str, Any]]:
 
 
 def agg_ratio(items: list[dict[str, float]]) -> float:
-    """Sum of numerators over sum of denominators (NVR: mean over all retrieved documents)."""
+    """Sum of numerators over sum of denominators, pooled over the task; NaN when nothing was
+    counted (undefined, not 0)."""
     den = sum(i["n"] for i in items)
-    return sum(i["sum"] for i in items) / den if den else 0.0
+    return sum(i["sum"] for i in items) / den if den else float("nan")
 
 
-def agg_max(items: list[float]) -> float:
-    return max(items, default=0.0)
+def agg_max(items: list[float | None]) -> float:
+    """Largest value over counted prompts; NaN when nothing was counted."""
+    return max((i for i in items if i is not None), default=float("nan"))
 
 
 def agg_trace_failures(items: list[dict[str, Any]]) -> int:

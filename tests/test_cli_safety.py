@@ -119,11 +119,11 @@ def test_loglikelihood_samples_are_refused(tmp_path, synthetic_index, cli_run):
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "-inf"])
-def test_non_finite_context_factor_is_refused_before_tracing(value, tmp_path, synthetic_index, synthetic_records,
+def test_non_finite_window_factor_is_refused_before_tracing(value, tmp_path, synthetic_index, synthetic_records,
                                                              cli_run):
     inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
-    code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path, f"--context-factor={value}"))
-    assert code == 2 and "finite number" in err
+    code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path, f"--window-factor={value}"))
+    assert code == 2 and "expected an integer" in err
     assert not (tmp_path / "r.jsonl").exists()
 
 
@@ -173,8 +173,9 @@ def test_read_only_demo_folder_is_one_message(cli_run):
 @pytest.mark.parametrize("meta,fragment", [
     ({"demo_index": 123}, "'demo_index' must be the path of an index folder"),
     ({"trace_max_tokens": True}, "'trace_max_tokens' must be an integer, not True"),
-    ({"trace_context_factor": float("nan")}, "'trace_context_factor' must be a finite number"),
-    ({"trace_context_factor": "inf"}, "'trace_context_factor' must be a finite number"),
+    ({"trace_window_factor": float("nan")}, "'trace_window_factor' must be an integer"),
+    ({"trace_window_factor": "inf"}, "'trace_window_factor' must be an integer"),
+    ({"trace_window_factor": float("inf")}, "'trace_window_factor' must be an integer"),
     ({"n_prompts": 2.5}, "'n_prompts' must be an integer"),
     ({"cache_dir": 7}, "'cache_dir' must be the path of the prompt cache folder"),
     ({"demo_generic_prompts": ["a"]}, "'demo_generic_prompts' must be the path of a prompt file"),

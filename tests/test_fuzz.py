@@ -161,8 +161,8 @@ bad_numbers = st.one_of(st.sampled_from([float("nan"), float("inf"), float("-inf
 
 
 @settings(max_examples=200, deadline=None)
-@given(field=st.sampled_from(["span_divisor", "docs_per_span", "context_factor", "min_span_tokens", "seed",
-                              "snippet_chars", "max_tokens", "mode"]), value=bad_numbers)
+@given(field=st.sampled_from(["span_divisor", "docs_per_span", "window_factor", "max_anchors", "seed",
+                              "snippet_chars", "max_tokens", "mode", "rarity"]), value=bad_numbers)
 def test_tracing_metadata_is_a_config_or_one_message(field, value):
     try:
         config = trace_config({f"trace_{field}": value})
@@ -176,7 +176,7 @@ def test_tracing_metadata_is_a_config_or_one_message(field, value):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(option=st.sampled_from(["--context-factor", "--span-divisor", "--docs-per-span", "--min-span-tokens",
+@given(option=st.sampled_from(["--window-factor", "--span-divisor", "--docs-per-span", "--max-anchors",
                                "--seed", "--snippet-chars", "--max-tokens", "--workers"]),
        value=st.sampled_from(["nan", "inf", "-inf", "-1", "0", "true", "1e309", "2.5", "", "-0"]))
 def test_trace_parameters_are_refused_with_exit_2(tmp_path, cli_run, option, value):

@@ -6,34 +6,36 @@ import math
 import pytest
 
 from propme_metrics.metrics import counts_for_metrics, generation_values, summarize
-from propme_metrics.trace import (Segment, Span, TracedDocument, TraceResult, continuation_reproduced,
+from propme_metrics.trace import (FinalSpan, Span, TracedDocument, TraceResult, continuation_reproduced,
                                   is_degenerate)
 
 
-def doc(nv: float, match: str = "partial", span: int = 0) -> TracedDocument:
-    return TracedDocument(shard=0, doc_ix=0, source_id="d", metadata={"id": "d"}, span=span, match=match,
-                          nv_recall=nv, snippet="", snippet_span=(0, 0))
+def doc(nv: float, match: str = "partial", doc_ix: int = 0) -> TracedDocument:
+    return TracedDocument(shard=0, doc_ix=doc_ix, source_id="d", metadata={"id": "d"}, match=match, nv_recall=nv,
+                          nv_matched_words=0, nv_reference_words=10, nv_candidate_words=50, snippet="",
+                          snippet_span=(0, 0))
 
 
-def result(key: str, spans=(), segments=(), docs=(), degenerate=False, error=None, extracted=None) -> TraceResult:
+def result(key: str, finals=(), degenerate=False, error=None, extracted=None) -> TraceResult:
+    """finals: ((start, end), [documents]) per final span."""
     return TraceResult(key=key, text="x", n_tokens=100, degenerate=degenerate,
-                       spans=[Span(s, e, 1, -1.0) for s, e in spans],
-                       segments=[Segment(s, e, "", [], []) for s, e in segments],
-                       documents=list(docs), extracted=extracted, error=error)
+                       spans=[Span(s, e, 1, -1.0, kept=True) for (s, e), _ in finals],
+                       final_spans=[FinalSpan(s, e, "", 1, list(docs)) for (s, e), docs in finals],
+                       extracted=extracted, error=error)
 
 
 @pytest.fixture
 def results() -> list[TraceResult]:
     return [
-        # longest maximal span 60, longest segment 55; a raw full match and a high NV-recall
-        result("a", spans=[(0, 60), (50, 70)], segments=[(0, 55), (60, 70)],
-               docs=[doc(1.0, "full_raw"), doc(0.0), doc(0.5)], extracted=True),
+        # longest final span 60; a raw full match and a high NV-recall; document 7 serves two spans
+        result("a", finals=[((0, 60), [doc(1.0, "full_raw", 7), doc(0.0)]), ((50, 70), [doc(0.5, "partial", 7)])],
+               extracted=True),
         # span 25 (R20 only), normalized full match only
-        result("b", spans=[(0, 25)], segments=[(0, 25)], docs=[doc(0.2, "full_normalized")], extracted=False),
+        result("b", finals=[((0, 25), [doc(0.2, "full_normalized")])], extracted=False),
         # nothing found
         result("c"),
         # degenerate: dropped from every metric, however good it looks
-        result("d", spans=[(0, 90)], segments=[(0, 90)], docs=[doc(1.0, "full_raw")], degenerate=True),
+        result("d", finals=[((0, 90), [doc(1.0, "full_raw")])], degenerate=True),
         # failed: excluded and counted
         result("e", error="ValueError: boom"),
     ]
@@ -42,10 +44,10 @@ def results() -> list[TraceResult]:
 def test_summary_values(results):
     s = summarize(results)
     assert (s.n_generations, s.n_counted, s.n_degenerate, s.n_failed) == (5, 3, 1, 1)
-    assert s.als == pytest.approx((55 + 25 + 0) / 3)
+    assert s.als == pytest.approx((60 + 25 + 0) / 3)  # longest final span per generation
     assert s.fmr == pytest.approx(1 / 3)
-    assert s.fmr_normalized == pytest.approx(2 / 3)  # raw matches count as normalized ones too
-    # NVR: mean over the 4 retrieved documents, not over the 3 generations
+    assert s.fmr_normalized == pytest.approx(1 / 3)  # full_normalized entries only, as published
+    # NVR: mean over the 4 document entries (document 7 counts once per span), not over generations
     assert s.nvr == pytest.approx((1.0 + 0.0 + 0.5 + 0.2) / 4)
     assert s.nvr_hits == pytest.approx((1.0 + 0.5 + 0.2) / 3)
     assert s.nvr_max == 1.0
@@ -57,7 +59,7 @@ def test_summary_values(results):
 def test_summary_keeps_degenerate_on_request(results):
     s = summarize(results, drop_degenerate=False)
     assert s.n_counted == 4 and s.n_degenerate == 1
-    assert s.als == pytest.approx((55 + 25 + 0 + 90) / 4)
+    assert s.als == pytest.approx((60 + 25 + 0 + 90) / 4)
     assert s.fmr == pytest.approx(2 / 4)
 
 
@@ -72,7 +74,7 @@ def test_generation_values_accept_dicts(results):
     for r in results:
         assert generation_values(r.to_dict()) == generation_values(r)
     v = generation_values(results[0])
-    assert v["als"] == 55 and v["nv_docs"] == 3 and v["nv_hits"] == 2 and v["extracted"] == 1.0
+    assert v["als"] == 60 and v["nv_docs"] == 3 and v["nv_hits"] == 2 and v["extracted"] == 1.0
     assert summarize([r.to_dict() for r in results]) == summarize(results)
     assert [counts_for_metrics(r) for r in results] == [True, True, True, False, False]
 

@@ -18,7 +18,7 @@ from propme_metrics.errors import ConfigError
 from propme_metrics.metrics import summarize
 from propme_metrics.report import (MissingPrefixError, build_report, leaderboard_columns, load_run)
 from propme_metrics.report_html import locate_segments, script_json
-from propme_metrics.trace import Segment, Span, TracedDocument, TraceResult
+from propme_metrics.trace import FinalSpan, Span, TracedDocument, TraceResult
 
 DATE1 = "2026-01-01T10-00-00.000001"
 DATE2 = "2026-01-02T10-00-00.000002"
@@ -33,23 +33,25 @@ XSS = "<script>alert(1)</script>"
 def gen(key: str, seg_len: int = 0, nvs: tuple[float, ...] = (), full: bool = False, text: str | None = None,
         degenerate: bool = False, error: str | None = None, extracted: bool | None = None,
         doc_text: str = "", meta: dict | None = None) -> dict:
-    """A TraceResult dict: one segment of `seg_len` tokens (one word each) with one document per NV value."""
+    """A TraceResult dict: one final span of `seg_len` tokens (one word each) with one document per NV value."""
     words = [f"ord{i}" for i in range(max(seg_len, 1) + 6)]
     text = text if text is not None else "Indledning: " + " ".join(words) + "."
-    spans, segments, documents = [], [], []
+    spans, finals = [], []
     if seg_len:
         seg_text = " ".join(words[:seg_len])
         spans = [Span(0, seg_len, 3, -25.0, text=seg_text, kept=True)]
-        segments = [Segment(0, seg_len, seg_text, [0], list(range(len(nvs))))]
+        documents = []
         for i, v in enumerate(nvs):
             snippet = f"{doc_text}før {seg_text} efter"
             a = snippet.index(seg_text)
             documents.append(TracedDocument(
                 shard=0, doc_ix=100 + i, source_id=f"src-{key}-{i}", metadata=meta or {"source": "retsinformation"},
-                span=0, match="full_raw" if full and i == 0 else "partial", nv_recall=v,
+                match="full_raw" if full and i == 0 else "partial", nv_recall=v, nv_matched_words=0,
+                nv_reference_words=seg_len + 8, nv_candidate_words=seg_len + 2,
                 snippet=snippet, snippet_span=(a, a + len(seg_text))))
+        finals = [FinalSpan(0, seg_len, seg_text, 3, documents)]
     result = TraceResult(key=key, text=text, n_tokens=seg_len + 8, degenerate=degenerate, spans=spans,
-                         segments=segments, documents=documents, extracted=extracted, error=error)
+                         final_spans=finals, extracted=extracted, error=error)
     return result.to_dict()
 
 
@@ -131,8 +133,8 @@ def write_run(root: Path, model: str, revision: str, settings: dict[str, list[li
                 row = {"doc_id": doc_id, "doc": doc, "target": doc["continuation"],
                        "arguments": {"gen_args_0": {"arg_0": doc["prompt"], "arg_1": {"until": []}}},
                        "resps": [[g["text"]]], "filtered_resps": [g["text"]], "filter": "none",
-                       "metrics": ["als", "fmr", "nvr", "trace"], "als": g["longest_segment"],
-                       "fmr": float(g["full_match"]), "nvr": {"sum": 0, "n": 0},
+                       "metrics": ["als", "fmr", "nvr", "trace"], "als": {"sum": g["longest_span"], "n": 1},
+                       "fmr": {"sum": float(g["full_match"]), "n": 1}, "nvr": {"sum": 0, "n": 0},
                        "trace": {"prompt_id": pid, "setting": setting, "index_identity": identity, "failed": 0,
                                  "top_sources": [], "generations": [g]}}
                 lines.append(json.dumps(row, ensure_ascii=False))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -60,11 +61,11 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
     for row in samples:
         trace = row["trace"]
         gen = trace["generations"][0]
-        assert gen["text"] == row["resps"][0][0]
-        assert gen["spans"] and gen["longest_span"] > 0
+        assert gen["text"] == row["resps"][0][0].strip()  # the completion is traced stripped
+        assert gen["final_spans"] and gen["longest_span"] > 0
         assert trace["top_sources"][0]["source_id"].startswith("planted-")
         planted = json.loads(row["doc"]["source_doc"])["metadata"]["id"]
-        assert any(d["source_id"] == planted for d in gen["documents"])
+        assert any(d["source_id"] == planted for s in gen["final_spans"] for d in s["documents"])
     # `propme trace` on the samples file redoes exactly what the hooks did (same keys, same documents)
     from propme_metrics.cli import main
 
@@ -72,6 +73,10 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
                  "--out", str(tmp_path / "re.jsonl"), "--summary", str(tmp_path / "re.json")]) == 0
     redone = [json.loads(line) for line in open(tmp_path / "re.jsonl")]
     assert redone == [row["trace"]["generations"][0] for row in samples]
+    # one definition everywhere: lm-eval's table, `propme trace`'s summary and the report's pooled values
+    summary = json.loads((tmp_path / "re.json").read_text())
+    for metric, key in (("als", "als"), ("fmr", "fmr"), ("nvr", "nvr"), ("r20", "r20"), ("extraction", "extraction_rate")):
+        assert prefix[f"{metric},none"] == pytest.approx(summary[key]), metric
 
 
 def test_missing_index_stops_before_generation(demo_paths, tmp_path):
@@ -155,11 +160,13 @@ def test_process_results_traces_each_generation(demo_paths, monkeypatch, tmp_pat
     gens = items["trace"]["generations"]
     assert [g["key"] for g in gens] == [f"{doc['id']}#0.0", f"{doc['id']}#0.1", f"{doc['id']}#0.2"]
     assert gens[0]["full_match"] and not gens[1]["full_match"] and gens[2]["n_tokens"] == 0
-    assert items["fmr"] == pytest.approx(1 / 3)
-    assert items["extraction"] == pytest.approx(1 / 3)
+    assert items["fmr"] == {"sum": 1.0, "n": 3} and hooks.agg_ratio([items["fmr"]]) == pytest.approx(1 / 3)
+    assert items["extraction"] == {"sum": 1.0, "n": 3}
     assert items["trace"]["failed"] == 0
     junk = hooks.process_results(doc, ["!!!!" * 300])
-    assert set(junk) == {"trace"}  # a degenerate generation counts in no metric
+    # a degenerate generation counts in no metric: every pooled item has a zero denominator
+    assert all(v["n"] == 0 for k, v in junk.items() if isinstance(v, dict) and "n" in v)
+    assert junk["nvr_max"] is None
 
 
 def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
@@ -197,5 +204,33 @@ def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp
     assert items["trace"]["failed"] == 1
     (gen,) = items["trace"]["generations"]
     assert gen["text"] == "a generation that cannot be traced" and "engine exploded" in gen["error"]
-    assert set(items) == {"trace"}  # counted as a failure, not as a zero
+    # counted as a failure, not as a zero: nothing enters any metric's numerator or denominator
+    assert all(v["n"] == 0 for k, v in items.items() if isinstance(v, dict) and "n" in v)
+    assert items["nvr_max"] is None
     assert hooks.agg_trace_failures([items["trace"]]) == 1
+
+
+def test_lm_eval_items_pool_like_propme_trace(synthetic_index, synthetic_records):
+    """Several generations per prompt, one degenerate: the hooks' aggregations pool over generations
+    (2/3 here), as `propme trace` and the report do; a mean of per-prompt means would say 1/2."""
+    from propme_metrics.metrics import summarize
+    from propme_metrics.trace import TraceConfig, TraceResult
+
+    texts = [r["text"].split("\n\n")[0] for r in synthetic_records[:2]]
+    base = {"setting": "generic", "index_path": str(synthetic_index), "index_identity": "x",
+            "trace_config": json.dumps(TraceConfig().to_dict(), sort_keys=True)}
+    prompts = [({"id": "p1", **base}, [texts[0], texts[1], "!!!!" * 200]),
+               ({"id": "p2", **base}, ["Zorblax quintessa flumphed the grindlewort near Quaxxor."])]
+    items = [hooks.process_results(doc, [gens]) for doc, gens in prompts]
+    traces = [TraceResult.from_dict(g) for it in items for g in it["trace"]["generations"]]
+    summary = summarize(traces)
+    assert summary.n_counted == 3 and summary.n_degenerate == 1
+    fmr = hooks.agg_ratio([it["fmr"] for it in items])
+    assert fmr == pytest.approx(2 / 3) == pytest.approx(summary.fmr)
+    for metric, key in (("als", "als"), ("nvr", "nvr"), ("nvr_hits", "nvr_hits"), ("r20", "r20"),
+                        ("nvr_above_half", "nvr_share_above_half"), ("fmr_normalized", "fmr_normalized")):
+        assert hooks.agg_ratio([it[metric] for it in items]) == pytest.approx(getattr(summary, key)), metric
+    assert hooks.agg_max([it["nvr_max"] for it in items]) == summary.nvr_max
+    # a task where nothing counted is undefined, not 0
+    only_junk = hooks.process_results({"id": "p3", **base}, [["!!!!" * 200]])
+    assert math.isnan(hooks.agg_ratio([only_junk["fmr"]])) and math.isnan(hooks.agg_max([only_junk["nvr_max"]]))

@@ -1,15 +1,11 @@
-"""SimpleTrace against an independent brute-force oracle, the SPEC's test vectors, determinism, and
-the `propme trace` command.
-
-The oracle tokenizes every corpus document itself (tokenizers' own GPT-2 files, not the index) and
-finds, for every start of a query, the longest prefix occurring inside one document by scanning all
-positions; the span rules of SPEC section 4 are then applied here, written out again. Only the sets of
-word-start and delimiter ids are taken from the index (they are defined by the vocabulary).
-"""
+"""SimpleTrace against independent expectations: a brute-force oracle for the suffix-array search,
+infini-gram's engine for counts, ranges and windows, and a plain re-statement of the published
+tracer (tests/reference_trace.py) for spans, merging, documents, classes and NV-recall."""
 from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import shutil
 import subprocess
@@ -22,11 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import make_index, write_jsonl
+from reference_trace import BruteForce, ReferenceTracer
 from propme_metrics.cli import main
 from propme_metrics.errors import IndexFormatError
 from propme_metrics.generations import read_generations
-from propme_metrics.trace import (Span, TraceConfig, TracedDocument, Tracer, TraceResult,
-                                  _merge_segments)
+from propme_metrics.search import Occurrences
+from propme_metrics.trace import (TraceConfig, TracedDocument, Tracer, TraceResult, evenly_spaced,
+                                  select_occurrences)
 
 HYPO = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -34,51 +32,11 @@ HYPO = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 # -- the oracle ---------------------------------------------------------------------------------
 
-class Oracle:
+class Oracle(BruteForce):
     """Brute force over the documents' own tokenizations: matches never cross a document boundary."""
 
-    def __init__(self, docs: list[list[int]], bow: frozenset[int], delims: frozenset[int], pad: int = 512):
-        parts = []
-        for d in docs:
-            parts += d + [-1]
-        self.flat = np.asarray(parts + [-1] * pad, dtype=np.int64)
-        self.size = len(parts)
-        self.bow, self.delims = bow, delims
-
-    def _positions(self, q: list[int]) -> np.ndarray:
-        cand = np.arange(self.size)
-        for k, t in enumerate(q):
-            cand = cand[self.flat[cand + k] == t]
-        return cand
-
-    def longest(self, q: list[int], i: int) -> int:
-        cand, k = np.arange(self.size), 0
-        while i + k < len(q):
-            keep = self.flat[cand + k] == q[i + k]
-            if not keep.any():
-                break
-            cand, k = cand[keep], k + 1
-        return k
-
-    def count(self, q: list[int]) -> int:
-        return len(self._positions(q))
-
-    def spans(self, q: list[int]) -> list[tuple[int, int]]:
-        n, out, last = len(q), [], 0
-        for i in range(n):
-            if i > 0 and q[i] not in self.bow:  # spans start at word starts, or at the first token
-                continue
-            end = i + self.longest(q, i)
-            for p in range(i, end):  # cut after the first delimiter inside the span
-                if q[p] in self.delims:
-                    end = p + 1
-                    break
-            while end > i and end < n and q[end] not in self.bow:  # back off to whole words
-                end -= 1
-            if end > i and end > last:  # keep maximal spans only
-                out.append((i, end))
-                last = end
-        return out
+    def __init__(self, docs: list[list[int]], pad: int = 512):
+        super().__init__(docs, pad)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +58,7 @@ def corpus_ids(raw_tokenizer, synthetic_records) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def oracle(tracer, corpus_ids) -> Oracle:
-    return Oracle(corpus_ids, tracer.index.word_start_ids, frozenset(tracer.index.manifest.delimiter_ids))
+    return Oracle(corpus_ids)
 
 
 TINY_DOCS = [
@@ -116,7 +74,7 @@ def build_tiny(root: Path, gpt2_dir: Path, raw_tokenizer, width: int):
     make_index(corpus, root / "index", gpt2_dir, cpus=1, token_width=width)
     tr = Tracer(root / "index")
     docs = [raw_tokenizer.encode(t).ids for t in TINY_DOCS]
-    return tr, Oracle(docs, tr.index.word_start_ids, frozenset(tr.index.manifest.delimiter_ids)), root / "index"
+    return tr, Oracle(docs), root / "index"
 
 
 @pytest.fixture(scope="module")
@@ -196,20 +154,37 @@ def queries(draw, corpus_ids):
     return q
 
 
+def reference(tr: Tracer, docs: list[list[int]], mode: str, **kw) -> ReferenceTracer:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tr.index.path / "propme-tokenizer" / "tokenizer.json"))
+    return ReferenceTracer(tr.index.engine, tok, BruteForce(docs), set(tr._word_initial), tr.index.unigram_counts,
+                           tr.index.total_positions, mode=mode, **kw)
+
+
+def as_reference(r: TraceResult) -> list[tuple[int, int, list[tuple]]]:
+    return [(s.start, s.end, [(d.doc_ix, d.match, d.nv_recall, d.nv_matched_words) for d in s.documents])
+            for s in r.final_spans]
+
+
+def reference_view(finals) -> list[tuple[int, int, list[tuple]]]:
+    return [(s, e, [(d["doc_ix"], d["tier"], d["nv"], d["matched"]) for d in docs]) for s, e, docs in finals]
+
+
 @HYPO
 @given(data=st.data())
-def test_maximal_spans_match_oracle(tracer, oracle, corpus_ids, data):
+def test_longest_matches_match_oracle(tracer, oracle, corpus_ids, data):
     q = data.draw(queries(corpus_ids))
-    assert tracer.maximal_spans(q) == oracle.spans(q)
     ends = tracer.longest_matches(q).tolist()
     assert ends == [i + oracle.longest(q, i) for i in range(len(q))]
+    assert [e for _, e in tracer.step1_spans(q)] == ends[: max(0, len(q) - 1)]
 
 
 @HYPO
 @given(data=st.data())
 def test_span_counts_match_oracle_and_engine(tracer, oracle, corpus_ids, data):
     q = data.draw(queries(corpus_ids))
-    spans = tracer.maximal_spans(q)
+    spans = [(s, e) for s, e in tracer.step1_spans(q) if e > s]
     for (s, e), occ in zip(spans, tracer.locate(q, spans)):
         assert occ.count == oracle.count(q[s:e]) > 0
         found = tracer.index.engine.find(input_ids=q[s:e])
@@ -244,7 +219,6 @@ def test_rank0_neighbour_is_checked(tiny_any):
         longest = orc.longest(q, 0)
         assert longest >= j
         assert int(tr.longest_matches(q)[0]) == longest
-        assert tr.maximal_spans(q) == orc.spans(q)
         hits += longest > 0
     assert hits >= 3
 
@@ -256,38 +230,188 @@ def test_queries_starting_with_the_smallest_token(tiny_any, data):
     present = sorted({int(t) for t in orc.flat if t >= 0}, key=lambda t: le_bytes([t], tr.index.token_width))
     first = data.draw(st.sampled_from([present[0], min(present)]))  # first in byte order, smallest id
     q = [first] + data.draw(st.lists(st.sampled_from(present + [256, 512, 2048]), min_size=0, max_size=12))
-    spans = tr.maximal_spans(q)
-    assert spans == orc.spans(q)
     assert tr.longest_matches(q).tolist() == [i + orc.longest(q, i) for i in range(len(q))]
+    spans = [(s, e) for s, e in tr.step1_spans(q) if e > s]
     assert [o.count for o in tr.locate(q, spans)] == [orc.count(q[a:b]) for a, b in spans]
 
 
 def test_tiny_indexes_end_to_end(tiny_any):
     tr, _, _ = tiny_any
     r = tr.trace_one(TINY_DOCS[1], "t1")
-    assert r.full_match and r.longest_span == r.spans[0].length > 5
+    assert r.full_match and r.longest_span == r.n_tokens
     assert {d.source_id for d in r.documents} >= {"t1"}
     assert next(d for d in r.documents if d.source_id == "t1").nv_recall == 1.0
     ids = tr.index.encode(" although")
     occ = tr.locate(ids, [(0, 1)])[0]
     assert occ.count == 2 == tr.index.count(ids)
-    ours = tr._windows(0, list(range(*occ.segment_by_shard[0])), 1, 3)
-    theirs = tr.index.engine.get_docs_by_ranks_2(requests=[(0, r, 1, 3) for r in range(*occ.segment_by_shard[0])])
+    picks = [(0, r) for r in range(*occ.segment_by_shard[0])]
+    ours = tr.windows(picks, 5)
+    theirs = [tr.index.engine.get_doc_by_rank(s=0, rank=r, max_disp_len=5) for _, r in picks]
     assert [(w.doc_ix, w.needle_offset, w.token_ids.tolist()) for w in ours] == \
            [(d["doc_ix"], d["needle_offset"], list(d["token_ids"])) for d in theirs]
 
 
-def test_windows_are_the_engines(tracer):
-    ids = tracer.index.encode("The council decided on the new bridge")
-    occ = tracer.locate(ids, [(0, len(ids))])[0]
-    for s, (lo, hi) in enumerate(occ.segment_by_shard):
-        ranks = list(range(lo, min(hi, lo + 5)))
-        ours = tracer._windows(s, ranks, len(ids), 7)
-        theirs = tracer.index.engine.get_docs_by_ranks_2(requests=[(s, r, len(ids), 7) for r in ranks])
-        for a, b in zip(ours, theirs):
+@pytest.mark.parametrize("max_disp_len", [1, 4, 7, 20, 21, 35, 1280])
+def test_windows_are_the_engines(tracer, max_disp_len):
+    """Windows equal the engine's get_doc_by_rank(s, rank, max_disp_len=5L), odd lengths included."""
+    rng = random.Random(max_disp_len)
+    for s, shard in enumerate(tracer._shards):
+        ranks = [rng.randrange(shard.n) for _ in range(60)]
+        pos = shard.ranks_to_token_pos(np.asarray(ranks))
+        ranks = [r for r, p in zip(ranks, pos) if shard.ds[p] != tracer.index.separator]  # occurrences of tokens
+        ours = tracer.windows([(s, r) for r in ranks], max_disp_len)
+        for r, a in zip(ranks, ours):
+            b = tracer.index.engine.get_doc_by_rank(s=s, rank=r, max_disp_len=max_disp_len)
             assert (a.doc_ix, a.doc_len, a.needle_offset, a.token_ids.tolist(), a.metadata) == \
                    (b["doc_ix"], b["doc_len"], b["needle_offset"], list(b["token_ids"]), b["metadata"])
             assert a.shard == tracer.index.engine_shards[s]
+
+
+def test_window_vector_of_the_spec(tiny):
+    """SPEC: an occurrence at token 7 of a 30-token document, L = 4: the window is tokens [0, 17)."""
+    tr, _, _ = tiny
+    shard = tr._shards[0]
+    doc = next(i for i in range(len(shard.offsets)) if shard.offsets[i] // 2 + 1 + 30 <= shard.n)
+    start = int(shard.offsets[doc]) // 2 + 1
+    rank = int(np.flatnonzero(shard.ranks_to_token_pos(np.arange(shard.n)) == start + 7)[0])
+    win = shard.windows([rank], 5 * 4)[0]
+    assert win.needle_offset == 7 and win.token_ids.tolist() == shard.ds[start:start + 17].tolist()
+
+
+# -- the whole tracer against the reference (published rules written out plainly) --------------------
+
+@st.composite
+def generations(draw, records):
+    """Copies, near copies (a word replaced), concatenations and word salads of corpus text."""
+    rec = records[draw(st.integers(0, len(records) - 1))]["text"]
+    a = draw(st.integers(0, max(0, len(rec) - 80)))
+    piece = rec[a:a + draw(st.integers(20, 500))]
+    kind = draw(st.sampled_from(["copy", "edited", "joined", "salad", "tail"]))
+    if kind == "edited":
+        words = piece.split(" ")
+        for _ in range(draw(st.integers(1, 4))):
+            words[draw(st.integers(0, len(words) - 1))] = draw(st.sampled_from(["Zorblax", "og", "the", "XYZ."]))
+        piece = " ".join(words)
+    elif kind == "joined":
+        other = records[draw(st.integers(0, len(records) - 1))]["text"]
+        b = draw(st.integers(0, max(0, len(other) - 80)))
+        piece = piece + " " + other[b:b + draw(st.integers(20, 300))]
+    elif kind == "salad":
+        words = [w for r in records[:20] for w in r["text"].split()]
+        piece = " ".join(draw(st.lists(st.sampled_from(words), min_size=3, max_size=60)))
+    elif kind == "tail":
+        piece = piece + draw(st.sampled_from(["\n\n", "\n", " .", "!!"]))
+    return piece
+
+
+@pytest.mark.parametrize("mode", ["mixed", "text"])
+def test_tracer_equals_the_reference(synthetic_index, synthetic_records, corpus_ids, mode):
+    tr = Tracer(synthetic_index, TraceConfig(mode=mode))
+    ref = reference(tr, corpus_ids, mode)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(generations(synthetic_records))
+    def check(g):
+        assert as_reference(tr.trace_one(g, "x")) == reference_view(ref.trace(g))
+
+    check()
+
+
+def test_tracer_equals_the_reference_on_copies(synthetic_index, synthetic_records, corpus_ids):
+    """Whole documents, and copies whose end tokenizes differently (a trailing blank line)."""
+    for mode in ("mixed", "text"):
+        tr = Tracer(synthetic_index, TraceConfig(mode=mode))
+        ref = reference(tr, corpus_ids, mode)
+        for rec in synthetic_records[:6]:
+            for g in (rec["text"], rec["text"][:600] + "\n\n", rec["text"][37:900]):
+                assert as_reference(tr.trace_one(g, "x")) == reference_view(ref.trace(g))
+
+
+@pytest.mark.parametrize("mode", ["text", "mixed"])
+def test_merging_needs_the_union_to_occur(synthetic_index, oracle, synthetic_records, mode):
+    """Kept spans that overlap merge only when their union occurs; no final span is absent from the corpus.
+    (In mixed mode two overlapping maximal spans never have an occurring union: the first would have
+    been longer; in text mode sentence cuts make such unions common.)"""
+    tracer = Tracer(synthetic_index, TraceConfig(mode=mode, span_divisor=4))
+    texts = [" ".join(r["text"].split()[i:i + 40]) for i, r in enumerate(synthetic_records[:30])]
+    salad = [" ".join(random.Random(i).sample(t.split(), len(t.split()))) for i, t in enumerate(texts)]
+    merged = 0
+    for g in texts + salad:
+        r = tracer.trace_one(g, "m")
+        ids = tracer.index.encode(r.text)
+        for s in r.final_spans:
+            if s.count:
+                assert oracle.count(ids[s.start:s.end]) == s.count > 0
+        kept = [sp for sp in r.spans if sp.kept]
+        merged += sum(1 for s in r.final_spans if s.count and not any((k.start, k.end) == (s.start, s.end) for k in kept))
+    # maximal spans seldom overlap with an occurring union (the first would have been longer)
+    assert merged == 0
+
+
+def test_final_spans_merge_verified_unions_only(tracer, synthetic_records):
+    """Steps 3-4 on hand-picked kept spans: (0,5)+(3,8) of a copy merge (their union occurs; documents
+    retrieved afresh); two overlapping corpus spans of a word salad whose union the corpus never saw
+    stay apart."""
+    from propme_metrics.trace import _Context
+
+    copy = tracer.index.encode(synthetic_records[5]["text"][:200])[:8]
+    words = [w for r in synthetic_records[:10] for w in r["text"].split()]
+    salad = tracer.index.encode(" " + " ".join(random.Random(3).sample(words, 60)))
+    ids = copy + salad
+    spans = [sp for sp in tracer.step1_spans(ids) if sp[0] >= 8 and sp[1] - sp[0] >= 2]
+    x, y = next((p, q) for p, q in zip(spans, spans[1:]) if p[0] < q[0] < p[1] < q[1])
+    assert tracer.count(ids[0:8]) > 0 and tracer.count(ids[x[0]:y[1]]) == 0
+    kept = [(0, 5), (3, 8), x, y]
+    finals = _Context(tracer, tracer._decode(ids), ids).final_spans(kept, tracer.locate(ids, kept))
+    assert [(f.start, f.end) for f in finals] == [(0, 8), x, y]
+    assert all(tracer.count(ids[f.start:f.end]) == f.count > 0 for f in finals)
+    assert all(len(f.documents) <= 10 for f in finals)
+
+
+def test_documents_are_deduplicated_per_span(planted_index):
+    """One document may serve several final spans: it counts once per span, never twice in one."""
+    tr = Tracer(planted_index, TraceConfig(mode="text", docs_per_span=40))
+    r = tr.trace_one(PLANTED + " Done 3. Something new entirely here and", "d")
+    for s in r.final_spans:
+        keys = [(d.shard, d.doc_ix) for d in s.documents]
+        assert len(keys) == len(set(keys))
+    per_doc = {}
+    for s in r.final_spans:
+        for d in s.documents:
+            per_doc[d.doc_ix] = per_doc.get(d.doc_ix, 0) + 1
+    assert max(per_doc.values()) >= 2  # a document retrieved by two spans is an entry of each
+
+
+def test_anchors_find_a_copy_whose_end_tokenizes_differently(tmp_path, gpt2_dir):
+    """A copy cut inside a word: its last tokens differ from the document's, so its own tokenization
+    does not occur, yet its text is in the document; mixed mode finds the full copy through anchors."""
+    body = ("The harbour master of Skagen wrote in his ledger that the schooner Dorothea arrived "
+            "before dawn, her hold full of salted herring and her crew exhausted after the storm.")
+    docs = [{"id": "target", "text": body + "\n\nAfter that the crew rested for two days."},
+            {"id": "other", "text": "Completely unrelated text about mountain goats and their diet."}]
+    make_index(write_jsonl(tmp_path / "c.jsonl", docs), tmp_path / "idx", gpt2_dir, cpus=1)
+    tr = Tracer(tmp_path / "idx")
+    g = body[:body.index("exhausted") + 5]
+    assert tr.count(tr.index.encode(g)) == 0, "the generation's own tokenization must not occur"
+    r = tr.trace_one(g, "anchor")
+    assert (r.final_spans[0].start, r.final_spans[0].end, r.final_spans[0].count) == (0, r.n_tokens, 0)
+    assert r.full_match and r.final_spans[0].documents[0].source_id == "target"
+    assert r.longest_span == r.n_tokens
+    assert Tracer(tmp_path / "idx", TraceConfig(mode="text")).trace_one(g, "a").longest_span < r.n_tokens
+
+
+def test_blank_completions_have_no_spans(tracer):
+    for text in ("", "\n", "   \n\n  ", "\t"):
+        r = tracer.trace_one(text, "blank")
+        assert (r.n_tokens, r.spans, r.final_spans, r.documents, r.longest_span, r.error) == (0, [], [], [], 0, None)
+        assert not r.full_match and not r.degenerate
+    assert tracer.longest_matches([]).tolist() == [] and tracer.step1_spans([]) == []
+
+
+def test_completion_is_stripped(tracer, synthetic_records):
+    _, text = first_paragraph(synthetic_records, "en")
+    a, b = tracer.trace_one(text, "k"), tracer.trace_one("\n  " + text + "\n\n", "k")
+    assert a.to_dict() == b.to_dict()
 
 
 # -- generations against documents ---------------------------------------------------------------
@@ -304,10 +428,11 @@ def doc_of(result: TraceResult, rec: dict) -> TracedDocument:
     return next(d for d in result.documents if d.source_id == rec["id"])
 
 
-def test_verbatim_copy_text_mode(tracer, synthetic_records, raw_tokenizer):
+def test_verbatim_copy_text_mode(synthetic_index, synthetic_records, raw_tokenizer):
+    tracer = Tracer(synthetic_index, TraceConfig(mode="text"))
     rec, text = first_paragraph(synthetic_records, "en")
     r = tracer.trace_one(text, "copy")
-    assert r.full_match and r.full_match_normalized
+    assert r.full_match and not r.full_match_normalized
     assert doc_of(r, rec).nv_recall == 1.0 and doc_of(r, rec).match == "full_raw"
     sentences = re.split(r"(?<=[.!?]) ", text)
     expected = max(len(raw_tokenizer.encode(s if i == 0 else " " + s).ids) for i, s in enumerate(sentences))
@@ -315,11 +440,12 @@ def test_verbatim_copy_text_mode(tracer, synthetic_records, raw_tokenizer):
     assert r.error is None and not r.degenerate
 
 
-def test_verbatim_copy_mixed_mode(synthetic_index, synthetic_records):
+def test_verbatim_copy_mixed_mode(tracer, synthetic_records):
     rec, text = first_paragraph(synthetic_records, "en")
-    r = Tracer(synthetic_index, TraceConfig(mode="mixed")).trace_one(text, "copy")
-    assert r.longest_span == r.n_tokens == r.longest_segment
+    r = tracer.trace_one(text, "copy")
+    assert r.longest_span == r.n_tokens
     assert [(s.start, s.end, s.kept) for s in r.spans] == [(0, r.n_tokens, True)]
+    assert [(s.start, s.end) for s in r.final_spans] == [(0, r.n_tokens)]
     assert r.full_match and doc_of(r, rec).nv_recall == 1.0
 
 
@@ -334,10 +460,12 @@ def test_changed_white_space_is_a_normalized_match(tracer, synthetic_records):
     rec2 = next(x for x in synthetic_records if x["text"].count("\n\n") >= 1 and len(x["text"]) < 1500)
     r2 = tracer.trace_one(rec2["text"].replace("\n\n", " \n\n\n  ", 1), "para")
     assert r2.full_match_normalized and not r2.full_match
-    # a newline replaced by a space is not white-space normalization (SPEC: spaces around newlines go,
+    # a newline replaced by a space is not white-space normalization (spaces around newlines go,
     # newlines stay), so that copy is a partial match, though its NV-recall stays high
     r3 = tracer.trace_one(rec2["text"].replace("\n\n", " ", 1), "flat")
     assert not r3.full_match_normalized and doc_of(r3, rec2).nv_recall > 0.9
+    # text mode has no normalized class
+    assert not Tracer(tracer.index, TraceConfig(mode="text")).trace_one(spaced, "s").full_match_normalized
 
 
 def test_unrelated_text(tracer):
@@ -353,17 +481,10 @@ def test_danish_copy(tracer, synthetic_records):
     assert re.search("[æøåÆØÅ]", text)
     r = tracer.trace_one(text, "da")
     assert r.full_match and doc_of(r, rec).nv_recall == 1.0
-    assert any(re.search("[æøå]", s.text) for s in r.spans)
+    assert any(re.search("[æøå]", s.text) for s in r.final_spans)
 
 
-def test_empty_generation(tracer):
-    r = tracer.trace_one("", "empty")
-    assert (r.n_tokens, r.spans, r.segments, r.documents, r.longest_span, r.error) == (0, [], [], [], 0, None)
-    assert not r.full_match and not r.degenerate
-    assert tracer.maximal_spans([]) == [] and tracer.longest_matches([]).tolist() == []
-
-
-# -- steps 2 and 4 -------------------------------------------------------------------------------
+# -- steps 2 and 3 ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n,k", [(20, 1), (21, 2), (100, 5), (160, 8), (256, 13), (0, 1), (1, 1)])
 def test_k_vectors(n, k):
@@ -371,15 +492,17 @@ def test_k_vectors(n, k):
 
 
 def test_config_checks():
-    with pytest.raises(ValueError):
-        TraceConfig(mode="code")
-    with pytest.raises(ValueError):
-        TraceConfig(docs_per_span=0)
+    for bad in ({"mode": "code"}, {"docs_per_span": 0}, {"window_factor": True}, {"max_tokens": 1.5},
+                {"rarity": "max"}, {"seed": -1}, {"span_divisor": float("nan")}):
+        with pytest.raises(ValueError):
+            TraceConfig(**bad)
     assert TraceConfig(span_divisor=10).k(21) == 3
-    assert set(TraceConfig().to_dict()) >= {"mode", "span_divisor", "docs_per_span", "context_factor", "seed"}
+    assert TraceConfig().mode == "mixed" and TraceConfig().seed == 42
+    assert set(TraceConfig().to_dict()) >= {"mode", "span_divisor", "docs_per_span", "window_factor", "seed"}
 
 
-def test_rarity_filter_keeps_the_rarest(tracer, synthetic_records, synthetic_index):
+def test_rarity_filter_keeps_the_rarest(synthetic_records, synthetic_index):
+    tracer = Tracer(synthetic_index, TraceConfig(mode="text"))
     text = " ".join(r["text"].split("\n\n")[0] for r in synthetic_records[10:14])
     r = tracer.trace_one(text, "rare")
     k = TraceConfig().k(r.n_tokens)
@@ -398,29 +521,40 @@ def test_rarity_filter_keeps_the_rarest(tracer, synthetic_records, synthetic_ind
         assert s.rarity == pytest.approx(math.fsum(math.log(counts[t] / total) for t in ids[s.start:s.end]), abs=1e-9)
     ranked = sorted(range(len(r.spans)), key=lambda i: (r.spans[i].rarity, r.spans[i].start))
     assert sorted(ranked[:k]) == [i for i, s in enumerate(r.spans) if s.kept]
+    # the published product ranks the same wherever it does not underflow
+    prod = Tracer(synthetic_index, TraceConfig(mode="text", rarity="product")).trace_one(text, "rare")
+    assert [s.kept for s in prod.spans] == [s.kept for s in r.spans]
+    assert all(p.rarity == pytest.approx(math.exp(s.rarity), rel=1e-9) for p, s in zip(prod.spans, r.spans))
 
 
 def test_rarity_ties_keep_positional_order(synthetic_index, synthetic_records):
     # a sentence that follows a space in its document, so that " S S" consists of two identical spans
     sentence = next(m.group(1) for r in synthetic_records for m in re.finditer(r"(?<=[.!?]) ([A-Z][^.!?\n]*[.!?])", r["text"]))
-    r = Tracer(synthetic_index, TraceConfig(span_divisor=10_000)).trace_one(f" {sentence} {sentence}", "tie")
-    assert len(r.spans) == 2 and r.spans[0].rarity == r.spans[1].rarity
-    assert [s.kept for s in r.spans] == [True, False]
+    g = f"{sentence} {sentence} {sentence}"  # stripped: the copies after the first are identical spans
+    r = Tracer(synthetic_index, TraceConfig(mode="text", span_divisor=10_000)).trace_one(g, "tie")
+    twins = [s for s in r.spans if s.text == " " + sentence]
+    assert len(twins) == 2 and twins[0].rarity == twins[1].rarity == min(s.rarity for s in r.spans)
+    assert [s.kept for s in twins] == [True, False]
 
 
-def test_merge_segments():
-    spans = [Span(0, 5, 1, -9.0), Span(3, 8, 1, -9.0), Span(8, 10, 1, -9.0), Span(9, 11, 1, -1.0),
-             Span(12, 15, 1, -9.0)]
-    kept = [0, 1, 2, 4]  # span 3 (9-11) is not kept: it neither merges nor bridges
-    docs = [TracedDocument(0, i, None, {}, span=i, match="partial", nv_recall=0.0, snippet="", snippet_span=(0, 0))
-            for i in (0, 1, 2, 4)]
-    segs = _merge_segments(spans, kept, docs, lambda ids: " ".join(map(str, ids)), list(range(20)))
-    assert [(s.start, s.end, s.spans, s.documents) for s in segs] == [(0, 8, [0, 1], [0, 1]), (8, 10, [2], [2]),
-                                                                      (12, 15, [4], [3])]
-    assert segs[0].text == "0 1 2 3 4 5 6 7" and segs[0].length == 8
+def test_evenly_spaced_picks():
+    assert evenly_spaced(10, 1) == [5]
+    assert evenly_spaced(10, 3) == [0, 4, 9]  # round(4.5) = 4: half to even, as Python rounds
+    assert evenly_spaced(5, 5) == [0, 1, 2, 3, 4] and evenly_spaced(3, 10) == [0, 1, 2]
+    assert evenly_spaced(11, 4) == [0, 3, 7, 10]
 
 
-# -- step 3 sampling and determinism ---------------------------------------------------------------
+def test_sampling_is_the_published_rng():
+    """Occurrences beyond docs_per_span: random.Random(f"{seed}:{g}").sample over (shard, rank) order."""
+    occ = Occurrences(25 + 40, [(3, 28), (100, 140)])
+    g = "some generation"
+    rng = random.Random(f"42:{g}")
+    flat = [(0, r) for r in range(3, 28)] + [(1, r) for r in range(100, 140)]
+    expected = random.Random(f"42:{g}").sample(flat, 10)
+    assert select_occurrences(occ, 10, rng) == expected
+    assert select_occurrences(Occurrences(3, [(0, 2), (5, 6)]), 10, rng) == [(0, 0), (0, 1), (1, 5)]
+    assert random.Random("42:" + g).sample(range(1000), 10) == random.Random("42:" + g).sample(range(1000), 10)
+
 
 PLANTED = " Quorble flimflam zixaply grundelwort."
 
@@ -435,25 +569,38 @@ def planted_index(tmp_path_factory, gpt2_dir, synthetic_records):
 
 
 def test_document_sample_is_seeded(planted_index):
-    tr = Tracer(planted_index)
-    r1 = tr.trace_one(PLANTED, "g")
-    assert [(s.start, s.end, s.count, s.kept) for s in r1.spans] == [(0, r1.n_tokens, 30, True)]
+    tr = Tracer(planted_index, TraceConfig(mode="text"))
+    g = PLANTED.strip()
+    r1 = tr.trace_one(g, "g")
+    assert len(r1.final_spans) == 1
     picked = [d.doc_ix for d in r1.documents]
     assert len(picked) == len(set(picked)) == 10
-    assert all(d.source_id.startswith("p") and d.match == "full_raw" for d in r1.documents)
-    assert [d.doc_ix for d in Tracer(planted_index).trace_one(PLANTED, "g").documents] == picked
-    other = [d.doc_ix for d in Tracer(planted_index, TraceConfig(seed=1)).trace_one(PLANTED, "g").documents]
+    assert all(d.source_id.startswith("p") for d in r1.documents)
+    assert [d.doc_ix for d in Tracer(planted_index, TraceConfig(mode="text")).trace_one(g, "other key").documents] == picked
+    other = [d.doc_ix for d in Tracer(planted_index, TraceConfig(mode="text", seed=1)).trace_one(g, "g").documents]
     assert len(other) == 10 and set(other) != set(picked)
-    assert [d.doc_ix for d in tr.trace_one(PLANTED, "another key").documents] != picked
-    assert len(Tracer(planted_index, TraceConfig(docs_per_span=40)).trace_one(PLANTED, "g").documents) == 30
+    assert len(Tracer(planted_index, TraceConfig(mode="text", docs_per_span=40)).trace_one(g, "g").documents) == 30
+    # mixed mode: stripped, g starts without its space, so its tokens do not occur as such: the
+    # full-generation span comes from anchors (at most docs_per_span full matches)
+    m = Tracer(planted_index).trace_one(g, "g")
+    assert (m.final_spans[0].start, m.final_spans[0].end, m.final_spans[0].count) == (0, m.n_tokens, 0)
+    assert 0 < len(m.final_spans[0].documents) <= 10
+    assert all(d.match == "full_raw" for d in m.final_spans[0].documents)
+    # a generation whose tokens occur: evenly spaced full-span windows first, then the (0, L) span's
+    # sampled ones, de-duplicated by (source id, class, window)
+    ids = tr.index.encode(g)
+    w = Tracer(planted_index).trace_one(tr._decode(ids[1:]), "w")
+    assert [(s.start, s.end) for s in w.final_spans] == [(0, w.n_tokens)] and w.final_spans[0].count == 30
+    assert 10 < len(w.documents) <= 20 and all(d.match == "full_raw" for d in w.documents)
 
 
 def test_snippet_shows_the_span(planted_index):
-    r = Tracer(planted_index).trace_one(PLANTED, "g")
-    for d in r.documents:
-        a, b = d.snippet_span
-        assert d.snippet[a:b] == r.spans[d.span].text == PLANTED
-        assert d.metadata["id"] == d.source_id
+    r = Tracer(planted_index, TraceConfig(mode="text")).trace_one(PLANTED, "g")
+    for s in r.final_spans:
+        for d in s.documents:
+            a, b = d.snippet_span
+            assert d.snippet[a:b] == s.text
+            assert d.metadata["id"] == d.source_id
 
 
 def test_results_identical_for_any_worker_count(tracer, synthetic_records):
@@ -468,18 +615,20 @@ def test_results_identical_for_any_worker_count(tracer, synthetic_records):
 
 
 def test_failures_are_recorded_not_raised(tracer, monkeypatch):
-    monkeypatch.setattr(tracer, "maximal_spans", lambda ids: 1 / 0)
+    monkeypatch.setattr(tracer, "locate", lambda ids, spans: 1 / 0)
     r = tracer.trace(["some text"], ["x"])[0]
-    assert r.error.startswith("ZeroDivisionError") and r.spans == []
+    assert r.error.startswith("ZeroDivisionError") and r.final_spans == []
 
 
 def test_to_dict_round_trip(tracer, synthetic_records):
     r = tracer.trace_one(synthetic_records[3]["text"][:400], "rt", continuation="nothing like it")
     d = r.to_dict()
     assert TraceResult.from_dict(json.loads(json.dumps(d))).to_dict() == d
-    assert d["extracted"] is False and {"key", "text", "n_tokens", "longest_span", "full_match",
-                                        "full_match_normalized", "spans", "segments", "documents"} <= set(d)
-    assert {"shard", "doc_ix", "source_id", "metadata", "match", "nv_recall"} <= set(d["documents"][0])
+    assert d["extracted"] is False and {"key", "text", "n_tokens", "longest_span", "full_match", "mode",
+                                        "full_match_normalized", "spans", "final_spans"} <= set(d)
+    doc = d["final_spans"][0]["documents"][0]
+    assert {"shard", "doc_ix", "source_id", "metadata", "match", "nv_recall", "nv_matched_words",
+            "nv_reference_words", "nv_candidate_words"} <= set(doc)
 
 
 def altered_copy(index_dir: Path, dest: Path) -> Path:
@@ -551,7 +700,7 @@ def test_cli_plain_jsonl(tmp_path, capsys, synthetic_index, synthetic_records):
     assert code == 0, err
     rows = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["key"] for r in rows] == ["copy", "new", "empty", "junk"]
-    assert rows[0]["full_match"] and rows[2]["spans"] == [] and rows[3]["degenerate"]
+    assert rows[0]["full_match"] and rows[2]["final_spans"] == [] and rows[3]["degenerate"]
     summary = json.loads((tmp_path / "s.json").read_text())
     assert {"n_generations", "als", "fmr", "fmr_normalized", "nvr", "r20", "r50", "config", "index"} <= set(summary)
     assert summary["n_generations"] == 4 and summary["n_degenerate"] == 1 and summary["fmr"] == pytest.approx(1 / 3)
@@ -570,7 +719,7 @@ def test_cli_lm_eval_samples(tmp_path, capsys, synthetic_index, synthetic_record
     assert code == 0, err
     rows = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["key"] for r in rows] == ["0", "1", "2#0", "2#1", "3#0", "3#1", "4"]
-    assert not any("PROMPT-MARKER" in r["text"] or "PROMPT-MARKER" in json.dumps(r["spans"]) for r in rows)
+    assert not any("PROMPT-MARKER" in r["text"] or "PROMPT-MARKER" in json.dumps(r["final_spans"]) for r in rows)
     assert rows[0]["full_match"] and rows[1]["extracted"] is True and rows[0]["extracted"] is None
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["config"]["mode"] == "mixed" and summary["config"]["seed"] == 3
@@ -636,36 +785,29 @@ def sp(tmp_path_factory, synthetic_records):
     make_index(write_jsonl(root / "c.jsonl", synthetic_records), root / "index", root / "tok")
     tr = Tracer(root / "index")
     docs = [bpe.encode(r["text"]).ids for r in synthetic_records]
-    return tr, Oracle(docs, tr.index.word_start_ids, frozenset(tr.index.manifest.delimiter_ids)), bpe
+    return tr, Oracle(docs), bpe, docs
 
 
 def test_sentencepiece_tokenizer(sp, synthetic_records):
-    tr, orc, bpe = sp
-    assert tr.index.manifest.tokenizer.family == "sentencepiece" and not tr._split_decode
+    tr, orc, bpe, docs = sp
+    assert tr.index.manifest.tokenizer.family == "sentencepiece"
     rec, text = first_paragraph(synthetic_records, "en")
-    r = tr.trace_one(text, "sp")
-    assert r.full_match and doc_of(r, rec).nv_recall == 1.0
-    assert r.longest_span == max(len(bpe.encode(s).ids) for s in re.split(r"(?<=[.!?]) ", text))
-    for d in r.documents:
-        a, b = d.snippet_span
-        assert d.snippet[a:b].strip() == r.spans[d.span].text.strip()
+    for mode in ("mixed", "text"):
+        r = Tracer(tr.index, TraceConfig(mode=mode)).trace_one(text, "sp")
+        assert r.full_match and doc_of(r, rec).nv_recall == 1.0
+        for s in r.final_spans:
+            for d in s.documents:
+                a, b = d.snippet_span
+                assert d.snippet[a:b].strip() == s.text.strip()
+        ref = reference(Tracer(tr.index, TraceConfig(mode=mode)), docs, mode)
+        for g in (text, text[30:500], " ".join(text.split()[::-1])):
+            assert as_reference(Tracer(tr.index, TraceConfig(mode=mode)).trace_one(g, "x")) == reference_view(ref.trace(g))
     rng = np.random.default_rng(0)
     for _ in range(20):
         doc = orc.flat[: orc.size]
         a = int(rng.integers(0, orc.size - 30))
         q = [int(t) if t >= 0 else 3 for t in doc[a:a + 25]] + [int(t) for t in rng.integers(3, 1200, 5)]
-        assert tr.maximal_spans(q) == orc.spans(q)
-
-
-def test_window_decoding_paths_agree(tracer, synthetic_records):
-    texts = [r["text"][50:700] for r in synthetic_records[20:26]]
-    split = [r.to_dict() for r in tracer.trace(texts)]
-    tracer._split_decode = False
-    try:
-        whole = [r.to_dict() for r in tracer.trace(texts)]
-    finally:
-        tracer._split_decode = True
-    assert split == whole
+        assert tr.longest_matches(q).tolist() == [i + orc.longest(q, i) for i in range(len(q))]
 
 
 def test_too_long_generation_is_reported_not_traced(synthetic_index):
@@ -675,8 +817,25 @@ def test_too_long_generation_is_reported_not_traced(synthetic_index):
     short, too_long = tracer.trace(["the council decided", long_text])
     assert short.error is None
     assert too_long.error is not None and "max_tokens=30" in too_long.error
-    assert too_long.text == long_text and not too_long.documents
+    assert too_long.text == long_text and not too_long.documents and not too_long.final_spans
     from propme_metrics.metrics import summarize
 
     summary = summarize([short, too_long])
     assert summary.n_failed == 1 and summary.n_counted == 1
+
+
+def test_windows_cut_inside_a_character_decode_exactly(tmp_path, gpt2_dir):
+    """Multi-byte characters split over several byte-level tokens: a window whose occurrence starts
+    inside a character is decoded whole (the tracer still equals the reference)."""
+    docs = [{"id": f"e{i}", "text": f"Møde {i} 😀🎉 i Ærø: 東京 og København 🚲 kl. {i}. Alle kom 😀 til sidst."}
+            for i in range(12)]
+    make_index(write_jsonl(tmp_path / "c.jsonl", docs), tmp_path / "idx", gpt2_dir, cpus=1)
+    tr = Tracer(tmp_path / "idx")
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tmp_path / "idx" / "propme-tokenizer" / "tokenizer.json"))
+    ref = reference(tr, [tok.encode(d["text"]).ids for d in docs], "mixed")
+    for g in ("😀🎉 i Ærø: 東京 og København 🚲 kl. 3. Alle kom 😀", "🎉 i Ærø: 東京 og", docs[4]["text"][3:]):
+        r = tr.trace_one(g, "emoji")
+        assert as_reference(r) == reference_view(ref.trace(g))
+        assert all("\ufffd" not in d.snippet for d in r.documents)
