@@ -3,7 +3,8 @@
 The build happens in a hidden sibling folder and is moved into place only after the manifest is
 written, so an interrupted build never leaves a folder that opens as an index. Re-running the
 same build resumes it: finished steps (tokenization, each shard's suffix array) are skipped.
-Suffix arrays come from the `rust_indexing` binary shipped in the infini-gram wheel.
+Suffix arrays come from libdivsufsort (`pydivsufsort`) when the shard fits in memory, else from
+the `rust_indexing` binary shipped in the infini-gram wheel (see `build_suffix_array`).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from .index import pointer_size
 from .manifest import (MANIFEST_NAME, SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest,
                        ShardInfo, TokenizerInfo, shard_file)
 from .progress import progress_bar, rate
+from .sizing import TEXT_BYTES_PER_TOKEN, check_shard_memory, estimate_build
 from .sources import CorpusSource
 from .tokenizer import DEFAULT_TOKENIZER, analyze_vocab, files_sha256, load_tokenizer, max_token_id, tokenizer_hash
 
@@ -84,8 +86,13 @@ def build_index(
     force: bool = False,
     check_space: bool = True,
     progress: bool = True,
+    sa_builder: str = "auto",
+    announce=None,
 ) -> IndexManifest:
-    """Build (or resume, or reuse) the index of `source` in folder `out` and return its manifest."""
+    """Build (or resume, or reuse) the index of `source` in folder `out` and return its manifest.
+
+    `announce(text)`, when given, receives the estimate of disk, memory and time before the build
+    starts (from the corpus' file sizes) and again from the exact counts before the suffix arrays."""
     out = _real_out(Path(out))
     cpus = cpus or os.cpu_count() or 1
     mem_bytes = mem_bytes or _half_of_ram()
@@ -117,7 +124,7 @@ def build_index(
         with _build_lock(out):
             return _build_locked(source, tok, out, work, params, params_hash, tokenizer, tokenizer_revision,
                                  max_id, width, tok_hash, num_shards, shard_ids, batch_size, cpus, mem_bytes,
-                                 force, check_space, progress)
+                                 force, check_space, progress, sa_builder, announce)
     except OSError as exc:
         raise ConfigError(f"cannot write the index: {exc.strerror or exc} ({exc.filename or work})",
                           "free disk space or choose a writable --out; re-run the same command to resume "
@@ -127,7 +134,7 @@ def build_index(
 def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict[str, Any], params_hash: str,
                   tokenizer: str, tokenizer_revision: str | None, max_id: int, width: int, tok_hash: str,
                   num_shards: int, shard_ids: list[int], batch_size: int, cpus: int, mem_bytes: int, force: bool,
-                  check_space: bool, progress: bool) -> IndexManifest:
+                  check_space: bool, progress: bool, sa_builder: str, announce) -> IndexManifest:
     """The build proper, while this process alone builds `out`: reuse, finish, resume or start it."""
     _recover_interrupted_install(out, work)
     existing = _existing_index(out, params_hash, force)
@@ -140,6 +147,10 @@ def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict
 
     state = _load_state(work, params_hash)
     if state is None:
+        text_bytes = source.estimated_text_bytes()
+        if text_bytes:
+            _plan(int(text_bytes / TEXT_BYTES_PER_TOKEN), "from the corpus' file sizes", width, num_shards, cpus,
+                  mem_bytes, sa_builder, announce)
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": [],
@@ -149,7 +160,7 @@ def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict
         _check_disk_space(work, source.estimated_text_bytes(), width)
     started = time.time()
     counts = _run_steps(source, tok, work, state, width, num_shards, shard_ids, batch_size, cpus, mem_bytes,
-                        check_space, progress)
+                        check_space, progress, sa_builder, announce)
     shards = [
         ShardInfo(id=sid, documents=counts[str(sid)]["documents"], tokens=counts[str(sid)]["tokens"],
                   ds_bytes=shard_file(work, "tokenized", sid).stat().st_size,
@@ -185,7 +196,7 @@ def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict
 
 def _run_steps(source: CorpusSource, tok, work: Path, state: dict[str, Any], width: int, num_shards: int,
                shard_ids: list[int], batch_size: int, cpus: int, mem_bytes: int, check_space: bool,
-               progress: bool) -> dict[str, dict[str, int]]:
+               progress: bool, sa_builder: str, announce) -> dict[str, dict[str, int]]:
     """Tokenize (unless done), then build each shard's suffix array not yet built; save progress after each."""
     with progress_bar(progress) as bar:
         if state["tokenized"] is None:
@@ -198,6 +209,9 @@ def _run_steps(source: CorpusSource, tok, work: Path, state: dict[str, Any], wid
                 raise
             state["tokenized"], state["replaced_surrogates"] = counts, replaced
             _save_state(work, state)
+        counts = state["tokenized"]
+        _plan(max(c["tokens"] + c["documents"] for c in counts.values()) * num_shards,
+              "from the tokenized shards", width, num_shards, cpus, mem_bytes, sa_builder, announce)
         for sid in shard_ids:
             if sid in state["suffix_arrays"]:
                 continue
@@ -207,7 +221,8 @@ def _run_steps(source: CorpusSource, tok, work: Path, state: dict[str, Any], wid
             # a fixed name: a rerun after a kill removes the dead run's temporary files first
             build_suffix_array(shard_file(work, "tokenized", sid), shard_file(work, "table", sid), width,
                                cpus, mem_bytes, work / f"tmp-{sid}",
-                               on_step=lambda step: bar.update(task, advance=1, rate=step))
+                               on_step=lambda step: bar.update(task, advance=1, rate=step), builder=sa_builder)
+            write_toplevel(work, sid, width)
             state["suffix_arrays"].append(sid)
             _save_state(work, state)
     return state["tokenized"]
@@ -229,14 +244,18 @@ def old_dir(out: Path) -> Path:
 
 def index_file_names(shard_ids: Iterable[int]) -> list[str]:
     """Every file (or folder) a finished index holds besides its manifest."""
-    return [TOKENIZER_DIRNAME, WORD_STARTS_NAME] + [shard_file("", kind, sid).name
-                                                      for sid in shard_ids for kind in SHARD_FILES]
+    from .toplevel import toplevel_path
+
+    shard_ids = list(shard_ids)
+    return ([TOKENIZER_DIRNAME, WORD_STARTS_NAME] + [shard_file("", kind, sid).name
+                                                     for sid in shard_ids for kind in SHARD_FILES]
+            + [toplevel_path("", sid).name for sid in shard_ids])
 
 
 def _is_index_entry(name: str) -> bool:
     """A name that PropMe writes into an index folder (or an older PropMe left there)."""
     kind, _, sid = name.partition(".")
-    return (name in (MANIFEST_NAME, WORD_STARTS_NAME, TOKENIZER_DIRNAME)
+    return (name.startswith("propme-")  # every PropMe file in an index is named propme-*
             or (kind in SHARD_FILES and sid.isdigit())
             or name.startswith(("tmp-", f".{MANIFEST_NAME}.")))
 
@@ -350,8 +369,19 @@ def _known_source_stats(out: Path, work: Path) -> dict[str, dict[str, Any]]:
         return {}
 
 
+def _plan(tokens: int, basis: str, width: int, num_shards: int, cpus: int, mem_bytes: int, sa_builder: str,
+          announce) -> None:
+    """Announce the estimated needs of the build and refuse a shard that cannot fit in memory."""
+    estimate = estimate_build(tokens, basis, num_shards, width, cpus, mem_bytes, sa_builder)
+    if announce is not None:
+        announce(estimate.describe())
+    check_shard_memory(estimate.tokens_per_shard, width, num_shards, mem_bytes, _ram_bytes(), sa_builder, basis)
+
+
 def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
     """Join shard sets built separately (`--shard-ids` on several machines) into one index."""
+    from .toplevel import toplevel_path
+
     out = _real_out(Path(out))
     manifests = [IndexManifest.read(p) for p in parts]
     first = manifests[0]
@@ -378,6 +408,8 @@ def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
         for sid in m.shard_ids:
             for kind in SHARD_FILES:
                 _link_or_copy(shard_file(path, kind, sid), shard_file(work, kind, sid))
+            if toplevel_path(path, sid).is_file():  # the search accelerator's samples of that shard
+                _link_or_copy(toplevel_path(path, sid), toplevel_path(work, sid))
     params = {"source": first.source, "tokenizer": {"name": first.tokenizer.name,
               "revision": first.tokenizer.revision, "sha256": first.tokenizer.sha256},
               "token_width": first.token_width, "num_shards": first.num_shards,
@@ -396,9 +428,82 @@ def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
     return joined
 
 
+SA_BUILDERS = ("auto", "divsufsort", "rust")
+
+
+def divsufsort_memory(ds_bytes: int) -> int:
+    """Bytes of memory libdivsufsort needs for one `tokenized.N`: the file itself plus a 32-bit
+    (64-bit from 2 GiB on) entry for every byte offset, odd ones included."""
+    return ds_bytes * (1 + (4 if ds_bytes < 2**31 else 8))
+
+
+def choose_sa_builder(ds_bytes: int, mem_bytes: int, requested: str = "auto") -> str:
+    """'divsufsort' when asked for, or on 'auto' when it fits in `mem_bytes`; else 'rust'."""
+    if requested not in SA_BUILDERS:
+        raise ConfigError(f"unknown suffix-array builder {requested!r}", f"choose one of {', '.join(SA_BUILDERS)}")
+    if requested == "auto":
+        return "divsufsort" if divsufsort_memory(ds_bytes) <= mem_bytes else "rust"
+    return requested
+
+
 def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_bytes: int, tmp: Path,
-                       on_step=lambda step: None) -> None:
-    """Suffix array of one `tokenized.N` with rust_indexing: make-part (parallel), merge, concat.
+                       on_step=lambda step: None, builder: str = "auto") -> None:
+    """Suffix array of one `tokenized.N` (engine order: byte order of the suffixes), written to `sa_path`.
+
+    libdivsufsort sorts every byte offset in memory in O(n log n) whatever the text, so long
+    repeats (tables, logs, boilerplate) cost no more than prose; the offsets that are multiples of
+    the token width, in that order, are exactly the engine's suffix array. rust_indexing works in
+    parts of `mem_bytes` and merges them, for shards that do not fit; it slows down on long repeats
+    and orders suffixes that agree on their first 100,000 bytes arbitrarily among themselves (no
+    query that short can tell them apart). 'auto' takes libdivsufsort when it fits in `mem_bytes`.
+    """
+    if choose_sa_builder(ds_path.stat().st_size, mem_bytes, builder) == "divsufsort":
+        _divsufsort_suffix_array(ds_path, sa_path, width, on_step)
+    else:
+        _rust_suffix_array(ds_path, sa_path, width, cpus, mem_bytes, tmp, on_step)
+
+
+def _divsufsort_suffix_array(ds_path: Path, sa_path: Path, width: int, on_step, chunk: int = 1 << 24) -> None:
+    """libdivsufsort over the bytes of `tokenized.N`, keeping the offsets aligned to the token width."""
+    import pydivsufsort
+
+    ds_size = ds_path.stat().st_size
+    ratio = pointer_size(ds_size)
+    data = np.memmap(ds_path, dtype=np.uint8, mode="c")  # writable for ctypes; pages stay the file's
+    on_step("read")
+    order = pydivsufsort.divsufsort(data)
+    del data
+    on_step("divsufsort")
+    tmp_sa = sa_path.with_name(sa_path.name + ".partial")
+    with open(tmp_sa, "wb") as fh:
+        for first in range(0, len(order), chunk):
+            part = order[first:first + chunk]
+            part = part[(part & (width - 1)) == 0].astype("<u8")
+            fh.write(part.view(np.uint8).reshape(-1, 8)[:, :ratio].tobytes())
+    del order
+    _check_sa_size(tmp_sa, ds_path, width, ratio, "libdivsufsort")
+    os.replace(tmp_sa, sa_path)
+    on_step("write")
+
+
+def _check_sa_size(tmp_sa: Path, ds_path: Path, width: int, ratio: int, who: str) -> None:
+    expected = (ds_path.stat().st_size // width) * ratio
+    if tmp_sa.stat().st_size != expected:
+        raise BuildError(f"{who} wrote {tmp_sa.stat().st_size} bytes of suffix array for {ds_path.name}, "
+                         f"expected {expected}", "re-run the build; if it repeats, report it with the corpus size")
+
+
+def write_toplevel(folder: Path, sid: int, width: int) -> None:
+    """The in-memory search accelerator's samples of a finished suffix array (`toplevel.py`)."""
+    from .toplevel import build_toplevel, save_toplevel, toplevel_path
+
+    n = shard_file(folder, "tokenized", sid).stat().st_size // width
+    save_toplevel(build_toplevel(folder, sid, width), toplevel_path(folder, sid), n, width)
+
+
+def _rust_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_bytes: int, tmp: Path,
+                       on_step) -> None:
+    """rust_indexing: make-part (parallel), merge, concat.
 
     For 32-bit tokens the binary's own 4-byte mode allocates 32 GiB up front, so the array is
     built in 2-byte mode and the pointers that are not 4-byte aligned are dropped: byte order
@@ -435,10 +540,7 @@ def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_
         filtered = sa_path.with_name(sa_path.name + ".partial")
         _keep_aligned_pointers(tmp_sa, filtered, ratio, width)
         tmp_sa = filtered
-    expected = (ds_size // width) * ratio
-    if tmp_sa.stat().st_size != expected:
-        raise BuildError(f"rust_indexing wrote {tmp_sa.stat().st_size} bytes of suffix array for {ds_path.name}, "
-                         f"expected {expected}", "re-run the build; if it repeats, report it with the corpus size")
+    _check_sa_size(tmp_sa, ds_path, width, ratio, "rust_indexing")
     os.replace(tmp_sa, sa_path)
     shutil.rmtree(tmp)
     on_step("concat")
@@ -616,11 +718,15 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _half_of_ram() -> int:
+def _ram_bytes() -> int:
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
-        return 4 * 2**30
+        return 8 * 2**30
+
+
+def _half_of_ram() -> int:
+    return _ram_bytes() // 2
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -41,11 +41,11 @@ def sampled_digest(path: str | Path) -> str:
 
 
 def folder_files(folder: Path, names: list[str]) -> list[Path]:
-    """The files named (a name may be a sub-folder: its files, recursively), sorted by path."""
+    """The files named that exist (a name may be a sub-folder: its files, recursively), sorted by path."""
     out: list[Path] = []
     for name in names:
         p = folder / name
-        out.extend(sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p])
+        out.extend(sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p] if p.is_file() else [])
     return out
 
 

@@ -56,7 +56,9 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     manifest = build_index(source, args.out, tokenizer=args.tokenizer, tokenizer_revision=args.tokenizer_revision,
                            num_shards=args.shards, shard_ids=args.shard_ids, token_width=args.token_width,
                            batch_size=args.batch_size, cpus=args.cpus, force=args.force,
-                           check_space=not args.skip_space_check, progress=not args.quiet)
+                           check_space=not args.skip_space_check, progress=not args.quiet,
+                           sa_builder=args.sa_builder,
+                           announce=None if args.quiet else lambda text: print(text, file=sys.stderr, flush=True))
     state = "complete" if manifest.complete else f"shards {manifest.shard_ids} of {manifest.num_shards}"
     print(f"index {args.out}: {manifest.total_documents:,} documents, {manifest.total_tokens:,} tokens, "
           f"{manifest.token_width * 8}-bit, tokenizer {manifest.tokenizer.name} ({state})")
@@ -145,6 +147,10 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
                    help="bytes per token id (default: 2 if every id <= 65534, else 4)")
     b.add_argument("--batch-size", type=_positive, default=1024, help="documents per tokenizer batch")
     b.add_argument("--cpus", type=_positive, default=None, help="processes for the suffix-array build (default: all)")
+    b.add_argument("--sa-builder", choices=("auto", "divsufsort", "rust"), default="auto",
+                   help="suffix-array builder: libdivsufsort (in memory, fast on any text), rust_indexing (in "
+                   "parts, for shards larger than half the RAM; slow on long repeats), or auto (the first when "
+                   "the shard fits in half the RAM)")
     b.add_argument("--force", action="store_true", help="replace the PropMe index that --out holds (never "
                    "anything else: a folder with other files is refused)")
     b.add_argument("--skip-space-check", action="store_true", help="do not check free disk space first")

@@ -53,7 +53,7 @@ def cli_run(capsys, monkeypatch):
 
 def build_args(corpus: Path, out: Path, tok: Path, *extra) -> list[str]:
     return ["index", "build", str(corpus), "--out", str(out), "--tokenizer", str(tok), "--shards", "2",
-            "--cpus", "1", "--quiet", "--skip-space-check", *extra]
+            "--cpus", "1", "--sa-builder", "rust", "--quiet", "--skip-space-check", *extra]
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -156,6 +156,8 @@ if point == "tokenize":  # killed with some documents written
     b.CorpusSource.__iter__ = documents
 elif point == "step":  # after the nth rust_indexing step (make-part, merge, concat of shard 0, then shard 1)
     b._run_all = after(b._run_all)
+elif point == "toplevel":  # a suffix array and its search samples written, progress not yet saved
+    b.write_toplevel = after(b.write_toplevel)
 elif point == "manifest":  # the manifest written, the build not moved into place
     b.IndexManifest.write = after(b.IndexManifest.write)
 elif point == "aside":  # the old index moved aside, the new one not yet in
@@ -170,7 +172,7 @@ elif point == "installed":  # the new index in place, the old one not yet delete
 sys.exit(cli.main(sys.argv[3:]))
 '''
 
-KILL_POINTS = [("tokenize", 25), ("step", 1), ("step", 2), ("step", 3), ("step", 5), ("manifest", 1),
+KILL_POINTS = [("tokenize", 25), ("step", 1), ("step", 2), ("step", 3), ("step", 5), ("toplevel", 1), ("manifest", 1),
                ("aside", 0), ("installed", 1)]
 
 
