@@ -8,6 +8,7 @@ the `rust_indexing` binary shipped in the infini-gram wheel (see `build_suffix_a
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -19,12 +20,14 @@ from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from . import __version__
-from .errors import BuildError, ConfigError
+from .checksums import checksum_files
+from .errors import BuildError, ConfigError, IndexFormatError
 from .files import write_atomic
 from .index import pointer_size
 from .manifest import (MANIFEST_NAME, SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest,
@@ -90,7 +93,7 @@ def build_index(
 
     `announce(text)`, when given, receives the estimate of disk, memory and time before the build
     starts (from the corpus' file sizes) and again from the exact counts before the suffix arrays."""
-    out = Path(out).absolute()
+    out = _real_out(Path(out))
     cpus = cpus or os.cpu_count() or 1
     mem_bytes = mem_bytes or _half_of_ram()
     if num_shards < 1:
@@ -98,13 +101,18 @@ def build_index(
     shard_ids = sorted(set(range(num_shards) if shard_ids is None else shard_ids))
     if not shard_ids or shard_ids[0] < 0 or shard_ids[-1] >= num_shards:
         raise ConfigError(f"--shard-ids must lie in 0..{num_shards - 1}")
+    _check_out_spares_source(out, source)
 
     tok = load_tokenizer(tokenizer, tokenizer_revision)
+    if len(tok) == 0:
+        raise ConfigError(f"the tokenizer {tokenizer!r} has an empty vocabulary",
+                          "pass a tokenizer folder or hub id with a vocabulary (tokenizer.json or vocab files)")
     max_id = max_token_id(tok)
     width = choose_token_width(max_id, token_width)
     tok_hash = tokenizer_hash(tok)
+    work = partial_dir(out)
     params = {
-        "source": source.describe(),
+        "source": source.describe(known=_known_source_stats(out, work)),
         "tokenizer": {"name": tokenizer, "revision": tokenizer_revision, "sha256": tok_hash},
         "token_width": width,
         "num_shards": num_shards,
@@ -112,11 +120,31 @@ def build_index(
     }
     params_hash = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
+    try:
+        with _build_lock(out):
+            return _build_locked(source, tok, out, work, params, params_hash, tokenizer, tokenizer_revision,
+                                 max_id, width, tok_hash, num_shards, shard_ids, batch_size, cpus, mem_bytes,
+                                 force, check_space, progress, sa_builder, announce)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the index: {exc.strerror or exc} ({exc.filename or work})",
+                          "free disk space or choose a writable --out; re-run the same command to resume "
+                          "(finished steps are kept)") from None
+
+
+def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict[str, Any], params_hash: str,
+                  tokenizer: str, tokenizer_revision: str | None, max_id: int, width: int, tok_hash: str,
+                  num_shards: int, shard_ids: list[int], batch_size: int, cpus: int, mem_bytes: int, force: bool,
+                  check_space: bool, progress: bool, sa_builder: str, announce) -> IndexManifest:
+    """The build proper, while this process alone builds `out`: reuse, finish, resume or start it."""
+    _recover_interrupted_install(out, work)
     existing = _existing_index(out, params_hash, force)
     if existing is not None:
         return existing
+    finished = _finished_partial(work, params_hash)
+    if finished is not None:  # killed between the manifest and the move: only the move is left
+        _install(work, out)
+        return finished
 
-    work = partial_dir(out)
     state = _load_state(work, params_hash)
     if state is None:
         text_bytes = source.estimated_text_bytes()
@@ -125,45 +153,22 @@ def build_index(
                   mem_bytes, sa_builder, announce)
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": []}
+        state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": [],
+                 "source_stats": source.file_stats() if source.is_local else {}}
         _save_state(work, state)
     if check_space:
         _check_disk_space(work, source.estimated_text_bytes(), width)
-
     started = time.time()
-    vocab = analyze_vocab(tok)
-    with progress_bar(progress) as bar:
-        if state["tokenized"] is None:
-            tok.save_pretrained(work / TOKENIZER_DIRNAME)
-            (work / WORD_STARTS_NAME).write_text("".join(f"{i}\n" for i in vocab.word_start_ids))
-            try:
-                state["tokenized"] = _tokenize(source, tok, work, width, num_shards, shard_ids, batch_size, bar)
-            except ConfigError:  # a corpus problem: nothing worth resuming
-                shutil.rmtree(work, ignore_errors=True)
-                raise
-            _save_state(work, state)
-        counts = state["tokenized"]
-        _plan(max(c["tokens"] + c["documents"] for c in counts.values()) * num_shards,
-              "from the tokenized shards", width, num_shards, cpus, mem_bytes, sa_builder, announce)
-        for sid in shard_ids:
-            if sid in state["suffix_arrays"]:
-                continue
-            if check_space:
-                _check_disk_space(work, None, width, ds_bytes=shard_file(work, "tokenized", sid).stat().st_size)
-            task = bar.add_task(f"suffix array, shard {sid}", total=3, rate="")
-            build_suffix_array(shard_file(work, "tokenized", sid), shard_file(work, "table", sid), width,
-                               cpus, mem_bytes, work / f"tmp-{sid}-{os.getpid()}",
-                               on_step=lambda step: bar.update(task, advance=1, rate=step), builder=sa_builder)
-            write_toplevel(work, sid, width)
-            state["suffix_arrays"].append(sid)
-            _save_state(work, state)
-
+    counts = _run_steps(source, tok, work, state, width, num_shards, shard_ids, batch_size, cpus, mem_bytes,
+                        check_space, progress, sa_builder, announce)
     shards = [
         ShardInfo(id=sid, documents=counts[str(sid)]["documents"], tokens=counts[str(sid)]["tokens"],
                   ds_bytes=shard_file(work, "tokenized", sid).stat().st_size,
                   sa_bytes=shard_file(work, "table", sid).stat().st_size)
         for sid in shard_ids
     ]
+    vocab = analyze_vocab(tok)
+    _remove_strays(work)
     manifest = IndexManifest(
         source=params["source"],
         tokenizer=TokenizerInfo(
@@ -176,16 +181,192 @@ def build_index(
         shard_ids=shard_ids,
         shards=shards,
         build={"params_hash": params_hash, "batch_size": batch_size, "cpus": cpus,
-               "seconds_last_run": round(time.time() - started, 2)},
+               "seconds_last_run": round(time.time() - started, 2),
+               "source_stats": state.get("source_stats", {}),
+               "replaced_surrogates": state.get("replaced_surrogates", 0)},
         versions=_versions(),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        files=checksum_files(work, index_file_names(shard_ids)),
     )
+    manifest.write(work)  # its presence marks a finished build (see _finished_partial)
     (work / STATE_NAME).unlink()
-    manifest.write(work)  # last file written: its presence marks a finished build
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(work, out)
+    _install(work, out)
     return manifest
+
+
+def _run_steps(source: CorpusSource, tok, work: Path, state: dict[str, Any], width: int, num_shards: int,
+               shard_ids: list[int], batch_size: int, cpus: int, mem_bytes: int, check_space: bool,
+               progress: bool, sa_builder: str, announce) -> dict[str, dict[str, int]]:
+    """Tokenize (unless done), then build each shard's suffix array not yet built; save progress after each."""
+    with progress_bar(progress) as bar:
+        if state["tokenized"] is None:
+            tok.save_pretrained(work / TOKENIZER_DIRNAME)
+            (work / WORD_STARTS_NAME).write_text("".join(f"{i}\n" for i in analyze_vocab(tok).word_start_ids))
+            try:
+                counts, replaced = _tokenize(source, tok, work, width, num_shards, shard_ids, batch_size, bar)
+            except ConfigError:  # a corpus problem: nothing worth resuming
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+            state["tokenized"], state["replaced_surrogates"] = counts, replaced
+            _save_state(work, state)
+        counts = state["tokenized"]
+        _plan(max(c["tokens"] + c["documents"] for c in counts.values()) * num_shards,
+              "from the tokenized shards", width, num_shards, cpus, mem_bytes, sa_builder, announce)
+        for sid in shard_ids:
+            if sid in state["suffix_arrays"]:
+                continue
+            if check_space:
+                _check_disk_space(work, None, width, ds_bytes=shard_file(work, "tokenized", sid).stat().st_size)
+            task = bar.add_task(f"suffix array, shard {sid}", total=3, rate="")
+            # a fixed name: a rerun after a kill removes the dead run's temporary files first
+            build_suffix_array(shard_file(work, "tokenized", sid), shard_file(work, "table", sid), width,
+                               cpus, mem_bytes, work / f"tmp-{sid}",
+                               on_step=lambda step: bar.update(task, advance=1, rate=step), builder=sa_builder)
+            write_toplevel(work, sid, width)
+            state["suffix_arrays"].append(sid)
+            _save_state(work, state)
+    return state["tokenized"]
+
+
+# --- where the build goes, and how it is moved into place ----------------------------------------
+
+
+def _real_out(out: Path) -> Path:
+    """The folder to build into: a symlinked --out stands for its target (the link is kept)."""
+    out = out.absolute()
+    return out.resolve() if out.is_symlink() else out
+
+
+def old_dir(out: Path) -> Path:
+    """Where a replaced index waits, during the final move, until the new one is in place."""
+    return out.parent / f".{out.name}.propme-old"
+
+
+def index_file_names(shard_ids: Iterable[int]) -> list[str]:
+    """Every file (or folder) a finished index holds besides its manifest."""
+    from .toplevel import toplevel_path
+
+    shard_ids = list(shard_ids)
+    return ([TOKENIZER_DIRNAME, WORD_STARTS_NAME] + [shard_file("", kind, sid).name
+                                                     for sid in shard_ids for kind in SHARD_FILES]
+            + [toplevel_path("", sid).name for sid in shard_ids])
+
+
+def _is_index_entry(name: str) -> bool:
+    """A name that PropMe writes into an index folder (or an older PropMe left there)."""
+    kind, _, sid = name.partition(".")
+    return (name.startswith("propme-")  # every PropMe file in an index is named propme-*
+            or (kind in SHARD_FILES and sid.isdigit())
+            or name.startswith(("tmp-", f".{MANIFEST_NAME}.")))
+
+
+def _check_out_spares_source(out: Path, source: CorpusSource) -> None:
+    """Refuse an --out that is, or holds, part of the corpus: replacing it would delete the corpus."""
+    if not source.is_local:
+        return
+    root = Path(source.location).resolve()
+    for p in [root, *source.files]:
+        p = p.resolve()
+        if p == out or out in p.parents:
+            raise ConfigError(f"--out {out} is or contains the corpus {p}; building there could delete it",
+                              "choose an --out outside the corpus folder")
+
+
+@contextmanager
+def _build_lock(out: Path) -> Iterator[None]:
+    """Hold `.<out>.propme-lock` beside `out` for the whole build; a second build of `out` stops at once.
+    The lock file is removed at the end (a build that finds it unlinked under its lock tries again)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.parent / f".{out.name}.propme-lock"
+    while True:
+        fh = open(path, "a")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise ConfigError(f"another `propme index build` is building {out} right now",
+                              "wait for it to finish (re-running the same command afterwards is a no-op)") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        fh.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        fh.close()
+
+
+def _recover_interrupted_install(out: Path, work: Path) -> None:
+    """Finish or undo a final move that was killed half-way (see `_install`)."""
+    old = old_dir(out)
+    if not old.exists():
+        return
+    if out.exists() or _finished_partial(work, None) is not None:
+        if not out.exists():
+            os.replace(work, out)
+        shutil.rmtree(old)
+    else:  # the new build is not complete: bring the old index back
+        os.replace(old, out)
+
+
+def _install(work: Path, out: Path) -> None:
+    """Move a finished build into place: the old index aside, the new one in, the old one deleted.
+
+    A kill at any point leaves either the old index or the new one at `out` (after the next run's
+    `_recover_interrupted_install`), never a mixture.
+    """
+    old = old_dir(out)
+    if out.exists():
+        os.replace(out, old)
+    os.replace(work, out)
+    _fsync_dir(out.parent)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _finished_partial(work: Path, params_hash: str | None) -> IndexManifest | None:
+    """The manifest of a finished build still waiting in `work` (of these parameters, if given)."""
+    if not (work / MANIFEST_NAME).is_file():
+        return None
+    try:
+        manifest = IndexManifest.read(work)
+    except IndexFormatError:
+        return None
+    if params_hash is not None and manifest.build.get("params_hash") != params_hash:
+        return None
+    (work / STATE_NAME).unlink(missing_ok=True)
+    return manifest
+
+
+def _remove_strays(work: Path) -> None:
+    """Delete what a killed run left in the build folder (temporary suffix-array files)."""
+    for p in work.iterdir():
+        if p.name.startswith("tmp-") or p.name.endswith(".partial"):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _known_source_stats(out: Path, work: Path) -> dict[str, dict[str, Any]]:
+    """File stats of the corpus recorded by an earlier build of `out` (to skip re-hashing)."""
+    try:
+        return json.loads((work / STATE_NAME).read_text()).get("source_stats") or {}
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        return IndexManifest.read(out).build.get("source_stats") or {}
+    except IndexFormatError:
+        return {}
 
 
 def _plan(tokens: int, basis: str, width: int, num_shards: int, cpus: int, mem_bytes: int, sa_builder: str,
@@ -199,7 +380,9 @@ def _plan(tokens: int, basis: str, width: int, num_shards: int, cpus: int, mem_b
 
 def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
     """Join shard sets built separately (`--shard-ids` on several machines) into one index."""
-    out = Path(out).absolute()
+    from .toplevel import toplevel_path
+
+    out = _real_out(Path(out))
     manifests = [IndexManifest.read(p) for p in parts]
     first = manifests[0]
     for path, m in zip(parts, manifests):
@@ -225,6 +408,8 @@ def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
         for sid in m.shard_ids:
             for kind in SHARD_FILES:
                 _link_or_copy(shard_file(path, kind, sid), shard_file(work, kind, sid))
+            if toplevel_path(path, sid).is_file():  # the search accelerator's samples of that shard
+                _link_or_copy(toplevel_path(path, sid), toplevel_path(work, sid))
     params = {"source": first.source, "tokenizer": {"name": first.tokenizer.name,
               "revision": first.tokenizer.revision, "sha256": first.tokenizer.sha256},
               "token_width": first.token_width, "num_shards": first.num_shards,
@@ -236,11 +421,10 @@ def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
         shards=sorted((s for m in manifests for s in m.shards), key=lambda s: s.id),
         build={"params_hash": hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest(),
                "joined_from": [str(Path(p).absolute()) for p in parts]},
-        versions=_versions(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        versions=_versions(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        files=checksum_files(work, index_file_names(range(first.num_shards))))
     joined.write(work)
-    if out.exists():
-        out.rmdir()
-    os.replace(work, out)
+    _install(work, out)
     return joined
 
 
@@ -388,8 +572,10 @@ def _run_all(commands: list[list[str]]) -> None:
 
 
 def _tokenize(source: CorpusSource, tok, work: Path, width: int, num_shards: int, shard_ids: list[int],
-              batch_size: int, bar) -> dict[str, dict[str, int]]:
-    """Stream documents into shards (document i goes to shard i mod N); write v4 files and unigrams."""
+              batch_size: int, bar) -> tuple[dict[str, dict[str, int]], int]:
+    """Stream documents into shards (document i goes to shard i mod N); write v4 files and unigrams.
+
+    Returns the counts per shard and how many documents had lone surrogates replaced."""
     dtype = np.uint16 if width == 2 else np.uint32
     sep = np.iinfo(dtype).max
     vocab_len = max_token_id(tok) + 1
@@ -463,28 +649,39 @@ def _tokenize(source: CorpusSource, tok, work: Path, width: int, num_shards: int
                 fh.write(f"{tid} {unigrams[sid][tid]}\n")
             fh.write(f"{sep} {counts[sid]['documents']}\n")
     bar.update(task, total=n_docs)
-    return {str(sid): c for sid, c in counts.items()}
+    return {str(sid): c for sid, c in counts.items()}, source.replaced_surrogates
 
 
 def _existing_index(out: Path, params_hash: str, force: bool) -> IndexManifest | None:
+    """The index already at `out` if it is this build; None if `out` may be (re)built; else an error.
+
+    Only an empty folder or a PropMe index (with --force) is ever replaced: anything else in
+    `out` is refused, --force or not, so that no command deletes files PropMe did not write.
+    """
     if not out.exists():
         return None
     if not out.is_dir():
-        raise ConfigError(f"output path {out} exists and is not a folder")
+        raise ConfigError(f"output path {out} exists and is not a folder", "choose a new folder for --out")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return None
+    foreign = [name for name in entries if not _is_index_entry(name)]
     if (out / MANIFEST_NAME).is_file():
         manifest = IndexManifest.read(out)
         if manifest.build.get("params_hash") == params_hash and not force:
             return manifest
+    if (out / MANIFEST_NAME).is_file() and not foreign:
         if not force:
             raise ConfigError(
                 f"{out} already holds a different index (source {manifest.source.get('location')}, "
-                f"tokenizer {manifest.tokenizer.name}, {manifest.num_shards} shard(s))",
+                f"tokenizer {manifest.tokenizer.name}, {manifest.num_shards} shard(s)); "
+                "the corpus, its content or the tokenizer differ from that build",
                 "choose another --out, or pass --force to replace it")
         return None
-    if any(out.iterdir()) and not force:
-        raise ConfigError(f"output folder {out} is not empty and holds no PropMe index",
-                          "choose an empty or new folder, or pass --force to replace its content")
-    return None
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    raise ConfigError(f"output folder {out} is not empty and holds files that are not a PropMe index ({shown})",
+                      "choose an empty or new folder; PropMe never deletes files it did not write, "
+                      "even with --force")
 
 
 def _load_state(work: Path, params_hash: str) -> dict[str, Any] | None:
@@ -508,9 +705,17 @@ def _check_disk_space(work: Path, text_bytes: int | None, width: int, ds_bytes: 
     else:
         return
     if free < need:
-        raise ConfigError(f"not enough disk space in {work.parent}: about {need / 2**30:.1f} GiB needed, "
-                          f"{free / 2**30:.1f} GiB free",
+        raise ConfigError(f"not enough disk space in {work.parent}: about {human_bytes(need)} needed, "
+                          f"{human_bytes(free)} free",
                           "free space, build to another --out, or pass --skip-space-check if the estimate is wrong")
+
+
+def human_bytes(n: int) -> str:
+    """A size for messages: '512 B', '3.4 MiB', '1.2 GiB' (never '0.0 GiB' for a small folder)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def _ram_bytes() -> int:

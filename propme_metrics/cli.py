@@ -1,12 +1,14 @@
 """The `propme` command: index, prompts, trace, report, demo.
 
 Exit codes: 0 success; 1 a check failed (e.g. `index verify`); 2 bad input or configuration;
-3 a missing, corrupt or mismatched index; 4 an external build step failed; 130 interrupted.
+3 a missing, corrupt or mismatched index; 4 an external build step failed; 70 an internal error
+(a bug: `PROPME_DEBUG=1` shows its traceback); 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import PropMeError
@@ -15,6 +17,24 @@ from .progress import stderr_console
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _count(minimum: int):
+    """An argparse type: an integer of at least `minimum` (refused before any work otherwise)."""
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value!r}")
+        return number
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+_positive, _natural = _count(1), _count(0)
 
 
 def _ints(value: str) -> list[int]:
@@ -81,7 +101,7 @@ def cmd_index_info(args: argparse.Namespace) -> int:
 def cmd_index_verify(args: argparse.Namespace) -> int:
     from .index import verify_index
 
-    report = verify_index(args.index, samples=args.samples, seed=args.seed)
+    report = verify_index(args.index, samples=args.samples, seed=args.seed, full=args.full)
     for check in report.checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     print("index verified" if report.ok else "index verification FAILED")
@@ -120,18 +140,19 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--source-field", default="source", help="field naming a document's source, for --exclude-sources")
     b.add_argument("--exclude-sources", default="", help="comma-separated sources to leave out "
                    "(the DFM Decoder skipped depbank,jvj,nordjyllandnews,synne of Dynaword 1.2.12)")
-    b.add_argument("--shards", type=int, default=1, help="number of shards (document i goes to shard i mod N)")
+    b.add_argument("--shards", type=_positive, default=1, help="number of shards (document i goes to shard i mod N)")
     b.add_argument("--shard-ids", type=_ints, default=None, help="build only these shards (e.g. 0,1), "
                    "to spread a build over machines; combine the parts with `propme index join`")
     b.add_argument("--token-width", type=int, choices=(2, 4), default=None,
                    help="bytes per token id (default: 2 if every id <= 65534, else 4)")
-    b.add_argument("--batch-size", type=int, default=1024, help="documents per tokenizer batch")
-    b.add_argument("--cpus", type=int, default=None, help="processes for the suffix-array build (default: all)")
+    b.add_argument("--batch-size", type=_positive, default=1024, help="documents per tokenizer batch")
+    b.add_argument("--cpus", type=_positive, default=None, help="processes for the suffix-array build (default: all)")
     b.add_argument("--sa-builder", choices=("auto", "divsufsort", "rust"), default="auto",
                    help="suffix-array builder: libdivsufsort (in memory, fast on any text), rust_indexing (in "
                    "parts, for shards larger than half the RAM; slow on long repeats), or auto (the first when "
                    "the shard fits in half the RAM)")
-    b.add_argument("--force", action="store_true", help="replace whatever --out holds")
+    b.add_argument("--force", action="store_true", help="replace the PropMe index that --out holds (never "
+                   "anything else: a folder with other files is refused)")
     b.add_argument("--skip-space-check", action="store_true", help="do not check free disk space first")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_index_build)
@@ -143,8 +164,10 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
 
     v = isub.add_parser("verify", help="check an index: sizes, suffix-array order, documents, unigram counts")
     v.add_argument("index", help="index folder")
-    v.add_argument("--samples", type=int, default=2000, help="suffix-array positions to check per shard")
-    v.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
+    v.add_argument("--samples", type=_positive, default=2000, help="suffix-array positions to check per shard")
+    v.add_argument("--seed", type=_natural, default=0, help="seed of the sampled positions")
+    v.add_argument("--full", action="store_true", help="also check every file's content checksum (reads the "
+                   "whole index; opening an index only checks sizes and sampled checksums)")
     v.set_defaults(func=cmd_index_verify)
 
     j = isub.add_parser("join", help="join shard sets built separately with --shard-ids into one index")
@@ -211,8 +234,8 @@ def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--index", required=True, help="index folder")
     b.add_argument("--setting", required=True, choices=("generic", "specific", "prefix"), help="prompt setting")
     b.add_argument("--out", required=True, help="prompt file to write (FILE.jsonl; sidecar FILE.jsonl.manifest.json)")
-    b.add_argument("--n", type=int, default=100, help="number of prompts")
-    b.add_argument("--seed", type=int, default=42, help="sampling seed")
+    b.add_argument("--n", type=_positive, default=100, help="number of prompts")
+    b.add_argument("--seed", type=_natural, default=42, help="sampling seed")
     b.add_argument("--language", default=None, help="prompt language (da, en); required for the built-in sets")
     b.add_argument("--candidates", default=None, help="candidate prompts: plain text (one per line), JSONL "
                    "with a \"prompt\" field (optional id, domain, language), or Tatoeba's sentence export "
@@ -247,13 +270,14 @@ def cmd_tasks_path(args: argparse.Namespace) -> int:
 # --- report ------------------------------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import MissingPrefixError, build_report, print_summary
+    from .report import IncompleteReportError, build_report, print_summary
 
     try:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
-                              html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars)
-    except MissingPrefixError as exc:
+                              html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars,
+                              retraced=args.retraced)
+    except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
         raise
@@ -271,17 +295,20 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder (searched recursively for "
                    "results_*.json) or a results_*.json file")
     r.add_argument("--out", required=True, help="report folder to write")
-    r.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples (0: no bootstrap intervals)")
-    r.add_argument("--seed", type=int, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
+    r.add_argument("--bootstrap", type=_natural, default=10_000, help="bootstrap resamples (0: no bootstrap intervals)")
+    r.add_argument("--seed", type=_natural, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
     r.add_argument("--pm-metrics", type=_csv, default="nvr,fmr,als",
                    help="comma-separated metrics to compute PM for (nvr, fmr, als, fmr_normalized, nvr_hits, "
                         "nvr_above_half, r20, r50)")
     r.add_argument("--separate", action="store_true", help="report runs of different index versions or prompt "
                    "sets of one corpus apart (as <corpus>_set1, <corpus>_set2, ...) instead of refusing them")
+    r.add_argument("--retraced", action="append", default=[], metavar="SUMMARY.json",
+                   help="a `propme trace` summary made from one of the runs' samples files: its results replace "
+                        "that file's traces (how failed traces are redone); repeat for several files")
     r.add_argument("--no-html", action="store_true", help="skip report.html")
-    r.add_argument("--html-docs", type=int, default=3, help="source documents shown per segment in report.html "
+    r.add_argument("--html-docs", type=_natural, default=3, help="source documents shown per segment in report.html "
                    "(the best matches; more make a bigger page)")
-    r.add_argument("--html-snippet-chars", type=int, default=200, help="characters of document context shown on "
+    r.add_argument("--html-snippet-chars", type=_natural, default=200, help="characters of document context shown on "
                    "each side of a span in report.html")
     r.set_defaults(func=cmd_report)
 
@@ -289,22 +316,21 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
 # --- trace -------------------------------------------------------------------------------------
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    import functools
-    import os
     import time
     from dataclasses import fields
     from pathlib import Path
 
-    import jsonlines
     from rich.console import Console
     from rich.table import Table
 
+    from .checksums import file_digest
     from .errors import ConfigError, IndexFormatError
-    from .files import write_atomic
+    from .files import atomic_output, write_atomic
+    from .generations import read_generations
     from .index import open_index
     from .metrics import summarize
-    from .generations import read_generations
     from .trace import TraceConfig, Tracer
+    from .trace_resume import finish, job_fingerprint, trace_resumable
 
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
@@ -325,11 +351,21 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 f"{manifest.tokenizer.name!r} (sha256 {manifest.tokenizer.sha256[:12]})",
                 "trace against an index built with the tokenizer you name, or leave out --tokenizer: "
                 "the index's own copy is used either way")
+    out, summary_path = Path(args.out), Path(args.summary)
+    try:
+        for path in (out, summary_path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder for the results: {exc}") from None
     tracer = Tracer(index, config)
+    fingerprint = job_fingerprint(file_digest(args.input), manifest.identity, config.to_dict(), generations)
     started = time.time()
-    results = tracer.trace([g.text for g in generations], [g.key for g in generations],
-                           [g.continuation for g in generations], workers=args.workers, progress=not args.quiet)
+    results, resumed = trace_resumable(tracer, generations, out, fingerprint, workers=args.workers,
+                                       progress=not args.quiet)
     seconds = time.time() - started
+    if resumed:
+        stderr_console.print(f"resumed: {resumed} of {len(generations)} generation(s) were traced by an "
+                             "interrupted run of this command and kept", highlight=False)
     summary = summarize(results, drop_degenerate=not args.keep_degenerate)
     record = {
         **summary.to_dict(),
@@ -340,19 +376,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
                   "tokenizer": {"name": manifest.tokenizer.name, "sha256": manifest.tokenizer.sha256}},
         "input": {"path": str(Path(args.input).absolute()), "format": fmt,
                   "text_field": args.text_field if fmt == "jsonl" else "filtered_resps"},
+        "results": str(out.absolute()),
     }
-    out, summary_path = Path(args.out), Path(args.summary)
     try:
-        for path in (out, summary_path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".partial")
-        with jsonlines.open(tmp, mode="w", dumps=functools.partial(json.dumps, ensure_ascii=False)) as writer:
+        with atomic_output(out) as fh:  # a unique temporary name: concurrent writers never collide
             for res in results:
-                writer.write(res.to_dict())
-        os.replace(tmp, out)
+                fh.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
         write_atomic(summary_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     except OSError as exc:
-        raise ConfigError(f"cannot write results: {exc}") from None
+        raise ConfigError(f"cannot write results: {exc}",
+                          "free space or fix permissions, then re-run the same command: finished traces are kept") from None
+    finish(out)
 
     table = Table(title=f"PropMe trace: {len(results)} generation(s) of {args.input} "
                         f"against index {manifest.identity}")
@@ -367,7 +401,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             ("R20 / R50", f"{summary.r20:.4f} / {summary.r50:.4f}")]
     if summary.extraction_rate is not None:
         rows.append(("extraction rate", f"{summary.extraction_rate:.4f}"))
-    rows.append(("speed", f"{len(results) / seconds:,.1f} generations/s" if seconds > 0 else "-"))
+    rows.append(("speed", f"{(len(results) - resumed) / seconds:,.1f} generations/s" if seconds > 0 else "-"))
     for name, value in rows:
         table.add_row(name, value)
     console = Console()
@@ -393,7 +427,8 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                     "an lm-eval samples_*.jsonl written by --log_samples (detected: the model's filtered "
                     "response is traced, never the prompt; doc['continuation'] is used when present). Running "
                     "it on a samples file re-traces every generation, which is how failed traces are redone. "
-                    "Results are identical for any --workers.")
+                    "Results are identical for any --workers. An interrupted run resumes: re-running the same command "
+                    "keeps the generations already traced (kept in a hidden journal beside --out).")
     t.add_argument("--index", required=True, help="index folder")
     t.add_argument("--input", required=True, help="generations: JSONL or an lm-eval samples_*.jsonl")
     t.add_argument("--out", required=True, help="RESULTS.jsonl to write: one line per generation")
@@ -407,21 +442,21 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--workers", type=int, default=1, help="processes tracing in parallel")
     t.add_argument("--tokenizer", dest="check_tokenizer", default=None, metavar="NAME_OR_DIR",
                    help="check that this tokenizer (hub id or folder) is the index's; error if not")
-    t.add_argument("--span-divisor", type=int, default=d.span_divisor,
+    t.add_argument("--span-divisor", type=_positive, default=d.span_divisor,
                    help="keep the K = ceil(L / this) rarest spans of a generation of L tokens")
-    t.add_argument("--docs-per-span", type=int, default=d.docs_per_span,
+    t.add_argument("--docs-per-span", type=_positive, default=d.docs_per_span,
                    help="documents retrieved per kept span (a seeded sample when more contain it)")
-    t.add_argument("--window-factor", type=int, default=d.window_factor,
+    t.add_argument("--window-factor", type=_positive, default=d.window_factor,
                    help="document window: this times L tokens around each occurrence (the engine's max_disp_len)")
-    t.add_argument("--max-anchors", type=int, default=d.max_anchors,
+    t.add_argument("--max-anchors", type=_positive, default=d.max_anchors,
                    help="mixed mode: long spans tried to find a full copy when the generation's tokens do not occur")
     t.add_argument("--rarity", choices=("log", "product"), default=d.rarity,
                    help="rarity score: sum of log-probabilities, or the published product (underflows on long spans)")
-    t.add_argument("--seed", type=int, default=d.seed,
+    t.add_argument("--seed", type=_natural, default=d.seed,
                    help="document samples: random.Random(f'{seed}:{generation}') per generation")
-    t.add_argument("--snippet-chars", type=int, default=d.snippet_chars,
+    t.add_argument("--snippet-chars", type=_natural, default=d.snippet_chars,
                    help="characters of document context kept on each side of a span in the results")
-    t.add_argument("--max-tokens", type=int, default=d.max_tokens,
+    t.add_argument("--max-tokens", type=_positive, default=d.max_tokens,
                    help="longer generations are not traced but reported as failed, with the reason")
     t.add_argument("--keep-degenerate", action="store_true",
                    help="count degenerate generations (repetitive junk) in the metrics instead of dropping them")
@@ -460,7 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "of the training corpus, make prompt sets, trace generations with SimpleTrace, and "
                     "report PM scores.",
         epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 missing/corrupt/"
-               "mismatched index, 4 external build step failed, 130 interrupted.")
+               "mismatched index, 4 external build step failed, 70 internal error (PROPME_DEBUG=1 shows the "
+               "traceback), 130 interrupted.")
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"propme {__version__}")
@@ -484,13 +520,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except PropMeError as exc:
-        stderr_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-        if exc.hint:
-            stderr_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
-        return exc.exit_code
+        return _report_error(exc.message, exc.hint, exc.exit_code)
     except KeyboardInterrupt:
         stderr_console.print("[bold red]interrupted[/]: nothing was lost; re-run the same command to resume")
         return 130
+    except OSError as exc:  # a file that cannot be read or written: the environment, not a bug
+        where = f" {exc.filename}" if exc.filename else ""
+        return _report_error(f"cannot read or write{where}: {exc.strerror or exc}",
+                             "check free disk space, permissions and the path, then re-run the same command", 2)
+    except Exception as exc:  # anything else is a bug: one paragraph, the traceback on request
+        if os.environ.get("PROPME_DEBUG") == "1":
+            raise
+        return _report_error(
+            f"`propme {args.command}` failed unexpectedly ({type(exc).__module__}.{type(exc).__name__}: "
+            f"{str(exc)[:300] or 'no message'}). This is a bug in PropMe, not in your input.",
+            "re-run with PROPME_DEBUG=1 to see the traceback, and report it with the command you ran", EXIT_BUG)
+
+
+#: exit status of an unexpected internal error (EX_SOFTWARE of sysexits.h)
+EXIT_BUG = 70
+
+
+def _report_error(message: str, hint: str | None, code: int) -> int:
+    from rich.markup import escape
+
+    stderr_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if hint:
+        stderr_console.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True)
+    return code
 
 
 if __name__ == "__main__":

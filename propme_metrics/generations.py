@@ -22,6 +22,15 @@ def generation_key(prompt_id: Any, sample_ix: int = 0, j: int = 0, n: int = 1) -
     return f"{prompt_id}#{sample_ix}" + (f".{j}" if n > 1 else "")
 
 
+def sample_key(row: dict[str, Any], n: int, j: int, n_gens: int) -> str:
+    """The key of generation j (of n_gens) of the n-th row of an lm-eval samples file."""
+    doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
+    if "id" in doc and "sample_ix" in doc:  # a PropMe task: the key its hook traced under
+        return generation_key(doc["id"], doc["sample_ix"], j, n_gens)
+    base = str(row.get("doc_id", n))
+    return base if n_gens == 1 else f"{base}#{j}"
+
+
 LM_EVAL_SAMPLE_FIELDS = ("doc", "arguments", "resps", "filtered_resps")
 
 
@@ -59,6 +68,10 @@ def read_generations(path: str | Path, text_field: str = "completion",
             if missing:
                 raise ConfigError(f"{path} line {lineno} lacks {', '.join(missing)} although line {rows[0][0]} "
                                   "is an lm-eval sample", "do not mix lm-eval samples and other rows in one file")
+            if _is_loglikelihood(row):
+                raise ConfigError(f"{path} line {lineno} is a loglikelihood sample (log-probability and is-greedy "
+                                  "pairs), not generated text: there is nothing to trace",
+                                  "trace the samples of a generate_until task such as propme_<corpus>_<setting>")
             gens = _sample_generations(row)
             if gens is None:
                 raise ConfigError(f"{path} line {lineno}: cannot find the model's response in filtered_resps/resps")
@@ -67,12 +80,7 @@ def read_generations(path: str | Path, text_field: str = "completion",
             cont = cont if isinstance(cont, str) and cont else None
             suffix = f"@{row.get('filter')}" if len(filters) > 1 else ""
             for j, text in enumerate(gens):
-                if "id" in doc and "sample_ix" in doc:  # a PropMe task: the key its hook traced under
-                    key = generation_key(doc["id"], doc["sample_ix"], j, len(gens))
-                else:
-                    base = str(row.get("doc_id", n))
-                    key = base if len(gens) == 1 else f"{base}#{j}"
-                out.append(Generation(key + suffix, text, cont))
+                out.append(Generation(sample_key(row, n, j, len(gens)) + suffix, text, cont))
         return out, "lm-eval-samples"
     for n, (lineno, row) in enumerate(rows):
         if text_field not in row:
@@ -95,6 +103,14 @@ def read_generations(path: str | Path, text_field: str = "completion",
         for j, text in enumerate(texts):
             out.append(Generation(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont))
     return out, "jsonl"
+
+
+def _is_loglikelihood(row: dict[str, Any]) -> bool:
+    """lm-eval's loglikelihood responses are [log-probability, is-greedy] pairs, never text."""
+    resps = row["resps"]
+    pair = resps[0][0] if isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0] else None
+    return (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], bool)
+            and isinstance(pair[0], (int, float)) and not isinstance(pair[0], bool))
 
 
 def _sample_generations(row: dict[str, Any]) -> list[str] | None:

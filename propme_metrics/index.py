@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .checksums import ALGORITHM, file_digest, sampled_digest
 from .errors import IndexFormatError
 from .manifest import SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest, shard_file
 
@@ -168,6 +169,31 @@ class Index:
         if not (self.path / WORD_STARTS_NAME).is_file() or not (self.path / TOKENIZER_DIRNAME).is_dir():
             raise IndexFormatError(f"{self.path} lacks {WORD_STARTS_NAME} or {TOKENIZER_DIRNAME}/",
                                    "rebuild the index with `propme index build`")
+        bad = checksum_mismatches(self.path, m.files, full=False)
+        if bad and bad[0].startswith(TOKENIZER_DIRNAME + "/"):
+            raise IndexFormatError(f"the tokenizer stored in {self.path} is not the one the index was built with "
+                                   f"({bad[0]})", "the tokenizer folder inside the index was altered; rebuild the "
+                                   "index or restore that folder")
+        if bad:
+            raise IndexFormatError(f"{self.path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+                                   "a file was changed after the build (disk error, copy gone wrong, edit); "
+                                   "rebuild the index or copy it again")
+
+
+def checksum_mismatches(folder: Path, recorded: dict[str, dict[str, Any]], full: bool) -> list[str]:
+    """What differs from the checksums recorded at build: sizes and sampled digests, or (`full`) every byte."""
+    bad = []
+    for name, rec in recorded.items():
+        p = folder / name
+        if not p.is_file():
+            bad.append(f"{name} is missing")
+        elif p.stat().st_size != rec.get("bytes"):
+            bad.append(f"{name} has {p.stat().st_size} bytes, the manifest says {rec.get('bytes')}")
+        elif full and file_digest(p) != rec.get(ALGORITHM):
+            bad.append(f"{name} does not match its {ALGORITHM} checksum")
+        elif not full and sampled_digest(p) != rec.get("sample"):
+            bad.append(f"{name} does not match its sampled checksum")
+    return bad
 
 
 def pointer_size(ds_bytes: int) -> int:
@@ -220,11 +246,27 @@ class VerifyReport:
         return all(c.ok for c in self.checks)
 
 
-def verify_index(path: str | Path, samples: int = 2000, seed: int = 0) -> VerifyReport:
-    """Check sizes, suffix-array order on sampled ranks, sampled documents, and unigram sums."""
+def verify_index(path: str | Path, samples: int = 2000, seed: int = 0, full: bool = False) -> VerifyReport:
+    """Check sizes, the tokenizer's hash, suffix-array order on sampled ranks, sampled documents and
+    unigram sums; with `full`, every file's content checksum as well."""
     report = VerifyReport()
-    index = Index(path)  # raises on missing files and size mismatches
+    index = Index(path)  # raises on missing files, size and sampled-checksum mismatches
     report.checks.append(Check("file sizes", True, f"{len(index.manifest.shards)} shard(s) consistent with manifest"))
+    from .tokenizer import tokenizer_hash
+
+    try:
+        stored = tokenizer_hash(index.tokenizer)
+    except Exception as exc:  # a tokenizer copy that does not load is exactly what we report
+        stored = f"unloadable ({type(exc).__name__}: {exc})"
+    report.checks.append(Check("tokenizer", stored == index.manifest.tokenizer.sha256,
+                               f"stored copy sha256 {stored[:12]}, manifest {index.manifest.tokenizer.sha256[:12]}"))
+    if full:
+        recorded = index.manifest.files
+        bad = checksum_mismatches(index.path, recorded, full=True)
+        report.checks.append(Check(
+            "checksums", bool(recorded) and not bad,
+            (f"{len(recorded)} files, {ALGORITHM}" + (f"; {'; '.join(bad[:5])}" if bad else "")) if recorded
+            else "no checksums recorded (built by an older PropMe): rebuild the index to get them"))
     rng = np.random.default_rng(seed)
     width = index.token_width
     bad_order = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,8 @@ class IndexManifest:
     versions: dict[str, str]
     created: str
     format: str = FORMAT
+    #: relative path -> {bytes, xxh3_128, sample}: content checksums of every file (empty for old indexes)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -108,7 +110,10 @@ class IndexManifest:
     def read(cls, folder: str | Path) -> "IndexManifest":
         path = Path(folder) / MANIFEST_NAME
         if not Path(folder).is_dir():
+            aside = Path(folder).absolute().parent / f".{Path(folder).name}.propme-old"
             raise IndexFormatError(f"index folder {folder} does not exist",
+                                   "a build was interrupted while it replaced this index (the old one waits in "
+                                   f"{aside}): re-run that `propme index build` to finish it" if aside.is_dir() else
                                    "build one with `propme index build SOURCE --out DIR`")
         if not path.is_file():
             raise IndexFormatError(f"{folder} is not a PropMe index (no {MANIFEST_NAME})",

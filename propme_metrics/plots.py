@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .files import atomic_output
+
 if TYPE_CHECKING:  # pragma: no cover
     from .report import CorpusResult, Report
 
@@ -82,7 +84,7 @@ def capability_plot(report: "Report", label: str, path: Path) -> Path | None:
                frameon=False)
     rows = math.ceil(len(handles) / ncol)
     fig.subplots_adjust(bottom=0.12 + 0.04 * rows, top=0.88, wspace=0.35)
-    fig.savefig(path, metadata=_PNG_META)
+    _save(fig, path)
     return path
 
 
@@ -125,7 +127,7 @@ def trajectory_plot(report: "Report", label: str, model: str, results: list["Cor
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.subplots_adjust(right=0.72, bottom=0.16)
-    fig.savefig(path, metadata=_PNG_META)
+    _save(fig, path)
     return path
 
 
@@ -148,3 +150,9 @@ def write_plots(report: "Report", out: Path) -> list[Path]:
         if p:
             written.append(p)
     return written
+
+
+def _save(fig: Figure, path: Path) -> None:
+    """Write the PNG atomically (a killed report never leaves a truncated image)."""
+    with atomic_output(path, "wb") as fh:
+        fig.savefig(fh, format="png", metadata=_PNG_META)

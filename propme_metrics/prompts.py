@@ -488,14 +488,17 @@ def prompt_file_bytes(records: Iterable[PromptRecord]) -> bytes:
 
 
 def write_prompt_set(ps: PromptSet, out: str | Path) -> Path:
-    """Write the JSONL prompt file and its sidecar manifest (each atomically); returns the file path."""
+    """Write the JSONL prompt file and its sidecar manifest (each atomically); returns the file path.
+
+    The sidecar goes first: whoever sees the prompt file (the prompt cache checks for it) also
+    finds its sidecar."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     data = prompt_file_bytes(ps.records)
     ps.manifest["prompts_sha256"] = hashlib.sha256(data).hexdigest()
-    write_atomic(out, data)
     write_atomic(sidecar_path(out),
                   (json.dumps(ps.manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_atomic(out, data)
     return out
 
 

@@ -9,7 +9,8 @@ prompt contributes one `pm.PromptStat` (numerator, denominator) per metric, and 
 resamples prompts; in the prompt-free settings (`unconditional`, `minimal_cue`) the unit is the
 generation instead. The start token every prompt began with (recorded in each logged document) is
 shown per corpus. When the same model, revision and task occur in several results files, the
-latest (by lm-eval's date id) is used. Rows and checkpoint trajectories follow input order: the
+latest (by lm-eval's date id) is used; runs made with lm-eval `--limit` never replace full runs
+(nor the reverse): they form their own corpus label `<corpus>_limit<N>`. Rows and checkpoint trajectories follow input order: the
 RUN arguments as given, results files inside a folder by date id (chronologically).
 
 Intervals are 95%: percentile bootstrap over prompts or generations (B = `bootstrap`, numpy `default_rng(seed)`;
@@ -25,7 +26,8 @@ prompt sets are reported apart as `<corpus>_set1`, `<corpus>_set2`, ... (in inpu
 setting present); `<propensity>` is every setting but `prefix`. `<metric>` is one of `nvr`, `fmr`,
 `als`, `fmr_normalized`, `nvr_hits`, `nvr_max`, `nvr_above_half`, `r20`, `r50`, `extraction`
 (prefix only). `<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,als`). Empty cells
-(null in JSON) mean "not run" or "not defined".
+(null in JSON) mean "not run" or "not defined" (a setting with no counted generation has no
+metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` after writing).
 
 | column | meaning |
 |---|---|
@@ -76,7 +78,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .errors import ConfigError
-from .jsonl import json_objects
+from .files import write_atomic
+from .generations import sample_key
+from .jsonl import first_non_finite, json_objects, scrub_surrogates
 from .metrics import counts_for_metrics, generation_values
 from .pm import Interval, PromptStat, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from .prompt_free import PROMPT_FREE_SETTINGS
@@ -133,12 +137,16 @@ def leaderboard_columns() -> list[tuple[str, str]]:
     return list(_COLUMN_DOCS)
 
 
-class MissingPrefixError(ConfigError):
-    """PM needs the prefix setting; the report (base metrics) was written anyway and is in `report`."""
+class IncompleteReportError(ConfigError):
+    """The report was written (it is in `report`) but something in it is undefined: exit status 2."""
 
     def __init__(self, message: str, hint: str | None = None, report: "Report | None" = None):
         super().__init__(message, hint)
         self.report = report
+
+
+class MissingPrefixError(IncompleteReportError):
+    """PM needs the prefix setting; the report (base metrics) was written anyway and is in `report`."""
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -193,6 +201,7 @@ class RunTask:
     samples_path: Path
     date_id: str
     start_token: dict[str, str] | None = None   #: {"token", "choice", "note"} of the logged samples
+    limit: float | None = None     #: lm-eval's --limit of the run (None: a full run)
 
     @property
     def prompt_ids(self) -> frozenset[str]:
@@ -220,7 +229,7 @@ class RunTask:
 def _read_json(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            return scrub_surrogates(json.load(fh))[0]  # a "\ud800" in a model name cannot be written out
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc})",
                           "pass lm-eval's results_*.json files or the folders holding them") from None
@@ -271,7 +280,45 @@ def _date_id(results_path: Path) -> str:
     return results_path.stem.rsplit("_", 1)[-1] if "_" in results_path.stem else results_path.stem
 
 
-def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | None]]:
+@dataclass
+class Retrace:
+    """Results of `propme trace` run on a samples file: they replace that file's traces (by key)."""
+
+    summary_path: Path
+    samples_path: Path             #: the samples file that was re-traced (resolved)
+    index_identity: str
+    results: dict[str, dict[str, Any]]   #: generation key -> TraceResult dict
+    used: int = 0
+
+
+def load_retrace(summary_path: str | Path) -> Retrace:
+    """Read a `propme trace` SUMMARY.json (and the RESULTS.jsonl it names) made from an lm-eval samples file."""
+    summary_path = Path(summary_path)
+    summary = _read_json(summary_path)
+    hint = "pass the SUMMARY.json that `propme trace --input samples_<task>_*.jsonl --summary` wrote"
+    try:
+        inp, index, results_path = summary["input"], summary["index"], Path(summary["results"])
+        if inp["format"] != "lm-eval-samples":
+            raise ConfigError(f"{summary_path} re-traced {inp['path']}, not an lm-eval samples file", hint)
+        identity, samples = str(index["identity"]), Path(inp["path"]).resolve()
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"{summary_path} is not a `propme trace` summary (no {exc})", hint) from None
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        with open(results_path, encoding="utf-8") as fh:
+            for lineno, row in json_objects(fh, str(results_path)):
+                bad = first_non_finite(row)
+                if bad or not isinstance(row.get("key"), str):
+                    raise ConfigError(f"{results_path}:{lineno}: not a trace result ({bad or 'no key'})", hint)
+                results[row["key"]] = row
+    except OSError as exc:
+        raise ConfigError(f"cannot read the re-traced results {results_path} named by {summary_path}: {exc}",
+                          hint) from None
+    return Retrace(summary_path, samples, identity, results)
+
+
+def _load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()) -> tuple[list[PromptRecord], set[str | None]]:
+    retrace = next((r for r in retraces if r.samples_path == path.resolve()), None)
     prompts: dict[str, PromptRecord] = {}
     identities: set[str | None] = set()
     first_filter: str | None = None
@@ -280,7 +327,9 @@ def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | 
     except OSError as exc:
         raise ConfigError(f"cannot read the samples file {path}: {exc}") from None
     with fh:
-        for lineno, row in json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task"):
+        rows = list(json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task"))
+        several_filters = len({row.get("filter", "none") for _, row in rows}) > 1
+        for n, (lineno, row) in enumerate(rows):
             filt = row.get("filter", "none")
             if first_filter is None:
                 first_filter = filt
@@ -290,9 +339,17 @@ def _load_samples(path: Path, task: str) -> tuple[list[PromptRecord], set[str | 
             if not isinstance(trace, dict) or not isinstance(trace.get("generations"), list):
                 raise ConfigError(f"{path}, line {lineno}: no 'trace' item with 'generations' for task {task}",
                                   "report needs samples written by PropMe's tasks with lm-eval --log_samples")
+            bad = first_non_finite(trace["generations"], "trace.generations")
+            if bad:
+                raise ConfigError(f"{path}, line {lineno}: {bad} is not a finite number",
+                                  "the samples file is damaged: re-trace it with `propme trace --input` "
+                                  "or re-run lm-eval for this task")
             doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
             pid = str(trace.get("prompt_id", doc.get("id", row.get("doc_id"))))
-            identities.add(doc.get("index_identity", trace.get("index_identity")))
+            identity = doc.get("index_identity", trace.get("index_identity"))
+            identities.add(identity)
+            if retrace is not None:
+                _apply_retrace(retrace, row, n, trace, identity, f"@{filt}" if several_filters else "", path)
             rec = prompts.get(pid)
             if rec is None:
                 rec = prompts[pid] = PromptRecord(
@@ -331,6 +388,21 @@ def describe_start_token(start: dict[str, str] | None) -> str:
     return "not recorded (run made before PropMe recorded start tokens)" if start is None else start["note"]
 
 
+def _apply_retrace(retrace: Retrace, row: dict[str, Any], n: int, trace: dict[str, Any], identity: Any,
+                   suffix: str, path: Path) -> None:
+    """Replace a row's traced generations by their re-traced results (same keys as `propme trace`)."""
+    if identity is not None and str(identity) != retrace.index_identity:
+        raise ConfigError(f"{retrace.summary_path} traced {path} against index {retrace.index_identity}, but its "
+                          f"generations were traced against {identity}",
+                          "re-trace against the index the run used (its identity is in the samples' doc)")
+    gens = trace["generations"]
+    for j in range(len(gens)):
+        new = retrace.results.get(sample_key(row, n, j, len(gens)) + suffix)
+        if new is not None:
+            gens[j] = new
+            retrace.used += 1
+
+
 def _prompt_from_arguments(row: dict[str, Any]) -> str:
     try:
         return str(row["arguments"]["gen_args_0"]["arg_0"])
@@ -350,7 +422,7 @@ def _results_files(path: Path) -> list[Path]:
     raise ConfigError(f"{path} does not exist")
 
 
-def load_run(path: str | Path) -> list[RunTask]:
+def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask]:
     """Every PropMe subtask of an lm-eval output folder or results file, with its traced samples.
 
     Raises ConfigError for unreadable files (bad JSON, missing samples file), naming the file.
@@ -362,6 +434,7 @@ def load_run(path: str | Path) -> list[RunTask]:
             raise ConfigError(f"{results_path} is not an lm-eval results file (no 'configs')")
         model, revision, model_args = _model_identity(data)
         date_id = _date_id(results_path)
+        limit = _run_limit(data, results_path)
         for task, config in data["configs"].items():
             metadata = (config or {}).get("metadata") or {}
             if not isinstance(metadata, dict):
@@ -373,7 +446,7 @@ def load_run(path: str | Path) -> list[RunTask]:
             if not samples_path.is_file():
                 raise ConfigError(f"missing samples file {samples_path} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
-            prompts, identities = _load_samples(samples_path, task)
+            prompts, identities = _load_samples(samples_path, task, retraces)
             if len(identities) > 1:
                 raise ConfigError(f"{samples_path} mixes generations traced against several indexes: "
                                   + ", ".join(sorted(str(i) for i in identities)))
@@ -381,9 +454,24 @@ def load_run(path: str | Path) -> list[RunTask]:
                 task=task, corpus=cs[0], setting=cs[1], model=model, revision=revision, model_args=model_args,
                 metadata=metadata, index_identity=next(iter(identities), None),
                 results=(data.get("results") or {}).get(task) or {}, prompts=prompts,
-                results_path=results_path, samples_path=samples_path, date_id=date_id,
+                results_path=results_path, samples_path=samples_path, date_id=date_id, limit=limit,
                 start_token=_start_token_of(samples_path)))
     return tasks
+
+
+def _run_limit(data: dict[str, Any], path: Path) -> float | None:
+    """lm-eval's --limit of a results file (a count, or a share when below 1); None for a full run."""
+    limit = (data.get("config") or {}).get("limit")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
+        raise ConfigError(f"{path}: config.limit is {limit!r}, not a positive number")
+    return float(limit)
+
+
+def limit_label(limit: float | None) -> str:
+    """How a --limit run is marked in labels and columns: '' for a full run, 'limit8' or 'limit0.1'."""
+    return "" if limit is None else f"limit{limit:g}"
 
 
 # --- statistics --------------------------------------------------------------------------------
@@ -466,6 +554,8 @@ def _finite(x: float) -> float | None:
 
 def _metric_result(task: RunTask, metric: str, bootstrap: int, seed: int) -> MetricResult:
     counted = [v for p in task.prompts for v in p.values if v is not None]
+    if not counted:  # undefined, not 0 (0 would read as the best possible score)
+        return MetricResult(None)
     if metric == "nvr_max":
         return MetricResult(max((v["nv_max"] for v in counted), default=0.0))
     stats = task.stats(metric)
@@ -491,6 +581,8 @@ def _setting_result(task: RunTask, bootstrap: int, seed: int) -> SettingResult:
 
 
 def _pm_interval(p_task: RunTask, c_task: RunTask, metric: str, bootstrap: int, seed: int) -> Interval:
+    if not p_task.counts()["counted"] or not c_task.counts()["counted"]:
+        return Interval(math.nan, math.nan, math.nan)  # undefined: a side has no counted generation
     ps, cs = p_task.stats(metric), c_task.stats(metric)
     if bootstrap > 0 and ps and cs:
         iv = bootstrap_pm(ps, cs, iters=bootstrap, seed=seed, confidence=CONFIDENCE)
@@ -509,9 +601,18 @@ class _Group:
     prompt_ids: dict[str, frozenset[str]]
     tasks: list[RunTask]
     label: str = ""
+    limit: float | None = None
+
+    @property
+    def family(self) -> str:
+        """The corpus, marked when the runs used --limit (never mixed with full runs)."""
+        return "_".join(x for x in (self.corpus, limit_label(self.limit)) if x)
 
     def accepts(self, task: RunTask) -> bool:
-        """Same index (unknown identities, e.g. of an empty samples file, fit any) and same prompt ids."""
+        """Same --limit, same index (unknown identities, e.g. of an empty samples file, fit any) and
+        same prompt ids."""
+        if task.limit != self.limit:
+            return False
         if None not in (task.index_identity, self.identity) and task.index_identity != self.identity:
             return False
         ids = self.prompt_ids.get(task.setting)
@@ -538,7 +639,7 @@ def _group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
     for task in tasks:
         group = next((g for g in groups if g.corpus == task.corpus and g.accepts(task)), None)
         if group is None:
-            group = _Group(task.corpus, task.index_identity, {}, [])
+            group = _Group(task.corpus, task.index_identity, {}, [], limit=task.limit)
             groups.append(group)
         if group.identity is None:
             group.identity = task.index_identity
@@ -546,7 +647,7 @@ def _group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
         group.tasks.append(task)
     by_corpus: dict[str, list[_Group]] = {}
     for g in groups:
-        by_corpus.setdefault(g.corpus, []).append(g)
+        by_corpus.setdefault(g.family, []).append(g)
     for corpus, gs in by_corpus.items():
         if len(gs) == 1:
             gs[0].label = corpus
@@ -555,7 +656,7 @@ def _group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
             raise ConfigError(_describe_conflict(gs[0], gs[1]),
                               "compare runs of one prompt set and one index version only, or pass --separate "
                               "(separate=True) to report them apart")
-        taken = {g.corpus for g in groups}
+        taken = {g.family for g in groups}
         for k, g in enumerate(gs, 1):
             label = f"{corpus}_set{k}"
             while label in taken:
@@ -566,10 +667,11 @@ def _group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
 
 
 def _dedupe(tasks: list[RunTask], notes: list[str]) -> list[RunTask]:
-    """One task per (model, revision, task): the latest date id wins; order of first appearance kept."""
-    chosen: dict[tuple[str, str, str], RunTask] = {}
+    """One task per (model, revision, task, --limit): the latest date id wins; order of first appearance
+    kept. A --limit run never replaces a full run (nor the reverse): they are reported apart."""
+    chosen: dict[tuple[str, str, str, float | None], RunTask] = {}
     for t in tasks:
-        key = (t.model, t.revision, t.task)
+        key = (t.model, t.revision, t.task, t.limit)
         old = chosen.get(key)
         if old is None:
             chosen[key] = t
@@ -632,11 +734,13 @@ def _row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
 
 
 def _csv_cell(v: Any) -> str:
+    """A CSV cell: empty when undefined; text that a spreadsheet would run as a formula is quoted with '."""
     if v is None:
         return ""
     if isinstance(v, float):
         return "" if math.isnan(v) else format(v, ".10g")
-    return str(v)
+    text = str(v)
+    return "'" + text if not isinstance(v, (int, float)) and text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
@@ -645,7 +749,7 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> No
     writer.writerow(columns)
     for row in rows:
         writer.writerow([_csv_cell(row.get(c)) for c in columns])
-    path.write_text(buf.getvalue(), encoding="utf-8")
+    write_atomic(path, buf.getvalue())
 
 
 def _write_json(path: Path, report: Report) -> None:
@@ -654,7 +758,7 @@ def _write_json(path: Path, report: Report) -> None:
     doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": CONFIDENCE,
            "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
            "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows]}
-    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def fmt_value(v: float | None, metric: str = "") -> str:
@@ -674,7 +778,9 @@ def fmt_interval(value: float | None, low: float | None, high: float | None, met
 
 
 def _md_cell(text: Any) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """Text safe in a Markdown table cell: no column breaks, and no raw HTML (renderers pass it through)."""
+    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _write_markdown(path: Path, report: Report) -> None:
@@ -710,7 +816,7 @@ def _write_markdown(path: Path, report: Report) -> None:
         lines.append("")
     if report.problems or report.notes:
         lines += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.problems + report.notes] + [""]
-    path.write_text("\n".join(lines), encoding="utf-8")
+    write_atomic(path, "\n".join(lines))
 
 
 # --- the report --------------------------------------------------------------------------------
@@ -736,7 +842,7 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
 def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
                  pm_metrics: Iterable[str] = DEFAULT_PM_METRICS, separate: bool = False, *,
                  html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
-                 html_snippet_chars: int = 200) -> Report:
+                 html_snippet_chars: int = 200, retraced: Sequence[str | Path] = ()) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -751,11 +857,17 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
     notes: list[str] = []
     tasks: list[RunTask] = []
+    retraces = [load_retrace(p) for p in retraced]
     for run in runs:
-        found = load_run(run)
+        found = load_run(run, retraces)
         if not found:
             notes.append(f"{run}: no PropMe task in its results")
         tasks.extend(found)
+    for r in retraces:
+        if not r.used:
+            raise ConfigError(f"{r.summary_path} re-traced {r.samples_path}, which is not a samples file of the runs "
+                              "given (or none of its keys matched)", "pass the run that holds that samples file")
+        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}")
     if not tasks:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
                           "run lm-eval with --tasks propme_<corpus> --log_samples")
@@ -771,7 +883,11 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     results: list[CorpusResult] = []
     problems: list[str] = []
     missing: list[str] = []
+    uncounted: list[str] = []
     for g in groups:
+        if g.limit is not None:
+            notes.append(f"{g.label}: runs made with lm-eval --limit {g.limit:g} (a subset of the prompts), "
+                         f"reported apart from full runs and not comparable to them")
         units: dict[tuple[str, str], dict[str, RunTask]] = {}
         for t in g.tasks:
             units.setdefault((t.model, t.revision), {})[t.setting] = t
@@ -805,6 +921,12 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
                 if c["failed"]:
                     notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
                                  f"{c['generations']} generations (excluded)")
+                if not c["counted"]:
+                    uncounted.append(by_setting[s].task)
+                    problems.append(
+                        f"{label}, corpus {g.label}: no generation of {by_setting[s].task} was counted "
+                        f"({c['failed']} failed, {c['degenerate']} degenerate of {c['generations']}), so its "
+                        "metrics and PM are undefined (left empty, not 0)")
             results.append(res)
 
     labels = sorted({r.label for r in results})
@@ -847,6 +969,13 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
                                      snippet_chars=html_snippet_chars)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
+    if uncounted:
+        names = ", ".join(dict.fromkeys(uncounted))
+        raise IncompleteReportError(
+            f"nothing was counted in {names}: its metrics and PM are undefined and left empty. "
+            f"The report was written to {out}",
+            "re-trace the failed generations with `propme trace --input samples_<task>_*.jsonl` "
+            "(see the 'error' field of each), or re-run lm-eval for that task", report=report)
     if missing:
         names = ", ".join(dict.fromkeys(missing))
         raise MissingPrefixError(

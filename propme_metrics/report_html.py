@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .files import write_atomic
 from .metrics import NV_HIT_THRESHOLD
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -343,7 +344,7 @@ seed {rep.seed}); hover a proportion for its Wilson interval.</p>
 def write_html(report: "Report", path: Path, docs_per_segment: int = 3, snippet_chars: int = 200) -> Path:
     """Write the self-contained HTML report to `path`."""
     page = _Page(report, docs_per_segment, snippet_chars)
-    path.write_text(page.render(), encoding="utf-8")
+    write_atomic(path, page.render())
     return path
 
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .checksums import ALGORITHM, file_digest, sampled_digest
 from .errors import ConfigError
-from .jsonl import json_objects
+from .jsonl import json_objects, scrub_surrogates
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
@@ -39,6 +40,8 @@ class CorpusSource:
     config: str | None = None
     split: str = "train"
     files: list[Path] = field(default_factory=list, init=False)
+    _stats: dict[str, dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+    replaced_surrogates: int = field(default=0, init=False, compare=False)  #: documents fixed by the last pass
 
     def __post_init__(self) -> None:
         path = Path(self.location)
@@ -55,8 +58,13 @@ class CorpusSource:
     def is_local(self) -> bool:
         return bool(self.files)
 
-    def describe(self) -> dict[str, Any]:
-        """A JSON-able identity of the source, for the manifest and the build's parameter hash."""
+    def describe(self, known: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """A JSON-able identity of the source, for the manifest and the build's parameter hash.
+
+        Local files are identified by name, size and a content checksum, so an edited corpus gets
+        another identity even when its size is unchanged. `known` (from `file_stats` of an earlier
+        build) lets a file whose size, mtime and sampled checksum are unchanged skip re-reading.
+        """
         desc: dict[str, Any] = {
             "location": str(Path(self.location).resolve()) if self.is_local else self.location,
             "kind": "files" if self.is_local else "huggingface",
@@ -66,14 +74,28 @@ class CorpusSource:
             "exclude_sources": sorted(self.exclude_sources),
         }
         if self.is_local:
-            root = Path(self.location)
-            desc["files"] = [
-                {"path": str(p.relative_to(root)) if root.is_dir() else p.name, "bytes": p.stat().st_size}
-                for p in self.files
-            ]
+            desc["files"] = [{"path": name, "bytes": st["bytes"], ALGORITHM: st[ALGORITHM]}
+                             for name, st in self.file_stats(known).items()]
         else:
             desc.update(revision=self.revision, config=self.config, split=self.split)
         return desc
+
+    def file_stats(self, known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+        """{name: {bytes, mtime_ns, sample, xxh3_128}} of each local file (computed once per object)."""
+        if self._stats is None:
+            known = known or {}
+            root = Path(self.location)
+            stats = {}
+            for p in self.files:
+                name = str(p.relative_to(root)) if root.is_dir() else p.name
+                st = p.stat()
+                entry = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sample": sampled_digest(p)}
+                old = known.get(name) or {}
+                same = all(old.get(k) == v for k, v in entry.items()) and old.get(ALGORITHM)
+                entry[ALGORITHM] = old[ALGORITHM] if same else file_digest(p)
+                stats[name] = entry
+            self._stats = stats
+        return self._stats
 
     def estimated_text_bytes(self) -> int | None:
         """Rough uncompressed size of the corpus text, for the disk-space check (None if unknown)."""
@@ -86,9 +108,14 @@ class CorpusSource:
         return total
 
     def __iter__(self) -> Iterator[Document]:
+        """The documents in corpus order; lone surrogates in them become U+FFFD (counted in
+        `replaced_surrogates`), since they cannot be stored as UTF-8."""
         excluded = set(self.exclude_sources)
+        self.replaced_surrogates = 0
         records = self._local_records() if self.is_local else self._hub_records()
         for where, record in records:
+            record, n = scrub_surrogates(record)
+            self.replaced_surrogates += bool(n)
             if self.text_field not in record:
                 raise ConfigError(
                     f"{where}: no field {self.text_field!r} in the document (fields: {', '.join(sorted(record)) or 'none'})",
@@ -143,27 +170,34 @@ def _lines(path: Path) -> Iterator[str]:
         yield from _zstd_lines(path)
         return
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        yield from fh
+    with opener(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            yield _decode_line(raw, path, lineno)
+
+
+def _decode_line(raw: bytes, path: Path, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}:{lineno}: not UTF-8 (byte {exc.start + 1} of the line is {raw[exc.start]:#04x})",
+                          "convert the corpus to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def _zstd_lines(path: Path) -> Iterator[str]:
-    import codecs
-
     import zstandard
 
     dctx = zstandard.ZstdDecompressor()
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    dobj, in_frame, pending = dctx.decompressobj(), False, ""
+    dobj, in_frame, pending, lineno = dctx.decompressobj(), False, b"", 0
     try:
         with open(path, "rb") as fh:
             while chunk := fh.read(1 << 20):
                 while chunk:
                     in_frame = True
-                    pending += decoder.decode(dobj.decompress(chunk))
-                    *complete, pending = pending.split("\n")
+                    pending += dobj.decompress(chunk)
+                    *complete, pending = pending.split(b"\n")
                     for line in complete:
-                        yield line + "\n"
+                        lineno += 1
+                        yield _decode_line(line + b"\n", path, lineno)
                     if dobj.eof:  # a frame ended: the rest of the chunk starts the next one
                         chunk, dobj, in_frame = dobj.unused_data, dctx.decompressobj(), False
                     else:
@@ -173,9 +207,8 @@ def _zstd_lines(path: Path) -> Iterator[str]:
     if in_frame:
         raise ConfigError(f"cannot read {path}: the zstd stream is truncated",
                           "check that the file is complete and not corrupted")
-    pending += decoder.decode(b"", final=True)
     if pending:
-        yield pending
+        yield _decode_line(pending, path, lineno + 1)
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

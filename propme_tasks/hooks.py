@@ -51,11 +51,38 @@ def _int_setting(meta: dict[str, Any], key: str, default: int, minimum: int = 1)
     """An integer setting (metadata or PROPME_<KEY>), or one message naming it."""
     raw, where = _setting(meta, key, default)
     try:
-        value = int(str(raw))
+        value = _typed(raw, int)
     except ValueError:
         raise TaskConfigError(f"{where or key} must be an integer, not {raw!r}") from None
     if value < minimum:
         raise TaskConfigError(f"{where or key} must be at least {minimum}, not {value}")
+    return value
+
+
+def _check_path(value: Any, where: str, what: str) -> None:
+    """A path setting must be text (a number or a list from --metadata JSON is a mistake, not a path)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TaskConfigError(f"{where} must be the path of {what} (a string), not {value!r}")
+
+
+def _typed(raw: Any, kind: type) -> Any:
+    """`raw` (a metadata value or an environment string) as `kind`; ValueError for booleans, NaN,
+    infinities, fractional integers and anything else that is not plainly a value of that kind."""
+    import math
+
+    if isinstance(raw, bool) or raw is None or isinstance(raw, (list, dict)):
+        raise ValueError(f"{raw!r} is not a {kind.__name__}")
+    if kind is str:
+        return str(raw)
+    if kind is int:
+        if isinstance(raw, float):
+            if not raw.is_integer():
+                raise ValueError(f"{raw!r} is not an integer")
+            return int(raw)
+        return int(str(raw).strip())
+    value = kind(str(raw).strip()) if isinstance(raw, str) else kind(raw)
+    if kind is float and not math.isfinite(value):
+        raise ValueError(f"{raw!r} is not a finite number")
     return value
 
 
@@ -68,9 +95,14 @@ def trace_config(meta: dict[str, Any]) -> TraceConfig:
     values = {}
     try:
         for f in fields(TraceConfig):
-            raw, _ = _setting(meta, f"trace_{f.name}")
+            raw, where = _setting(meta, f"trace_{f.name}")
             if raw is not None:
-                values[f.name] = type(getattr(TraceConfig(), f.name))(raw)
+                kind = type(getattr(TraceConfig(), f.name))
+                try:
+                    values[f.name] = _typed(raw, kind)
+                except (TypeError, ValueError):
+                    what = {int: "an integer", float: "a finite number"}.get(kind, f"a {kind.__name__}")
+                    raise TaskConfigError(f"bad tracing parameters: {where} must be {what}, not {raw!r}") from None
         return TraceConfig(**values)
     except (TypeError, ValueError) as exc:
         raise TaskConfigError(f"bad tracing parameters: {exc}") from None
@@ -92,6 +124,7 @@ def load_prompts(**meta: Any):
         raise TaskConfigError(
             f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
             f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
+    _check_path(index_path, where, "an index folder")
     config = trace_config(meta)
     config_json = json.dumps(config.to_dict(), sort_keys=True)
     try:
@@ -159,10 +192,15 @@ def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language
     n = _int_setting(meta, "n_prompts", 100)
     prompt_key = f"{corpus}_{setting}_prompts"
     prompt_file, pwhere = _setting(meta, prompt_key)
+    if prompt_file is not None:
+        _check_path(prompt_file, pwhere, "a prompt file")
+    cache_dir, cwhere = _setting(meta, "cache_dir", Path.home() / ".cache" / "propme")
+    _check_path(cache_dir, cwhere, "the prompt cache folder")
+    cache = None
     try:
         if prompt_file is not None:
             return load_prompt_set(prompt_file, index=index, setting=setting)
-        cache = Path(_setting(meta, "cache_dir", Path.home() / ".cache" / "propme")[0]) / "prompts"
+        cache = Path(cache_dir) / "prompts"
         cache.mkdir(parents=True, exist_ok=True)
         prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}-{_source_tag(setting, language)}.jsonl"
         pwhere = "the prompt cache"
@@ -174,6 +212,9 @@ def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language
     except PropMeError as exc:
         raise TaskConfigError(f"prompt set for {corpus}/{setting} ({pwhere}: {prompt_file}): {exc}") from None
     except OSError as exc:
+        if prompt_file is None:  # the cache folder itself cannot be made
+            raise TaskConfigError(f"cannot create the prompt cache {cache} (metadata key 'cache_dir' or "
+                                  f"PROPME_CACHE_DIR): {exc.strerror or exc}; point it at a writable folder") from None
         raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
 
 

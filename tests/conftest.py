@@ -32,6 +32,19 @@ def make_index(corpus: Path, out: Path, tokenizer: Path, **kwargs):
     return build_index(CorpusSource(str(corpus)), out, tokenizer=str(tokenizer), **kwargs)
 
 
+def word_level_tokenizer(out: Path, n_words: int) -> Path:
+    """A word-level tokenizer w0..w<n-1>, then [UNK] = n and </s> = n + 1, saved to `out`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(n_words)}
+    vocab.update({"[UNK]": n_words, "</s>": n_words + 1})
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]").save_pretrained(out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def gpt2_dir(tmp_path_factory) -> Path:
     return gpt2_tokenizer(tmp_path_factory.mktemp("gpt2-tokenizer"))

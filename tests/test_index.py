@@ -24,8 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import propme_metrics.build as build_module
-from conftest import make_index, write_jsonl
+from conftest import make_index, word_level_tokenizer, write_jsonl
 from propme_metrics import cli
+from propme_metrics.checksums import checksum_files
 from propme_metrics.build import build_index, choose_token_width, join_indexes, partial_dir
 from propme_metrics.errors import ConfigError, IndexFormatError
 from propme_metrics.index import open_index, pointer_size, verify_index
@@ -206,19 +207,6 @@ def format_index(request, tmp_path_factory, gpt2_dir, synthetic_records, synthet
         path = root / "index"
         make_index(corpus, path, gpt2_dir, num_shards=2)
     return fmt, path, open_index(path)
-
-
-def word_level_tokenizer(out: Path, n_words: int) -> Path:
-    """A word-level tokenizer w0..w<n-1>, then [UNK] = n and </s> = n + 1, saved to `out`."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"w{i}": i for i in range(n_words)}
-    vocab.update({"[UNK]": n_words, "</s>": n_words + 1})
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]").save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -647,6 +635,12 @@ def test_verify_detects_two_swapped_pointers(tmp_path, synthetic_index, run_cli)
     raw[[i, j]] = raw[[j, i]]
     raw.tofile(table)
     assert table.stat().st_size == size
+    code, _, err = run_cli("index", "verify", out)
+    assert code == 3 and "table.0 does not match its sampled checksum" in err  # caught on open already
+    # as if the build itself had written the swapped table: checksums agree, only the order check can see it
+    m = json.loads((out / MANIFEST_NAME).read_text())
+    m["files"] = checksum_files(out, list(m["files"]))
+    (out / MANIFEST_NAME).write_text(json.dumps(m))
     # `--samples` above the table length: every adjacent pair should be looked at
     code, out_text, _ = run_cli("index", "verify", out, "--samples", 10**6)
     assert code == 1
