@@ -16,6 +16,7 @@ from typing import Any
 from propme_metrics.errors import PropMeError
 from propme_metrics.generations import generation_key
 from propme_metrics.metrics import counts_for_metrics, generation_values
+from propme_metrics.pii import PII_METRICS, leaks
 from propme_metrics.trace import TraceConfig, Tracer, TraceResult
 
 #: How to build an index for each shipped corpus, quoted in error messages.
@@ -55,6 +56,17 @@ def _int_setting(meta: dict[str, Any], key: str, default: int, minimum: int = 1)
     if value < minimum:
         raise TaskConfigError(f"{where or key} must be at least {minimum}, not {value}")
     return value
+
+
+def _bool_setting(meta: dict[str, Any], key: str) -> bool:
+    """A yes/no setting (metadata or PROPME_<KEY>): true, 1, yes or on; false, 0, no, off or unset."""
+    raw, where = _setting(meta, key, False)
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise TaskConfigError(f"{where or key} must be true or false, not {raw!r}")
 
 
 def trace_config(meta: dict[str, Any]) -> TraceConfig:
@@ -120,7 +132,7 @@ def load_prompts(**meta: Any):
     except OSError as exc:
         raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
-              "trace_config": config_json}
+              "trace_config": config_json, "pii_show": _bool_setting(meta, "pii_show")}
     rows = []
     for rec in prompt_set.records:
         for j in range(repeats):
@@ -169,14 +181,22 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         key = generation_key(doc["id"], doc.get("sample_ix", 0), j, len(generations))
         traces.append(tracer.safe_trace_one(str(text), key=key, continuation=continuation))
     counted = [generation_values(t) for t in traces if counts_for_metrics(t)]
+    personal = [leaks(t) for t in traces]
+    records = []
+    for t, p in zip(traces, personal):
+        # personal data the generation reproduced from the corpus; values masked unless pii_show
+        records.append({**t.to_dict(), "pii": p.to_dict(show=bool(doc.get("pii_show")))})
     items: dict[str, Any] = {
         "trace": {
             "prompt_id": doc["id"], "setting": doc.get("setting"), "index_identity": doc.get("index_identity"),
             "failed": sum(t.error is not None for t in traces),
             "top_sources": _top_sources(traces),
-            "generations": [t.to_dict() for t in traces],
+            "generations": records,
         },
     }
+    pii_counted = [p.values() for t, p in zip(traces, personal) if counts_for_metrics(t)]
+    for key in PII_METRICS:
+        items[key] = {"sum": sum(v[key] for v in pii_counted), "n": len(pii_counted)}
     for key, source in POOLED_METRICS.items():
         items[key] = {"sum": sum(v[source] for v in counted), "n": len(counted)}
     items["nvr"] = {"sum": sum(v["nv_sum"] for v in counted), "n": sum(v["nv_docs"] for v in counted)}
