@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .metrics import NV_HIT_THRESHOLD
-from .pii import PIIItem, leaks, mask_text
+from .pii import PIIItem, detect, leaks, mask_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .report import CorpusResult, Report
@@ -336,16 +336,15 @@ class _Page:
             title = f"{who} · {r.label} · {setting} · prompt {prompt.id}"
             gens = "".join(self.generation(g, block, title) for g in prompt.generations)
             meta = " ".join(f'<span class="b dim">{esc(v)}</span>' for v in (prompt.domain, prompt.language) if v)
-            # the prompt and true continuation are corpus text: the items its generations leaked are masked there too
-            masked = () if self.show_pii else tuple(
-                it for g in prompt.generations for it in _PIIView(str(g.get("text") or ""), g, False).leaked)
+            # the prompt and true continuation are corpus text: personal data in them is masked too
+            shown = (lambda t: t) if self.show_pii else (lambda t: mask_text(t, detect(t)))
             cont = ""
             if prompt.continuation:
                 cont = (f'<div class="cont"><span class="lbl">true continuation</span> '
-                        f'{esc(mask_text(prompt.continuation, masked))}</div>')
+                        f'{esc(shown(prompt.continuation))}</div>')
             items.append(f'<div class="prompt"><div class="phead"><span class="pid">#{n} {esc(prompt.id)}</span>'
                          f'{meta}</div><div class="ptext"><span class="lbl">prompt</span> '
-                         f'{esc(mask_text(prompt.prompt, masked))}</div>{cont}{gens}</div>')
+                         f'{esc(shown(prompt.prompt))}</div>{cont}{gens}</div>')
         m = sr.metrics
         summary = (f"{esc(setting)} <small>{sr.counts['prompts']} prompts, {sr.counts['counted']} generations counted"
                    f" · NVR {esc(fmt_value(m['nvr'].value))} · FMR {esc(fmt_value(m['fmr'].value))}"
