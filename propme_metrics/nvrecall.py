@@ -19,12 +19,9 @@ import numpy as np
 from rapidfuzz.distance import LCSseq
 
 #: characters folded before matching (after NFKC): quotes to ASCII, dashes to an em dash, ellipsis
-_FOLD = str.maketrans({
-    "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
-    "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"',
-    "\u2013": "\u2014", "\u2015": "\u2014", "\u2212": "\u2014",
-    "\u2026": "...",
-})
+_FOLD = (("\u2018", "'"), ("\u2019", "'"), ("\u201a", "'"), ("\u201b", "'"),
+         ("\u201c", '"'), ("\u201d", '"'), ("\u201e", '"'), ("\u201f", '"'), ("\u00ab", '"'), ("\u00bb", '"'),
+         ("\u2013", "\u2014"), ("\u2015", "\u2014"), ("\u2212", "\u2014"), ("\u2026", "..."))
 _SPACED_ELLIPSIS = re.compile(r"\.\s+\.\s+\.")
 _GLUED_ELLIPSIS = re.compile(r"\.\.\.(?=[0-9A-Za-z])")
 _EMPHASIS = re.compile(r"_([^_]+)_")
@@ -37,7 +34,10 @@ AUTOJUNK_MIN = 200
 def normalize_words(text: str) -> list[str]:
     """The comparable words of a text: NFKC, folded quotes/dashes/ellipses, `_x_` emphasis
     unwrapped, lowercase, split on white space."""
-    norm = unicodedata.normalize("NFKC", text).translate(_FOLD)
+    norm = unicodedata.normalize("NFKC", text)
+    for old, new in _FOLD:  # chained replace: far faster than str.translate on non-ASCII text
+        if old in norm:
+            norm = norm.replace(old, new)
     norm = _SPACED_ELLIPSIS.sub("...", norm)
     norm = _GLUED_ELLIPSIS.sub("... ", norm)
     norm = _EMPHASIS.sub(r"\1", norm)

@@ -321,6 +321,7 @@ class Tracer:
         self._separator = self.index.separator
         self._log_total = math.log(self.index.total_positions)
         self._backend = backend
+        self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
         self._word_initial = self._word_initial_ids(backend)
         shards, base = [], 0
         docs = {s.id: s.documents for s in manifest.shards}
@@ -590,17 +591,35 @@ class _Context:
             if (win.shard, win.doc_ix) not in seen:
                 seen.add((win.shard, win.doc_ix))
                 wins.append(win)
-        texts = self.tracer._decode_batch([w.token_ids.tolist() for w in wins])
-        heads = self.tracer._decode_batch([w.token_ids[:w.needle_offset].tolist() for w in wins])
-        needle_text = self.tracer._decode(self.ids[needle[0]:needle[1]])
+        tracer = self.tracer
+        needle_text = tracer._decode(self.ids[needle[0]:needle[1]])
         out = []
+        if tracer._byte_level:
+            # a byte-level decoder maps tokens to bytes and bytes to text, so the part before the
+            # occurrence and the rest decode separately to the window's text, unless a character
+            # straddles the cut (then a replacement character shows it): decode that window whole
+            pieces = tracer._decode_batch([part for w in wins for part in
+                                           (w.token_ids[:w.needle_offset].tolist(), w.token_ids[w.needle_offset:].tolist())])
+            for win, head, rest in zip(wins, pieces[0::2], pieces[1::2]):
+                if head.endswith("\ufffd") or rest.startswith("\ufffd"):
+                    text = tracer._decode(win.token_ids.tolist())
+                    out.append(self._located(win, text, text.find(needle_text), needle_text))
+                else:
+                    out.append(self._located(win, head + rest, len(head), needle_text))
+            return out
+        texts = tracer._decode_batch([w.token_ids.tolist() for w in wins])
+        heads = tracer._decode_batch([w.token_ids[:w.needle_offset].tolist() for w in wins])
         for win, text, head in zip(wins, texts, heads):
             lo = len(head) if text.startswith(head) else 0
             if not text.startswith(needle_text, lo):  # e.g. SentencePiece strips a leading space
-                found = text.find(needle_text, max(0, lo - 1))
-                lo = found if found >= 0 else lo
-            out.append(_Retrieved(win, text, (lo, min(len(text), lo + len(needle_text)))))
+                lo = text.find(needle_text, max(0, lo - 1))
+            out.append(self._located(win, text, lo, needle_text))
         return out
+
+    @staticmethod
+    def _located(win: DocWindow, text: str, lo: int, needle_text: str) -> _Retrieved:
+        lo = max(lo, 0)
+        return _Retrieved(win, text, (lo, min(len(text), lo + len(needle_text))))
 
     def retrieve(self, occ: Occurrences, needle: tuple[int, int], rng: random.Random | None) -> list[_Retrieved]:
         return self.fetch(select_occurrences(occ, self.cfg.docs_per_span, rng), needle)
@@ -645,6 +664,10 @@ class _Context:
         spans (longest, then rarest, then earliest), evenly spaced windows of each."""
         tracer, cfg = self.tracer, self.cfg
         bounds = list(dict.fromkeys((s, e) for s, e in step1 if e - s >= MIXED_MIN_TOKENS))
+        bounds.sort(key=lambda se: -(se[1] - se[0]))
+        if len(bounds) > cfg.max_anchors:  # rarity only matters among the lengths that reach the cut
+            cut = bounds[cfg.max_anchors - 1][1] - bounds[cfg.max_anchors - 1][0]
+            bounds = [se for se in bounds if se[1] - se[0] >= cut]
         bounds.sort(key=lambda se: (-(se[1] - se[0]), tracer._rarity(self.ids[se[0]:se[1]]), se[0]))
         anchors = bounds[: cfg.max_anchors]
         if not anchors:

@@ -821,3 +821,20 @@ def test_too_long_generation_is_reported_not_traced(synthetic_index):
 
     summary = summarize([short, too_long])
     assert summary.n_failed == 1 and summary.n_counted == 1
+
+
+def test_windows_cut_inside_a_character_decode_exactly(tmp_path, gpt2_dir):
+    """Multi-byte characters split over several byte-level tokens: a window whose occurrence starts
+    inside a character is decoded whole (the tracer still equals the reference)."""
+    docs = [{"id": f"e{i}", "text": f"Møde {i} 😀🎉 i Ærø: 東京 og København 🚲 kl. {i}. Alle kom 😀 til sidst."}
+            for i in range(12)]
+    make_index(write_jsonl(tmp_path / "c.jsonl", docs), tmp_path / "idx", gpt2_dir, cpus=1)
+    tr = Tracer(tmp_path / "idx")
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tmp_path / "idx" / "propme-tokenizer" / "tokenizer.json"))
+    ref = reference(tr, [tok.encode(d["text"]).ids for d in docs], "mixed")
+    for g in ("😀🎉 i Ærø: 東京 og København 🚲 kl. 3. Alle kom 😀", "🎉 i Ærø: 東京 og", docs[4]["text"][3:]):
+        r = tr.trace_one(g, "emoji")
+        assert as_reference(r) == reference_view(ref.trace(g))
+        assert all("\ufffd" not in d.snippet for d in r.documents)
