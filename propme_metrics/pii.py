@@ -175,11 +175,26 @@ def _cards(text: str) -> list[PIIItem]:
     return out
 
 
+def _phone_shaped(text: str, start: int, end: int) -> bool:
+    """Written like a phone number: digits, spaces, dashes, '+' and balanced parentheses only, not a
+    date or a year range, and not part of a decimal, a version string, an address or a path."""
+    raw = text[start:end]
+    if not _PHONE_CHARS.fullmatch(raw) or raw.count("(") != raw.count(")") or _NOT_PHONE.fullmatch(raw):
+        return False
+    before, after = text[start - 1:start], text[end:end + 2]
+    return not (before in (".", "/", ":", "-", "_") or re.match(r"[./:_-]\w", after))
+
+
+_PHONE_CHARS = re.compile(r"[+\d() -]+")
+_NOT_PHONE = re.compile(r"(?:19|20)\d\d-\d\d-\d\d|(?:19|20)\d\d ?- ?(?:19|20)\d\d|\d{4}-\d{4}")
+
+
 def _phones(text: str) -> list[PIIItem]:
     import phonenumbers
 
     return [PIIItem("phone", m.start, m.end, m.raw_string)
-            for m in phonenumbers.PhoneNumberMatcher(text, "DK", leniency=phonenumbers.Leniency.VALID)]
+            for m in phonenumbers.PhoneNumberMatcher(text, "DK", leniency=phonenumbers.Leniency.VALID)
+            if _phone_shaped(text, m.start, m.end)]
 
 
 _DETECTORS = {"email": _emails, "iban": _ibans, "card": _cards, "cpr": _cprs, "phone": _phones}

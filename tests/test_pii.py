@@ -97,7 +97,8 @@ def test_detect_finds_each_type_and_skips_invalid_lookalikes():
     text = (f"Skriv til mette.larsen@kommune-post.dk eller ring +45 21 43 65 87. CPR-nr. {cpr[:6]}-{cpr[6:]}, "
             f"konto {iban[:4]} {iban[4:8]} {iban[8:12]} {iban[12:16]} {iban[16:]}. Card 4111 1111 1111 1111, "
             "or call +44 20 7946 0958. Not personal: 12 34 56 78, 320176-1234, DK00 1234 5678 9012 34, "
-            "4111 1111 1111 1112, year 1998, no@mail, price 1.234.567 kr.")
+            "4111 1111 1111 1112, year 1998, no@mail, price 1.234.567 kr., on 2016-10-31 (RFC 2045-2047), "
+            "version 9.0.21022.8 at 203.0.113.0, pi 3.14159265.")
     found = detect(text)
     by_type = {t: [it.value for it in found if it.type == t] for t in ("email", "phone", "cpr", "iban", "card")}
     assert by_type == {"email": ["mette.larsen@kommune-post.dk"], "phone": ["+45 21 43 65 87", "+44 20 7946 0958"],
