@@ -83,11 +83,13 @@ def _trim_snippet(doc: dict[str, Any], chars: int) -> tuple[str, list[int], bool
     return snippet[lo:hi], [a - lo, b - lo], lo > 0, hi < len(snippet)
 
 
-def _doc_json(doc: dict[str, Any], chars: int, masked: tuple[PIIItem, ...] = ()) -> dict[str, Any]:
+def _doc_json(doc: dict[str, Any], chars: int, masked: tuple[PIIItem, ...] | None = None) -> dict[str, Any]:
+    """A document entry for the panel; `masked` (None: show everything) are the leaked items to mask."""
     snippet, span, cut_left, cut_right = _trim_snippet(doc, chars)
-    if masked:  # mask before, inside and after the span separately, so the span stays where it is
-        head, mid, tail = (mask_text(p, masked) for p in (snippet[:span[0]], snippet[span[0]:span[1]],
-                                                          snippet[span[1]:]))
+    if masked is not None:  # before, inside and after the span separately, so the span stays where it is; the
+        # window is corpus text: every item detected in it is masked, not only the leaked ones
+        head, mid, tail = (mask_text(mask_text(p, masked), detect(p)) for p in
+                           (snippet[:span[0]], snippet[span[0]:span[1]], snippet[span[1]:]))
         snippet, span = head + mid + tail, [len(head), len(head) + len(mid)]
     nv = doc.get("nv_recall")
     nv = float(nv) if isinstance(nv, (int, float)) and math.isfinite(nv) else None
@@ -178,6 +180,10 @@ class _Page:
         self.docs_per_segment = max(1, docs_per_segment)
         self.snippet_chars = max(0, snippet_chars)
         self.blocks: list[dict[str, Any]] = []
+
+    def _mask(self, text: str) -> str:
+        """Corpus or model text with every detected personal-data item masked (unless shown)."""
+        return text if self.show_pii else mask_text(text, detect(text))
 
     # -- tables ---------------------------------------------------------------------------------
 
@@ -290,9 +296,10 @@ class _Page:
             docs = [d for d in (seg.get("documents") or []) if isinstance(d, dict)]
             classes.append(_seg_class(docs))
             docs.sort(key=lambda d: (_MATCH_RANK.get(d.get("match"), 3), -float(d.get("nv_recall") or 0)))
-            seg_data.append({"text": mask_text(str(seg.get("text") or ""), view.masked), "start": seg.get("start"),
+            seg_data.append({"text": self._mask(mask_text(str(seg.get("text") or ""), view.masked)),
+                             "start": seg.get("start"),
                              "end": seg.get("end"), "n_docs": len(docs),
-                             "docs": [_doc_json(d, self.snippet_chars, view.masked)
+                             "docs": [_doc_json(d, self.snippet_chars, None if self.show_pii else view.masked)
                                       for d in docs[: self.docs_per_segment]]})
         block[gid] = {"title": title, "segments": seg_data}
 
@@ -337,14 +344,13 @@ class _Page:
             gens = "".join(self.generation(g, block, title) for g in prompt.generations)
             meta = " ".join(f'<span class="b dim">{esc(v)}</span>' for v in (prompt.domain, prompt.language) if v)
             # the prompt and true continuation are corpus text: personal data in them is masked too
-            shown = (lambda t: t) if self.show_pii else (lambda t: mask_text(t, detect(t)))
             cont = ""
             if prompt.continuation:
                 cont = (f'<div class="cont"><span class="lbl">true continuation</span> '
-                        f'{esc(shown(prompt.continuation))}</div>')
+                        f'{esc(self._mask(prompt.continuation))}</div>')
             items.append(f'<div class="prompt"><div class="phead"><span class="pid">#{n} {esc(prompt.id)}</span>'
                          f'{meta}</div><div class="ptext"><span class="lbl">prompt</span> '
-                         f'{esc(shown(prompt.prompt))}</div>{cont}{gens}</div>')
+                         f'{esc(self._mask(prompt.prompt))}</div>{cont}{gens}</div>')
         m = sr.metrics
         summary = (f"{esc(setting)} <small>{sr.counts['prompts']} prompts, {sr.counts['counted']} generations counted"
                    f" · NVR {esc(fmt_value(m['nvr'].value))} · FMR {esc(fmt_value(m['fmr'].value))}"
