@@ -18,6 +18,7 @@ import base64
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,11 +87,15 @@ def _trim_snippet(doc: dict[str, Any], chars: int) -> tuple[str, list[int], bool
 def _doc_json(doc: dict[str, Any], chars: int, masked: tuple[PIIItem, ...] | None = None) -> dict[str, Any]:
     """A document entry for the panel; `masked` (None: show everything) are the leaked items to mask."""
     snippet, span, cut_left, cut_right = _trim_snippet(doc, chars)
-    if masked is not None:  # before, inside and after the span separately, so the span stays where it is; the
-        # window is corpus text: every item detected in it is masked, not only the leaked ones
-        head, mid, tail = (mask_text(mask_text(p, masked), detect(p)) for p in
-                           (snippet[:span[0]], snippet[span[0]:span[1]], snippet[span[1]:]))
-        snippet, span = head + mid + tail, [len(head), len(head) + len(mid)]
+    if masked is not None:  # corpus text: every item detected in it is masked, in place (the span stays put)
+        chars = list(snippet)
+        found = [(it.start, it.end) for it in detect(snippet)]
+        found += [(m.start(), m.end()) for it in masked for m in re.finditer(re.escape(it.value), snippet)]
+        for a, b in found:
+            for k in range(a + 1, b):
+                if chars[k].isalnum():
+                    chars[k] = "*"
+        snippet = "".join(chars)
     nv = doc.get("nv_recall")
     nv = float(nv) if isinstance(nv, (int, float)) and math.isfinite(nv) else None
     meta = doc.get("metadata")
