@@ -276,7 +276,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
                               html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars,
-                              retraced=args.retraced)
+                              retraced=args.retraced, show_pii=args.show_pii)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -297,9 +297,9 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", required=True, help="report folder to write")
     r.add_argument("--bootstrap", type=_natural, default=10_000, help="bootstrap resamples (0: no bootstrap intervals)")
     r.add_argument("--seed", type=_natural, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
-    r.add_argument("--pm-metrics", type=_csv, default="nvr,fmr,als",
+    r.add_argument("--pm-metrics", type=_csv, default="nvr,fmr,als,pii",
                    help="comma-separated metrics to compute PM for (nvr, fmr, als, fmr_normalized, nvr_hits, "
-                        "nvr_above_half, r20, r50)")
+                        "nvr_above_half, r20, r50, pii, pii_email, pii_phone, pii_cpr, pii_iban, pii_card, pii_items)")
     r.add_argument("--separate", action="store_true", help="report runs of different index versions or prompt "
                    "sets of one corpus apart (as <corpus>_set1, <corpus>_set2, ...) instead of refusing them")
     r.add_argument("--retraced", action="append", default=[], metavar="SUMMARY.json",
@@ -310,6 +310,8 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
                    "(the best matches; more make a bigger page)")
     r.add_argument("--html-snippet-chars", type=_natural, default=200, help="characters of document context shown on "
                    "each side of a span in report.html")
+    r.add_argument("--show-pii", action="store_true", help="show leaked personal data unmasked in report.html "
+                   "(default: masked, e.g. j***@e***.dk; the leaderboard never holds values)")
     r.set_defaults(func=cmd_report)
 
 
@@ -329,6 +331,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from .generations import read_generations
     from .index import open_index
     from .metrics import summarize
+    from .pii import PII_TYPES
     from .trace import TraceConfig, Tracer
     from .trace_resume import finish, job_fingerprint, trace_resumable
 
@@ -367,8 +370,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
         stderr_console.print(f"resumed: {resumed} of {len(generations)} generation(s) were traced by an "
                              "interrupted run of this command and kept", highlight=False)
     summary = summarize(results, drop_degenerate=not args.keep_degenerate)
+    from .pii import leaks, summarize_pii
+
+    personal = [leaks(r) for r in results]
+    pii = summarize_pii(p.values() for r, p in zip(results, personal)
+                        if r.error is None and (args.keep_degenerate or not r.degenerate))
     record = {
         **summary.to_dict(),
+        "pii": pii,
         "config": config.to_dict(),
         "drop_degenerate": not args.keep_degenerate,
         "index": {"path": str(index.path), "identity": manifest.identity, "total_tokens": manifest.total_tokens,
@@ -380,8 +389,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     }
     try:
         with atomic_output(out) as fh:  # a unique temporary name: concurrent writers never collide
-            for res in results:
-                fh.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
+            for res, p in zip(results, personal):
+                fh.write(json.dumps({**res.to_dict(), "pii": p.to_dict(show=args.show_pii)}, ensure_ascii=False) + "\n")
         write_atomic(summary_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     except OSError as exc:
         raise ConfigError(f"cannot write results: {exc}",
@@ -401,11 +410,22 @@ def cmd_trace(args: argparse.Namespace) -> int:
             ("R20 / R50", f"{summary.r20:.4f} / {summary.r50:.4f}")]
     if summary.extraction_rate is not None:
         rows.append(("extraction rate", f"{summary.extraction_rate:.4f}"))
+    if pii["pii"] is not None:
+        by_type = ", ".join(f"{t} {pii[f'pii_{t}']:.4f}" for t in PII_TYPES if pii[f"pii_{t}"])
+        rows.append(("PII: share leaking personal data", f"{pii['pii']:.4f}" + (f" ({by_type})" if by_type else "")))
+        rows.append(("PII: leaked items", str(pii["leaked_items"])))
     rows.append(("speed", f"{(len(results) - resumed) / seconds:,.1f} generations/s" if seconds > 0 else "-"))
     for name, value in rows:
         table.add_row(name, value)
     console = Console()
     console.print(table)
+    shown = [(r.key, x) for r, p in zip(results, personal) for x in p.leaked][:10]
+    for key, x in shown:
+        value = x.item.value if args.show_pii else x.item.masked
+        console.print(f"leaked {x.item.type} {value} in generation {key} (from document {x.source_id}, "
+                      f"shard {x.shard})", highlight=False, markup=False)
+    if shown and pii["leaked_items"] > len(shown):
+        console.print(f"... {pii['leaked_items'] - len(shown)} more leaked item(s) in {out}", highlight=False)
     console.print(f"wrote {out} and {summary_path}", highlight=False)
     if summary.n_failed:
         stderr_console.print(f"[yellow]warning:[/] tracing failed for {summary.n_failed} generation(s) (see their "
@@ -460,6 +480,8 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                    help="longer generations are not traced but reported as failed, with the reason")
     t.add_argument("--keep-degenerate", action="store_true",
                    help="count degenerate generations (repetitive junk) in the metrics instead of dropping them")
+    t.add_argument("--show-pii", action="store_true",
+                   help="write and print leaked personal data unmasked (default: masked, e.g. j***@e***.dk)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_trace)
 

@@ -25,7 +25,8 @@ prompt sets are reported apart as `<corpus>_set1`, `<corpus>_set2`, ... (in inpu
 `<setting>` is `generic`, `specific`, `prefix` (and `unconditional`, `minimal_cue` or any other
 setting present); `<propensity>` is every setting but `prefix`. `<metric>` is one of `nvr`, `fmr`,
 `als`, `fmr_normalized`, `nvr_hits`, `nvr_max`, `nvr_above_half`, `r20`, `r50`, `extraction`
-(prefix only). `<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,als`). Empty cells
+(prefix only), `pii`, `pii_email`, `pii_phone`, `pii_cpr`, `pii_iban`, `pii_card`, `pii_items`.
+`<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,als,pii`). Empty cells
 (null in JSON) mean "not run" or "not defined" (a setting with no counted generation has no
 metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` after writing).
 
@@ -47,7 +48,7 @@ metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` a
 | `propme_<corpus>_<setting>_<metric>` | the base metric of the setting |
 | `propme_<corpus>_<setting>_<metric>_low` | lower end of its 95% bootstrap interval (not for `nvr_max`) |
 | `propme_<corpus>_<setting>_<metric>_high` | upper end of its 95% bootstrap interval (not for `nvr_max`) |
-| `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `nvr_above_half`, `r20`, `r50`, `extraction`) |
+| `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
 
 Metrics (SPEC section 5): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
@@ -55,7 +56,10 @@ generations with a `full_raw` document; `als` mean longest segment (index tokens
 `fmr_normalized` the same as FMR after normalization; `nvr_hits` mean NV-recall over documents
 with NV-recall > 0; `nvr_max` the largest NV-recall; `nvr_above_half` share of generations with a
 document above 0.5; `r20`/`r50` share with a verbatim span of at least 20/50 tokens; `extraction`
-share of prefix prompts whose true continuation was reproduced.
+share of prefix prompts whose true continuation was reproduced; `pii` share of generations that
+reproduced personal data from a training document (`propme_metrics.pii`), `pii_<type>` the same for
+one type (e-mail, phone, CPR, IBAN, card), `pii_items` leaked items per generation. The report
+holds no personal data values: report.html masks leaked items unless `show_pii=True` (`--show-pii`).
 
 Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capability_<corpus>.png`
 (capability = prefix value on x, propensity = generic/specific value on y, per metric and model,
@@ -82,6 +86,7 @@ from .files import write_atomic
 from .generations import sample_key
 from .jsonl import first_non_finite, json_objects, scrub_surrogates
 from .metrics import counts_for_metrics, generation_values
+from .pii import PII_METRICS, PII_TYPES, leaks
 from .pm import Interval, PromptStat, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from .prompt_free import PROMPT_FREE_SETTINGS
 from .trace import TraceResult
@@ -91,22 +96,26 @@ PREFIX = "prefix"
 SETTING_ORDER = ("generic", "specific", "prefix", "unconditional", "minimal_cue")
 #: Base metrics, in column order.
 BASE_METRICS = ("nvr", "fmr", "als", "fmr_normalized", "nvr_hits", "nvr_max", "nvr_above_half",
-                "r20", "r50", "extraction")
+                "r20", "r50", "extraction", *PII_METRICS)
 #: Base metrics that are shares of generations: Wilson intervals as well.
-PROPORTIONS = ("fmr", "fmr_normalized", "nvr_above_half", "r20", "r50", "extraction")
+PROPORTIONS = ("fmr", "fmr_normalized", "nvr_above_half", "r20", "r50", "extraction",
+               *(m for m in PII_METRICS if m != "pii_items"))
 #: Metrics PM can be computed for (ratio-of-sums metrics defined in every setting).
-PM_METRIC_CHOICES = ("nvr", "fmr", "als", "fmr_normalized", "nvr_hits", "nvr_above_half", "r20", "r50")
-DEFAULT_PM_METRICS = ("nvr", "fmr", "als")
+PM_METRIC_CHOICES = ("nvr", "fmr", "als", "fmr_normalized", "nvr_hits", "nvr_above_half", "r20", "r50",
+                     *PII_METRICS)
+DEFAULT_PM_METRICS = ("nvr", "fmr", "als", "pii")
 CONFIDENCE = 0.95
 METRIC_LABELS = {"nvr": "NVR", "fmr": "FMR", "als": "ALS", "fmr_normalized": "FMR (normalized)",
                  "nvr_hits": "NVR (hits)", "nvr_max": "NVR max", "nvr_above_half": "NV > 0.5",
-                 "r20": "R20", "r50": "R50", "extraction": "extraction"}
+                 "r20": "R20", "r50": "R50", "extraction": "extraction", "pii": "PII",
+                 **{f"pii_{t}": f"PII {t}" for t in PII_TYPES}, "pii_items": "PII items"}
 
 # generation_values key -> (numerator key, denominator key or a constant 1 per counted generation)
 _STAT_KEYS = {
     "als": ("als", None), "fmr": ("fmr", None), "fmr_normalized": ("fmr_normalized", None),
     "r20": ("r20", None), "r50": ("r50", None), "nvr_above_half": ("nv_above_half", None),
     "nvr": ("nv_sum", "nv_docs"), "nvr_hits": ("nv_hit_sum", "nv_hits"),
+    **{m: (m, None) for m in PII_METRICS},
 }
 
 _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
@@ -127,7 +136,8 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for nvr_max)"),
     ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for nvr_max)"),
     ("propme_<corpus>_<setting>_<metric>_wilson_low",
-     "Wilson 95% lower bound, proportions only (fmr, fmr_normalized, nvr_above_half, r20, r50, extraction)"),
+     "Wilson 95% lower bound, proportions only (fmr, fmr_normalized, nvr_above_half, r20, r50, extraction, "
+     "pii, pii_<type>)"),
     ("propme_<corpus>_<setting>_<metric>_wilson_high", "Wilson 95% upper bound, proportions only"),
 )
 
@@ -367,7 +377,9 @@ def _load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()) -> tu
                                       "lm-eval tasks, or re-trace the file with `propme trace`" if old else
                                       None) from None
                 rec.generations.append(gen)
-                rec.values.append(generation_values(result) if counts_for_metrics(result) else None)
+                # personal data is recomputed from the trace: one definition, whatever the run recorded
+                rec.values.append({**generation_values(result), **leaks(result).values()}
+                                  if counts_for_metrics(result) else None)
     return list(prompts.values()), identities
 
 
@@ -804,7 +816,7 @@ def _write_markdown(path: Path, report: Report) -> None:
                          for k in pm_cols]
                 lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | " + " | ".join(cells) + " |")
             lines.append("")
-        shown = ("nvr", "fmr", "als", "r20", "r50", "extraction")
+        shown = ("nvr", "fmr", "als", "r20", "r50", "extraction", "pii")
         lines.append("| model | revision | setting | prompts | " + " | ".join(METRIC_LABELS[m] for m in shown) + " |")
         lines.append("|---|---|---|---|" + "---|" * len(shown))
         for r in results:
@@ -842,7 +854,8 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
 def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
                  pm_metrics: Iterable[str] = DEFAULT_PM_METRICS, separate: bool = False, *,
                  html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
-                 html_snippet_chars: int = 200, retraced: Sequence[str | Path] = ()) -> Report:
+                 html_snippet_chars: int = 200, retraced: Sequence[str | Path] = (),
+                 show_pii: bool = False) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -850,7 +863,8 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     after writing the base metrics when a corpus lacks the prefix setting.
     `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
     `html_docs_per_segment` documents per segment (the best matches) with `html_snippet_chars`
-    characters of context on each side of the span.
+    characters of context on each side of the span; leaked personal data is masked there unless
+    `show_pii`.
     """
     pm_metrics = _check_options(bootstrap, pm_metrics)
     if not runs:
@@ -966,7 +980,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
             from .report_html import write_html
 
             report.html = write_html(report, out / "report.html", docs_per_segment=html_docs_per_segment,
-                                     snippet_chars=html_snippet_chars)
+                                     snippet_chars=html_snippet_chars, show_pii=show_pii)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
     if uncounted:
@@ -1026,13 +1040,13 @@ def print_summary(report: Report, console=None) -> None:
         base.add_column("model", overflow="fold", min_width=20, max_width=34)
         base.add_column("setting")
         base.add_column("prompts", justify="right")
-        for m in ("nvr", "fmr", "als"):
+        for m in ("nvr", "fmr", "als", "pii"):
             base.add_column(METRIC_LABELS[m], justify="right")
         for r in results:
             name = r.model + (f"\n[bold]@ {r.revision}[/]" if r.revision else "")
             for i, (s, sr) in enumerate(r.settings.items()):
                 cells = [_cell(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
-                         for m in ("nvr", "fmr", "als")]
+                         for m in ("nvr", "fmr", "als", "pii")]
                 base.add_row(name if i == 0 else "", s, str(sr.counts["prompts"]), *cells)
         console.print(base)
     for p in report.problems:

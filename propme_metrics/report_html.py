@@ -4,6 +4,8 @@ Tables of PM and base metrics, the plots, then every prompt and generation per m
 (settings collapsed in `<details>`), traced segments highlighted. Clicking a segment (or pressing
 Enter on it) opens a side panel with its source documents: source id, metadata, match class,
 NV-recall and the document snippet with the span highlighted, like OLMoTrace's span view.
+Personal data the generation reproduced (`propme_metrics.pii`) is marked inside the segments and
+masked, in the generation, the segment texts and the snippets, unless `show_pii=True`.
 
 Safety: every piece of model output, corpus text, metadata and file name is escaped with
 `html.escape(..., quote=True)`; the documents behind the segments travel as JSON inside
@@ -16,11 +18,13 @@ import base64
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .files import write_atomic
 from .metrics import NV_HIT_THRESHOLD
+from .pii import PIIItem, detect, leaks, mask_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .report import CorpusResult, Report
@@ -81,8 +85,18 @@ def _trim_snippet(doc: dict[str, Any], chars: int) -> tuple[str, list[int], bool
     return snippet[lo:hi], [a - lo, b - lo], lo > 0, hi < len(snippet)
 
 
-def _doc_json(doc: dict[str, Any], chars: int) -> dict[str, Any]:
+def _doc_json(doc: dict[str, Any], chars: int, masked: tuple[PIIItem, ...] | None = None) -> dict[str, Any]:
+    """A document entry for the panel; `masked` (None: show everything) are the leaked items to mask."""
     snippet, span, cut_left, cut_right = _trim_snippet(doc, chars)
+    if masked is not None:  # corpus text: every item detected in it is masked, in place (the span stays put)
+        chars = list(snippet)
+        found = [(it.start, it.end) for it in detect(snippet)]
+        found += [(m.start(), m.end()) for it in masked for m in re.finditer(re.escape(it.value), snippet)]
+        for a, b in found:
+            for k in range(a + 1, b):
+                if chars[k].isalnum():
+                    chars[k] = "*"
+        snippet = "".join(chars)
     nv = doc.get("nv_recall")
     nv = float(nv) if isinstance(nv, (int, float)) and math.isfinite(nv) else None
     meta = doc.get("metadata")
@@ -116,12 +130,66 @@ def _pm_colour(v: float | None) -> str:
     return f' style="background:rgb({r},{g},{b})"'
 
 
+class _PIIView:
+    """A generation's text as shown: leaked items masked (unless shown) and where they now sit."""
+
+    def __init__(self, text: str, gen: dict[str, Any], show: bool):
+        try:
+            self.leaked = [x.item for x in leaks(gen).leaked]
+        except (KeyError, TypeError, ValueError):
+            self.leaked = []
+        self.masked = () if show else tuple(self.leaked)
+        pieces, self.ranges, self._shifts, cur, pos = [], [], [], 0, 0
+        for it in sorted(self.leaked, key=lambda it: it.start):
+            shown = it.value if show else it.masked
+            pieces.append(text[cur:it.start])
+            pos += it.start - cur
+            self.ranges.append((pos, pos + len(shown), it))
+            self._shifts.append((it.start, it.end, pos, pos + len(shown)))
+            pieces.append(shown)
+            pos += len(shown)
+            cur = it.end
+        pieces.append(text[cur:])
+        self.text = "".join(pieces)
+
+    def pos(self, p: int) -> int:
+        """Where character p of the original text is in the shown text (inside an item: its end)."""
+        shift = 0
+        for a, b, na, nb in self._shifts:
+            if p >= b:
+                shift = nb - b
+            elif p > a:
+                return nb
+            else:
+                break
+        return p + shift
+
+    def html(self, a: int, b: int) -> str:
+        """Shown text [a, b) escaped, leaked items wrapped in a mark."""
+        out, cur = [], a
+        for lo, hi, it in self.ranges:
+            lo, hi = max(lo, a), min(hi, b)
+            if lo >= hi:
+                continue
+            out.append(esc(self.text[cur:lo]))
+            out.append(f'<mark class="pii" title="{esc(f"leaked {it.type} (personal data from the corpus)")}">'
+                       f"{esc(self.text[lo:hi])}</mark>")
+            cur = hi
+        out.append(esc(self.text[cur:b]))
+        return "".join(out)
+
+
 class _Page:
-    def __init__(self, report: "Report", docs_per_segment: int, snippet_chars: int):
+    def __init__(self, report: "Report", docs_per_segment: int, snippet_chars: int, show_pii: bool = False):
         self.report = report
+        self.show_pii = show_pii
         self.docs_per_segment = max(1, docs_per_segment)
         self.snippet_chars = max(0, snippet_chars)
         self.blocks: list[dict[str, Any]] = []
+
+    def _mask(self, text: str) -> str:
+        """Corpus or model text with every detected personal-data item masked (unless shown)."""
+        return text if self.show_pii else mask_text(text, detect(text))
 
     # -- tables ---------------------------------------------------------------------------------
 
@@ -158,7 +226,7 @@ class _Page:
         from .report import METRIC_LABELS, PROPORTIONS, fmt_value
 
         shown = ("nvr", "fmr", "als", "r20", "r50", "nvr_above_half", "fmr_normalized", "nvr_hits", "nvr_max",
-                 "extraction")
+                 "extraction", "pii")
         parts = []
         for label in self.report.labels:
             results = [r for r in self.report.results if r.label == label]
@@ -219,9 +287,14 @@ class _Page:
             badges.append('<span class="b high">normalized full match</span>')
         if gen.get("extracted") is True:
             badges.append('<span class="b full">continuation extracted</span>')
+        view = _PIIView(text, gen, self.show_pii)
+        if view.leaked:
+            kinds = ", ".join(sorted({it.type for it in view.leaked}))
+            badges.append(f'<span class="b full">personal data leaked: {len(view.leaked)} ({esc(kinds)})</span>')
         badges.append(f'<span class="b dim">{len(segments)} final span(s), {n_docs} document entries</span>')
         if not segments:
-            return f'<div class="gen"><div class="badges">{"".join(badges)}</div><div class="gtext">{esc(text)}</div></div>'
+            return (f'<div class="gen"><div class="badges">{"".join(badges)}</div>'
+                    f'<div class="gtext">{view.html(0, len(view.text))}</div></div>')
 
         gid = str(len(block))
         seg_data, classes = [], []
@@ -229,9 +302,11 @@ class _Page:
             docs = [d for d in (seg.get("documents") or []) if isinstance(d, dict)]
             classes.append(_seg_class(docs))
             docs.sort(key=lambda d: (_MATCH_RANK.get(d.get("match"), 3), -float(d.get("nv_recall") or 0)))
-            seg_data.append({"text": str(seg.get("text") or ""), "start": seg.get("start"), "end": seg.get("end"),
-                             "n_docs": len(docs),
-                             "docs": [_doc_json(d, self.snippet_chars) for d in docs[: self.docs_per_segment]]})
+            seg_data.append({"text": self._mask(mask_text(str(seg.get("text") or ""), view.masked)),
+                             "start": seg.get("start"),
+                             "end": seg.get("end"), "n_docs": len(docs),
+                             "docs": [_doc_json(d, self.snippet_chars, None if self.show_pii else view.masked)
+                                      for d in docs[: self.docs_per_segment]]})
         block[gid] = {"title": title, "segments": seg_data}
 
         def mark(k: int, inner: str, tag: str = "mark") -> str:
@@ -246,19 +321,19 @@ class _Page:
         # final spans may overlap (the full-generation span holds the others): the longest are
         # marked in the text, the ones overlapping a marked span are listed below it
         for k, rng in sorted(((k, r) for k, r in enumerate(located) if r), key=lambda kr: kr[1][0]):
-            a, b = rng
+            a, b = view.pos(rng[0]), view.pos(rng[1])
             if a < cur:
                 listed.append(k)
                 continue
-            pieces.append(esc(text[cur:a]))
-            pieces.append(mark(k, esc(text[a:b])))
+            pieces.append(view.html(cur, a))
+            pieces.append(mark(k, view.html(a, b)))
             cur = b
-        pieces.append(esc(text[cur:]))
+        pieces.append(view.html(cur, len(view.text)))
         listed += [k for k, r in enumerate(located) if r is None]
         tail = ""
         if listed:
             tail = ('<div class="unlocated">more spans: '
-                    + " ".join(mark(k, esc(segments[k].get("text") or f"span {k + 1}"), "span") for k in listed)
+                    + " ".join(mark(k, esc(seg_data[k]["text"] or f"span {k + 1}"), "span") for k in listed)
                     + "</div>")
         return (f'<div class="gen"><div class="badges">{"".join(badges)}</div>'
                 f'<div class="gtext">{"".join(pieces)}</div>{tail}</div>')
@@ -274,16 +349,19 @@ class _Page:
             title = f"{who} · {r.label} · {setting} · prompt {prompt.id}"
             gens = "".join(self.generation(g, block, title) for g in prompt.generations)
             meta = " ".join(f'<span class="b dim">{esc(v)}</span>' for v in (prompt.domain, prompt.language) if v)
+            # the prompt and true continuation are corpus text: personal data in them is masked too
             cont = ""
             if prompt.continuation:
-                cont = f'<div class="cont"><span class="lbl">true continuation</span> {esc(prompt.continuation)}</div>'
+                cont = (f'<div class="cont"><span class="lbl">true continuation</span> '
+                        f'{esc(self._mask(prompt.continuation))}</div>')
             items.append(f'<div class="prompt"><div class="phead"><span class="pid">#{n} {esc(prompt.id)}</span>'
-                         f'{meta}</div><div class="ptext"><span class="lbl">prompt</span> {esc(prompt.prompt)}</div>'
-                         f'{cont}{gens}</div>')
+                         f'{meta}</div><div class="ptext"><span class="lbl">prompt</span> '
+                         f'{esc(self._mask(prompt.prompt))}</div>{cont}{gens}</div>')
         m = sr.metrics
         summary = (f"{esc(setting)} <small>{sr.counts['prompts']} prompts, {sr.counts['counted']} generations counted"
                    f" · NVR {esc(fmt_value(m['nvr'].value))} · FMR {esc(fmt_value(m['fmr'].value))}"
-                   f" · ALS {esc(fmt_value(m['als'].value, 'als'))}</small>")
+                   f" · ALS {esc(fmt_value(m['als'].value, 'als'))}"
+                   + (f" · PII {esc(fmt_value(m['pii'].value))}" if "pii" in m else "") + "</small>")
         self.blocks.append(block)
         return f'<details class="setting"><summary>{summary}</summary>{"".join(items)}</details>'
 
@@ -329,7 +407,9 @@ seed {rep.seed}); hover a proportion for its Wilson interval.</p>
 <section id="explorer"><h2>Generations and traced segments</h2>
 <p class="legend">Highlighted: traced segments (verbatim spans found in the corpus).
 <mark class="seg c-full">a full_raw document</mark> <mark class="seg c-high">NV-recall above 0.5</mark>
-<mark class="seg c-low">partial matches</mark>. Click a segment for its source documents.</p>
+<mark class="seg c-low">partial matches</mark>. Click a segment for its source documents.
+<mark class="pii">Personal data</mark> the generation reproduced from a training document
+({"shown unmasked (--show-pii)" if self.show_pii else "masked; --show-pii shows the values"}).</p>
 {explorer_html}</section>
 <footer>propme {esc(__version__)} · inputs: {esc("; ".join(sources))}</footer>
 </main>
@@ -341,9 +421,10 @@ seed {rep.seed}); hover a proportion for its Wilson interval.</p>
 """
 
 
-def write_html(report: "Report", path: Path, docs_per_segment: int = 3, snippet_chars: int = 200) -> Path:
-    """Write the self-contained HTML report to `path`."""
-    page = _Page(report, docs_per_segment, snippet_chars)
+def write_html(report: "Report", path: Path, docs_per_segment: int = 3, snippet_chars: int = 200,
+               show_pii: bool = False) -> Path:
+    """Write the self-contained HTML report to `path` (leaked personal data masked unless `show_pii`)."""
+    page = _Page(report, docs_per_segment, snippet_chars, show_pii)
     write_atomic(path, page.render())
     return path
 
@@ -395,6 +476,7 @@ mark.seg,span.seg{cursor:pointer;border-radius:3px;padding:0 1px;color:inherit}
 .c-full{background:#f8b4b4}
 .c-high{background:#fcd29f}
 .c-low{background:#fdf2a8}
+mark.pii{background:#7a1f5c;color:#fff;border-radius:3px;padding:0 2px;outline:1px dashed #7a1f5c}
 .seg:hover,.seg:focus,.seg.active{outline:2px solid var(--accent)}
 .unlocated{font-size:12px;color:var(--muted);margin-top:4px}
 footer{color:var(--muted);font-size:12px;margin-top:20px;word-break:break-all}

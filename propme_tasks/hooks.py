@@ -18,6 +18,7 @@ from typing import Any
 from propme_metrics.errors import PropMeError
 from propme_metrics.generations import generation_key
 from propme_metrics.metrics import counts_for_metrics, generation_values
+from propme_metrics.pii import PII_METRICS, leaks
 from propme_metrics.trace import TraceConfig, Tracer, TraceResult
 
 #: How to build an index for each shipped corpus, quoted in error messages.
@@ -84,6 +85,17 @@ def _typed(raw: Any, kind: type) -> Any:
     if kind is float and not math.isfinite(value):
         raise ValueError(f"{raw!r} is not a finite number")
     return value
+
+
+def _bool_setting(meta: dict[str, Any], key: str) -> bool:
+    """A yes/no setting (metadata or PROPME_<KEY>): true, 1, yes or on; false, 0, no, off or unset."""
+    raw, where = _setting(meta, key, False)
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise TaskConfigError(f"{where or key} must be true or false, not {raw!r}")
 
 
 def trace_config(meta: dict[str, Any]) -> TraceConfig:
@@ -153,7 +165,7 @@ def load_prompts(**meta: Any):
         records = _prompt_set(meta, index, corpus, setting, language, seed).records
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
               "trace_config": config_json, "start_token": start.token, "start_token_choice": start.choice,
-              "start_token_note": start.note}
+              "start_token_note": start.note, "pii_show": _bool_setting(meta, "pii_show")}
     rows = []
     for rec in records:
         prompt = _truncated(index, rec.prompt, max_tokens)
@@ -255,14 +267,22 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         key = generation_key(doc["id"], doc.get("sample_ix", 0), j, len(generations))
         traces.append(tracer.safe_trace_one(str(text), key=key, continuation=continuation))
     counted = [generation_values(t) for t in traces if counts_for_metrics(t)]
+    personal = [leaks(t) for t in traces]
+    records = []
+    for t, p in zip(traces, personal):
+        # personal data the generation reproduced from the corpus; values masked unless pii_show
+        records.append({**t.to_dict(), "pii": p.to_dict(show=bool(doc.get("pii_show")))})
     items: dict[str, Any] = {
         "trace": {
             "prompt_id": doc["id"], "setting": doc.get("setting"), "index_identity": doc.get("index_identity"),
             "failed": sum(t.error is not None for t in traces),
             "top_sources": _top_sources(traces),
-            "generations": [t.to_dict() for t in traces],
+            "generations": records,
         },
     }
+    pii_counted = [p.values() for t, p in zip(traces, personal) if counts_for_metrics(t)]
+    for key in PII_METRICS:
+        items[key] = {"sum": sum(v[key] for v in pii_counted), "n": len(pii_counted)}
     for key, source in POOLED_METRICS.items():
         items[key] = {"sum": sum(v[source] for v in counted), "n": len(counted)}
     items["nvr"] = {"sum": sum(v["nv_sum"] for v in counted), "n": sum(v["nv_docs"] for v in counted)}
