@@ -96,14 +96,8 @@ def build_index(
     max_id = max_token_id(tok)
     width = choose_token_width(max_id, token_width)
     tok_hash = tokenizer_hash(tok)
-    params = {
-        "source": source.describe(),
-        "tokenizer": {"name": tokenizer, "revision": tokenizer_revision, "sha256": tok_hash},
-        "token_width": width,
-        "num_shards": num_shards,
-        "shard_ids": shard_ids,
-    }
-    params_hash = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+    params, params_hash = build_params(source.describe(), tokenizer, tokenizer_revision, tok_hash, width,
+                                       num_shards, shard_ids)
 
     existing = _existing_index(out, params_hash, force)
     if existing is not None:
@@ -174,8 +168,19 @@ def build_index(
     return manifest
 
 
-def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
-    """Join shard sets built separately (`--shard-ids` on several machines) into one index."""
+def build_params(source: dict[str, Any], tokenizer: str, revision: str | None, tok_sha256: str, width: int,
+                 num_shards: int, shard_ids: list[int]) -> tuple[dict[str, Any], str]:
+    """What identifies a build, and its hash (a finished index with the same hash is reused)."""
+    params = {"source": source, "tokenizer": {"name": tokenizer, "revision": revision, "sha256": tok_sha256},
+              "token_width": width, "num_shards": num_shards, "shard_ids": list(shard_ids)}
+    return params, hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+
+
+def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str, Any] | None = None) -> IndexManifest:
+    """Join shard sets built separately (`--shard-ids` on several machines) into one index.
+
+    `build_info` replaces the manifest's record of the part folders (a build that joins and then
+    removes its own parts says how it ran instead)."""
     out = Path(out).absolute()
     manifests = [IndexManifest.read(p) for p in parts]
     first = manifests[0]
@@ -202,17 +207,17 @@ def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
         for sid in m.shard_ids:
             for kind in SHARD_FILES:
                 _link_or_copy(shard_file(path, kind, sid), shard_file(work, kind, sid))
-    params = {"source": first.source, "tokenizer": {"name": first.tokenizer.name,
-              "revision": first.tokenizer.revision, "sha256": first.tokenizer.sha256},
-              "token_width": first.token_width, "num_shards": first.num_shards,
-              "shard_ids": list(range(first.num_shards))}
+    _, params_hash = build_params(first.source, first.tokenizer.name, first.tokenizer.revision,
+                                  first.tokenizer.sha256, first.token_width, first.num_shards,
+                                  list(range(first.num_shards)))
+    if build_info is None:
+        build_info = {"joined_from": [str(Path(p).absolute()) for p in parts]}
     joined = IndexManifest(
         source=first.source, tokenizer=first.tokenizer, token_width=first.token_width,
         delimiter_ids=first.delimiter_ids, num_shards=first.num_shards,
         shard_ids=list(range(first.num_shards)),
         shards=sorted((s for m in manifests for s in m.shards), key=lambda s: s.id),
-        build={"params_hash": hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest(),
-               "joined_from": [str(Path(p).absolute()) for p in parts]},
+        build={"params_hash": params_hash, **build_info},
         versions=_versions(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     joined.write(work)
     if out.exists():
