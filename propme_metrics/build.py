@@ -3,7 +3,8 @@
 The build happens in a hidden sibling folder and is moved into place only after the manifest is
 written, so an interrupted build never leaves a folder that opens as an index. Re-running the
 same build resumes it: finished steps (tokenization, each shard's suffix array) are skipped.
-Suffix arrays come from the `rust_indexing` binary shipped in the infini-gram wheel.
+Suffix arrays come from libdivsufsort (`pydivsufsort`) when the shard fits in memory, else from
+the `rust_indexing` binary shipped in the infini-gram wheel (see `build_suffix_array`).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from .index import pointer_size
 from .manifest import (MANIFEST_NAME, SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest,
                        ShardInfo, TokenizerInfo, shard_file)
 from .progress import progress_bar, rate
+from .sizing import TEXT_BYTES_PER_TOKEN, check_shard_memory, estimate_build
 from .sources import CorpusSource
 from .tokenizer import DEFAULT_TOKENIZER, analyze_vocab, files_sha256, load_tokenizer, max_token_id, tokenizer_hash
 
@@ -81,8 +83,13 @@ def build_index(
     force: bool = False,
     check_space: bool = True,
     progress: bool = True,
+    sa_builder: str = "auto",
+    announce=None,
 ) -> IndexManifest:
-    """Build (or resume, or reuse) the index of `source` in folder `out` and return its manifest."""
+    """Build (or resume, or reuse) the index of `source` in folder `out` and return its manifest.
+
+    `announce(text)`, when given, receives the estimate of disk, memory and time before the build
+    starts (from the corpus' file sizes) and again from the exact counts before the suffix arrays."""
     out = Path(out).absolute()
     cpus = cpus or os.cpu_count() or 1
     mem_bytes = mem_bytes or _half_of_ram()
@@ -106,6 +113,10 @@ def build_index(
     work = partial_dir(out)
     state = _load_state(work, params_hash)
     if state is None:
+        text_bytes = source.estimated_text_bytes()
+        if text_bytes:
+            _plan(int(text_bytes / TEXT_BYTES_PER_TOKEN), "from the corpus' file sizes", width, num_shards, cpus,
+                  mem_bytes, sa_builder, announce)
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": []}
@@ -126,6 +137,8 @@ def build_index(
                 raise
             _save_state(work, state)
         counts = state["tokenized"]
+        _plan(max(c["tokens"] + c["documents"] for c in counts.values()) * num_shards,
+              "from the tokenized shards", width, num_shards, cpus, mem_bytes, sa_builder, announce)
         for sid in shard_ids:
             if sid in state["suffix_arrays"]:
                 continue
@@ -134,7 +147,8 @@ def build_index(
             task = bar.add_task(f"suffix array, shard {sid}", total=3, rate="")
             build_suffix_array(shard_file(work, "tokenized", sid), shard_file(work, "table", sid), width,
                                cpus, mem_bytes, work / f"tmp-{sid}-{os.getpid()}",
-                               on_step=lambda step: bar.update(task, advance=1, rate=step))
+                               on_step=lambda step: bar.update(task, advance=1, rate=step), builder=sa_builder)
+            write_toplevel(work, sid, width)
             state["suffix_arrays"].append(sid)
             _save_state(work, state)
 
@@ -168,6 +182,15 @@ def build_index(
     return manifest
 
 
+def _plan(tokens: int, basis: str, width: int, num_shards: int, cpus: int, mem_bytes: int, sa_builder: str,
+          announce) -> None:
+    """Announce the estimated needs of the build and refuse a shard that cannot fit in memory."""
+    estimate = estimate_build(tokens, basis, num_shards, width, cpus, mem_bytes, sa_builder)
+    if announce is not None:
+        announce(estimate.describe())
+    check_shard_memory(estimate.tokens_per_shard, width, num_shards, mem_bytes, _ram_bytes(), sa_builder, basis)
+
+
 def build_params(source: dict[str, Any], tokenizer: str, revision: str | None, tok_sha256: str, width: int,
                  num_shards: int, shard_ids: list[int]) -> tuple[dict[str, Any], str]:
     """What identifies a build, and its hash (a finished index with the same hash is reused)."""
@@ -181,6 +204,8 @@ def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str,
 
     `build_info` replaces the manifest's record of the part folders (a build that joins and then
     removes its own parts says how it ran instead)."""
+    from .toplevel import toplevel_path
+
     out = Path(out).absolute()
     manifests = [IndexManifest.read(p) for p in parts]
     first = manifests[0]
@@ -207,6 +232,9 @@ def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str,
         for sid in m.shard_ids:
             for kind in SHARD_FILES:
                 _link_or_copy(shard_file(path, kind, sid), shard_file(work, kind, sid))
+            top = toplevel_path(path, sid)  # the search accelerator of the shard, when its build wrote one
+            if top.is_file():
+                _link_or_copy(top, toplevel_path(work, sid))
     _, params_hash = build_params(first.source, first.tokenizer.name, first.tokenizer.revision,
                                   first.tokenizer.sha256, first.token_width, first.num_shards,
                                   list(range(first.num_shards)))
@@ -226,9 +254,82 @@ def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str,
     return joined
 
 
+SA_BUILDERS = ("auto", "divsufsort", "rust")
+
+
+def divsufsort_memory(ds_bytes: int) -> int:
+    """Bytes of memory libdivsufsort needs for one `tokenized.N`: the file itself plus a 32-bit
+    (64-bit from 2 GiB on) entry for every byte offset, odd ones included."""
+    return ds_bytes * (1 + (4 if ds_bytes < 2**31 else 8))
+
+
+def choose_sa_builder(ds_bytes: int, mem_bytes: int, requested: str = "auto") -> str:
+    """'divsufsort' when asked for, or on 'auto' when it fits in `mem_bytes`; else 'rust'."""
+    if requested not in SA_BUILDERS:
+        raise ConfigError(f"unknown suffix-array builder {requested!r}", f"choose one of {', '.join(SA_BUILDERS)}")
+    if requested == "auto":
+        return "divsufsort" if divsufsort_memory(ds_bytes) <= mem_bytes else "rust"
+    return requested
+
+
 def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_bytes: int, tmp: Path,
-                       on_step=lambda step: None) -> None:
-    """Suffix array of one `tokenized.N` with rust_indexing: make-part (parallel), merge, concat.
+                       on_step=lambda step: None, builder: str = "auto") -> None:
+    """Suffix array of one `tokenized.N` (engine order: byte order of the suffixes), written to `sa_path`.
+
+    libdivsufsort sorts every byte offset in memory in O(n log n) whatever the text, so long
+    repeats (tables, logs, boilerplate) cost no more than prose; the offsets that are multiples of
+    the token width, in that order, are exactly the engine's suffix array. rust_indexing works in
+    parts of `mem_bytes` and merges them, for shards that do not fit; it slows down on long repeats
+    and orders suffixes that agree on their first 100,000 bytes arbitrarily among themselves (no
+    query that short can tell them apart). 'auto' takes libdivsufsort when it fits in `mem_bytes`.
+    """
+    if choose_sa_builder(ds_path.stat().st_size, mem_bytes, builder) == "divsufsort":
+        _divsufsort_suffix_array(ds_path, sa_path, width, on_step)
+    else:
+        _rust_suffix_array(ds_path, sa_path, width, cpus, mem_bytes, tmp, on_step)
+
+
+def _divsufsort_suffix_array(ds_path: Path, sa_path: Path, width: int, on_step, chunk: int = 1 << 24) -> None:
+    """libdivsufsort over the bytes of `tokenized.N`, keeping the offsets aligned to the token width."""
+    import pydivsufsort
+
+    ds_size = ds_path.stat().st_size
+    ratio = pointer_size(ds_size)
+    data = np.memmap(ds_path, dtype=np.uint8, mode="c")  # writable for ctypes; pages stay the file's
+    on_step("read")
+    order = pydivsufsort.divsufsort(data)
+    del data
+    on_step("divsufsort")
+    tmp_sa = sa_path.with_name(sa_path.name + ".partial")
+    with open(tmp_sa, "wb") as fh:
+        for first in range(0, len(order), chunk):
+            part = order[first:first + chunk]
+            part = part[(part & (width - 1)) == 0].astype("<u8")
+            fh.write(part.view(np.uint8).reshape(-1, 8)[:, :ratio].tobytes())
+    del order
+    _check_sa_size(tmp_sa, ds_path, width, ratio, "libdivsufsort")
+    os.replace(tmp_sa, sa_path)
+    on_step("write")
+
+
+def _check_sa_size(tmp_sa: Path, ds_path: Path, width: int, ratio: int, who: str) -> None:
+    expected = (ds_path.stat().st_size // width) * ratio
+    if tmp_sa.stat().st_size != expected:
+        raise BuildError(f"{who} wrote {tmp_sa.stat().st_size} bytes of suffix array for {ds_path.name}, "
+                         f"expected {expected}", "re-run the build; if it repeats, report it with the corpus size")
+
+
+def write_toplevel(folder: Path, sid: int, width: int) -> None:
+    """The in-memory search accelerator's samples of a finished suffix array (`toplevel.py`)."""
+    from .toplevel import build_toplevel, save_toplevel, toplevel_path
+
+    n = shard_file(folder, "tokenized", sid).stat().st_size // width
+    save_toplevel(build_toplevel(folder, sid, width), toplevel_path(folder, sid), n, width)
+
+
+def _rust_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_bytes: int, tmp: Path,
+                       on_step) -> None:
+    """rust_indexing: make-part (parallel), merge, concat.
 
     For 32-bit tokens the binary's own 4-byte mode allocates 32 GiB up front, so the array is
     built in 2-byte mode and the pointers that are not 4-byte aligned are dropped: byte order
@@ -265,10 +366,7 @@ def build_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_
         filtered = sa_path.with_name(sa_path.name + ".partial")
         _keep_aligned_pointers(tmp_sa, filtered, ratio, width)
         tmp_sa = filtered
-    expected = (ds_size // width) * ratio
-    if tmp_sa.stat().st_size != expected:
-        raise BuildError(f"rust_indexing wrote {tmp_sa.stat().st_size} bytes of suffix array for {ds_path.name}, "
-                         f"expected {expected}", "re-run the build; if it repeats, report it with the corpus size")
+    _check_sa_size(tmp_sa, ds_path, width, ratio, "rust_indexing")
     os.replace(tmp_sa, sa_path)
     shutil.rmtree(tmp)
     on_step("concat")
@@ -425,11 +523,15 @@ def _check_disk_space(work: Path, text_bytes: int | None, width: int, ds_bytes: 
                           "free space, build to another --out, or pass --skip-space-check if the estimate is wrong")
 
 
-def _half_of_ram() -> int:
+def _ram_bytes() -> int:
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
-        return 4 * 2**30
+        return 8 * 2**30
+
+
+def _half_of_ram() -> int:
+    return _ram_bytes() // 2
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -39,7 +39,9 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         manifest = build_index(source, args.out, tokenizer=args.tokenizer, tokenizer_revision=args.tokenizer_revision,
                                num_shards=args.shards, shard_ids=args.shard_ids, token_width=args.token_width,
                                batch_size=args.batch_size, cpus=args.cpus, force=args.force,
-                               check_space=not args.skip_space_check, progress=not args.quiet)
+                               check_space=not args.skip_space_check, progress=not args.quiet,
+                               sa_builder=args.sa_builder,
+                               announce=None if args.quiet else lambda text: print(text, file=sys.stderr, flush=True))
     state = "complete" if manifest.complete else f"shards {manifest.shard_ids} of {manifest.num_shards}"
     print(f"index {args.out}: {manifest.total_documents:,} documents, {manifest.total_tokens:,} tokens, "
           f"{manifest.token_width * 8}-bit, tokenizer {manifest.tokenizer.name} ({state})")
@@ -58,7 +60,7 @@ def _build_on_ray(args: argparse.Namespace, source):
                               tokenizer_revision=args.tokenizer_revision, num_shards=args.shards,
                               token_width=args.token_width, batch_size=args.batch_size, cpus_per_task=args.cpus or 1,
                               memory_per_task=memory, force=args.force, check_space=not args.skip_space_check,
-                              progress=not args.quiet)
+                              progress=not args.quiet, sa_builder=args.sa_builder)
 
 
 def _add_ray_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -151,6 +153,10 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--batch-size", type=int, default=1024, help="documents per tokenizer batch")
     b.add_argument("--cpus", type=int, default=None, help="processes for the suffix-array build (default: all; "
                    "with --ray: CPUs per shard task, default 1)")
+    b.add_argument("--sa-builder", choices=("auto", "divsufsort", "rust"), default="auto",
+                   help="suffix-array builder: libdivsufsort (in memory, fast on any text), rust_indexing (in "
+                   "parts, for shards larger than half the RAM; slow on long repeats), or auto (the first when "
+                   "the shard fits in half the RAM)")
     _add_ray_option(b, "build one shard per task")
     b.add_argument("--task-memory", type=float, default=None, metavar="GIB",
                    help="with --ray: memory each shard task declares (default: from the corpus size)")

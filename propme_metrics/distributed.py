@@ -26,10 +26,6 @@ from .errors import BuildError, ConfigError, IndexFormatError, PropMeError
 
 #: a build task's memory beyond its suffix array: Python, the tokenizer, read buffers
 TASK_BASE_MEMORY = 1 << 30
-#: memory of one shard's suffix-array build per byte of `tokenized.N` (the file plus 5 bytes of
-#: sort space per byte offset for libdivsufsort; rust_indexing's parts fit in the same budget)
-SA_MEMORY_PER_DS_BYTE = 6
-TEXT_BYTES_PER_TOKEN = 4  #: the build's rule of thumb for uncompressed text
 TASK_RETRIES = 3
 
 
@@ -77,8 +73,11 @@ def task_memory(source, num_shards: int, width: int) -> int | None:
     text = source.estimated_text_bytes()
     if not text:
         return None
-    ds_bytes = text // TEXT_BYTES_PER_TOKEN // num_shards * width
-    return TASK_BASE_MEMORY + SA_MEMORY_PER_DS_BYTE * ds_bytes
+    from .build import divsufsort_memory  # the in-memory builder's need; rust_indexing fits in the same budget
+    from .sizing import TEXT_BYTES_PER_TOKEN
+
+    ds_bytes = int(text / TEXT_BYTES_PER_TOKEN) // num_shards * width
+    return TASK_BASE_MEMORY + divsufsort_memory(ds_bytes)
 
 
 @dataclass
@@ -93,7 +92,7 @@ class PartResult:
 
 
 def _build_part(source, part: str, sid: int, tokenizer: str, revision: str | None, num_shards: int, width: int,
-                batch_size: int, cpus: int, mem_bytes: int | None, check_space: bool) -> PartResult:
+                batch_size: int, cpus: int, mem_bytes: int | None, check_space: bool, sa_builder: str) -> PartResult:
     """Body of one Ray task: the ordinary build of shard `sid` into its part folder (resumable)."""
     import socket
 
@@ -102,7 +101,7 @@ def _build_part(source, part: str, sid: int, tokenizer: str, revision: str | Non
     started = time.time()
     manifest = build_index(source, part, tokenizer=tokenizer, tokenizer_revision=revision, num_shards=num_shards,
                            shard_ids=[sid], token_width=width, batch_size=batch_size, cpus=cpus,
-                           mem_bytes=mem_bytes, check_space=check_space, progress=False)
+                           mem_bytes=mem_bytes, check_space=check_space, progress=False, sa_builder=sa_builder)
     return PartResult(sid, manifest.total_documents, manifest.total_tokens, round(time.time() - started, 2),
                       socket.gethostname())
 
@@ -111,7 +110,7 @@ def build_index_on_ray(source, out: str | Path, address: str | None = None, toke
                        tokenizer_revision: str | None = None, num_shards: int = 1, token_width: int | None = None,
                        batch_size: int = 1024, cpus_per_task: int = 1, memory_per_task: int | None = None,
                        force: bool = False, check_space: bool = True, progress: bool = True,
-                       retries: int = TASK_RETRIES):
+                       sa_builder: str = "auto", retries: int = TASK_RETRIES):
     """Build the index of `source` in `out` with one Ray task per shard, then join the shards.
 
     A task that fails for a system reason (its worker or node died) is retried up to `retries`
@@ -145,7 +144,7 @@ def build_index_on_ray(source, out: str | Path, address: str | None = None, toke
     mem_bytes = max(memory - TASK_BASE_MEMORY, memory // 2) if memory else None
     started = time.time()
     pending = {remote.remote(source, str(root / f"shard-{sid}"), sid, tokenizer, tokenizer_revision, num_shards,
-                             width, batch_size, cpus_per_task, mem_bytes, check_space): sid
+                             width, batch_size, cpus_per_task, mem_bytes, check_space, sa_builder): sid
                for sid in range(num_shards)}
     results: list[PartResult] = []
     try:
@@ -187,7 +186,8 @@ def _part_error(sid: int, exc: BaseException, retries: int) -> PropMeError:
     if isinstance(cause, KeyboardInterrupt):
         return BuildError(f"shard {sid} was interrupted on the cluster", "re-run the same command to resume")
     text = str(cause).strip().splitlines()
-    return BuildError(f"shard {sid} failed on the Ray cluster after {retries} retries: "
+    system = type(cause).__module__.startswith("ray")  # the worker or node died: Ray retried it
+    return BuildError(f"shard {sid} failed on the Ray cluster" + (f" after {retries} retries" if system else "") + ": "
                       f"{type(cause).__name__}: {text[-1] if text else ''}",
                       "check the node's memory and disk (`ray status`, the worker logs under /tmp/ray), "
                       "then re-run the same command: finished shards are kept")

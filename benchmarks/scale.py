@@ -1,0 +1,733 @@
+"""Scale on one machine: index build and tracing from 10M to 1B tokens, warm and cold, in one run.
+
+    python benchmarks/scale.py [--sizes 10M,100M,1B] [--work DIR] [--generations 45] [--keep]
+    python benchmarks/scale.py --sizes 10M --skip-build   # reuse the indexes already in --work
+
+Per size it builds (or reuses) an index of a generated corpus: words drawn from GPT-2's
+vocabulary with a Zipf-like distribution (id order stands for frequency, as in BPE), sentences of
+varying length, and repeated boilerplate (a pool of notices and menus that a fifth of the documents
+carry, plus exact duplicates of 2% of documents). Each build runs in its own process, so its peak
+RSS is its own; the build is split into tokenization and suffix array (libdivsufsort, or whatever
+`--sa-builder` names) and the top-level samples of the search accelerator.
+
+Tracing is measured in fresh processes on 256-token generations (a third copied from documents, a
+third lightly edited copies, a third new text), one worker, per generation:
+  * warm: the index in the page cache (traced once before timing);
+  * cold: before each generation every index file is evicted from the page cache (the process's
+    own mappings are dropped with madvise(MADV_DONTNEED), then posix_fadvise(POSIX_FADV_DONTNEED)
+    on every file of the index folder), which stands for an index far larger than memory;
+for the plain search (today's: no accelerator) and the accelerated one (top level in memory,
+random-access mappings, batched read-ahead); both must give identical results, which is checked.
+The last table gives the growth per 10x tokens of each figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import mmap
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+GEN_TOKENS = 256
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper()
+    mult = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}.get(text[-1:], 1)
+    return int(float(text.rstrip("KMBG")) * mult)
+
+
+def size_name(n: int) -> str:
+    for unit, div in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def maxrss_mib(who=resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024
+
+
+# -- the corpus -----------------------------------------------------------------------------------
+
+class WordSampler:
+    """Text with a realistic word distribution, fast: GPT-2's whole-word tokens ranked by id (BPE merge
+    order approximates frequency) drawn with p(rank) ~ 1/(rank + 2.7); sentences of about 14 words
+    with commas; a pool of 200 boilerplate paragraphs (notices, menus) that a fifth of the documents
+    carry verbatim. Every document comes as pieces that give both its text and, without running the
+    tokenizer, its exact GPT-2 token ids (checked against the tokenizer on every run)."""
+
+    def __init__(self, tokenizer, seed: int):
+        import numpy as np
+
+        self.np = np
+        vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+        words = [w[1:] for w, _ in vocab if w.startswith("Ġ") and w[1:].isalpha() and w[1:].islower()]
+        ranks = np.arange(len(words))
+        p = 1.0 / (ranks + 2.7)
+        self.cum = np.cumsum(p / p.sum())
+        # pieces: word + punctuation (+ a space before it unless it starts a document), plain or capitalized
+        pieces = [(w.capitalize() if cap else w) + punct
+                  for cap in (False, True) for punct in ("", ",", ".", "?") for w in words]
+        self.table = np.asarray([x + " " for x in pieces], dtype=object)
+        self.v = len(words)
+        self._tok = tokenizer
+        self._ids_spaced: dict[int, list[int]] = {}
+        self._pieces = pieces
+        self.newlines = self._encode("\n\nX")[:-len(self._encode("X"))]
+        self.rng = np.random.default_rng(seed)
+        self.boilerplate = [self.sentences(int(self.rng.integers(30, 120))) for _ in range(200)]
+
+    def _encode(self, text: str) -> list[int]:
+        return self._tok(text, add_special_tokens=False)["input_ids"]
+
+    def sentences(self, n_words: int):
+        """Piece indices of `n_words` words in sentences."""
+        np, rng = self.np, self.rng
+        w = np.minimum(np.searchsorted(self.cum, rng.random(n_words)), self.v - 1)
+        ends = rng.random(n_words) < 1 / 14
+        ends[-1] = True
+        punct = np.where(ends, np.where(rng.random(n_words) < 0.9, 2, 3), np.where(rng.random(n_words) < 1 / 10, 1, 0))
+        cap = np.concatenate(([True], ends[:-1]))
+        return (cap * 4 + punct) * self.v + w
+
+    def document(self) -> list:
+        """A document: one or two runs of pieces (body, and boilerplate before or after it)."""
+        n_words = int(min(6000, max(20, self.rng.lognormal(5.3, 0.8))))
+        body = self.sentences(n_words)
+        if self.rng.random() < 0.2:
+            plate = self.boilerplate[int(self.rng.integers(len(self.boilerplate)))]
+            return [body, plate] if self.rng.random() < 0.5 else [plate, body]
+        return [body]
+
+    def text(self, doc: list) -> str:
+        return "\n\n".join("".join(self.table[run].tolist()).rstrip() for run in doc)
+
+    def _piece_tables(self):
+        """Token ids of every piece: with its leading space (index p), without it (p + 8V), the
+        paragraph break (16V) and the document separator (16V + 1), as one flat array + offsets.
+        A piece's tokens are its word's followed by its punctuation mark's (checked on every run)."""
+        np = self.np
+        if getattr(self, "_flat", None) is None:
+            words = self._pieces[:self.v]
+            forms = {}
+            for cap in (False, True):
+                for space in (True, False):
+                    texts = [(" " if space else "") + (w.capitalize() if cap else w) for w in words]
+                    forms[cap, space] = self._tok(texts, add_special_tokens=False)["input_ids"]
+            punct_ids = [[], *[self._encode(x) for x in (",", ".", "?")]]
+            rows = []
+            for space in (True, False):
+                for cap in (False, True):
+                    for punct in range(4):
+                        rows += [ids + punct_ids[punct] for ids in forms[cap, space]]
+            rows += [self.newlines, [0xFFFF]]
+            self._len = np.asarray([len(r) for r in rows], dtype=np.int64)
+            self._start = np.concatenate(([0], np.cumsum(self._len)[:-1]))
+            self._flat = np.asarray([t for r in rows for t in r], dtype=np.int64)
+        return self._flat, self._start, self._len
+
+    def batch_units(self, n_docs: int) -> list:
+        """`n_docs` documents drawn like `document()` (the same distributions, drawn for the whole
+        batch at once), each as piece-table indices."""
+        np, rng, v = self.np, self.rng, self.v
+        n_words = np.clip(rng.lognormal(5.3, 0.8, n_docs), 20, 6000).astype(np.int64)
+        total = int(n_words.sum())
+        w = np.minimum(np.searchsorted(self.cum, rng.random(total)), v - 1)
+        last = np.cumsum(n_words) - 1
+        ends = rng.random(total) < 1 / 14
+        ends[last] = True
+        punct = np.where(ends, np.where(rng.random(total) < 0.9, 2, 3), np.where(rng.random(total) < 1 / 10, 1, 0))
+        cap = np.concatenate(([True], ends[:-1]))
+        units = (cap * 4 + punct) * v + w
+        first = last - n_words + 1
+        units[first] += 8 * v  # a document starts unspaced
+        plate = rng.random(n_docs) < 0.2
+        which = rng.integers(len(self.boilerplate), size=n_docs)
+        before = rng.random(n_docs) < 0.5
+        brk = np.asarray([16 * v])
+        out = []
+        for i, body in enumerate(np.split(units, first[1:])):
+            if plate[i]:
+                p = self.boilerplate[which[i]].copy()
+                p[0] += 8 * v
+                if before[i]:
+                    body = np.concatenate((p, brk, body))
+                else:
+                    body = np.concatenate((body, brk, p))
+            out.append(body)
+        return out
+
+    def units_text(self, units) -> str:
+        """The text of piece-table indices (the inverse of the tokenization shortcut)."""
+        v8 = 8 * self.v
+        parts = []
+        for u in units.tolist():
+            if u == 2 * v8:
+                parts[-1] = parts[-1].rstrip() + "\n\n"
+            elif u >= v8:
+                parts.append(self.table[u - v8])
+            else:
+                parts.append(" " + self.table[u] if parts and not parts[-1].endswith("\n") else self.table[u])
+        return "".join(x if x.endswith("\n") else x.rstrip(" ") for x in parts).rstrip()
+
+    def units(self, doc: list):
+        """A document as piece-table indices (its first word and each word after a break unspaced)."""
+        np = self.np
+        n8 = 8 * self.v
+        parts = []
+        for k, run in enumerate(doc):
+            if k:
+                parts.append(np.asarray([2 * n8]))
+            run = run.copy()
+            run[0] += n8
+            parts.append(run)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def ids_of_units(self, units):
+        """Token ids of a sequence of piece-table indices (GPT-2 splits words from the space before)."""
+        np = self.np
+        flat, start, length = self._piece_tables()
+        lens = length[units]
+        ends = np.cumsum(lens)
+        gather = np.repeat(start[units] - (ends - lens), lens) + np.arange(int(ends[-1]) if len(ends) else 0)
+        return flat[gather]
+
+    def ids(self, doc: list) -> list[int]:
+        return self.ids_of_units(self.units(doc)).tolist()
+
+
+def write_corpus(path: Path, tokenizer, target_tokens: int, seed: int) -> dict:
+    """Write generated documents until about `target_tokens` tokens (calibrated on a first sample)."""
+    sampler = WordSampler(tokenizer, seed)
+    probe = [sampler.text(sampler.document()) for _ in range(300)]
+    probe_tokens = sum(len(x) for x in tokenizer(probe, add_special_tokens=False)["input_ids"])
+    tokens_per_doc = probe_tokens / len(probe)
+    n_docs = max(10, round(target_tokens / tokens_per_doc))
+    rng = random.Random(seed)
+    recent: list[str] = []
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n_docs):
+            if recent and rng.random() < 0.02:
+                text = rng.choice(recent)  # an exact duplicate of a recent document
+            else:
+                text = probe[i] if i < len(probe) else sampler.text(sampler.document())
+                if len(recent) < 1000:
+                    recent.append(text)
+                elif rng.random() < 0.01:
+                    recent[rng.randrange(1000)] = text
+            fh.write(json.dumps({"id": f"doc-{i:09d}", "source": "generated", "text": text}) + "\n")
+    return {"documents": n_docs, "bytes": path.stat().st_size}
+
+
+# -- build (own process) -------------------------------------------------------------------------
+
+def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_builder: str) -> dict:
+    import propme_metrics.build as build_mod
+    from propme_metrics.sources import CorpusSource
+    from propme_metrics.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(str(tokenizer_dir))
+    name = size_name(size)
+    corpus = work / f"corpus-{name}.jsonl"
+    out = work / f"index-{name}"
+    t = time.perf_counter()
+    info = write_corpus(corpus, tok, size, seed)
+    gen_s = time.perf_counter() - t
+    print(f"  corpus {name}: {info['documents']:,} documents, {info['bytes'] / 2**30:.2f} GiB "
+          f"(generated in {gen_s:.0f} s)", file=sys.stderr, flush=True)
+    phases: dict[str, float] = {}
+    rss: dict[str, float] = {}
+
+    def timed(name_, fn):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                phases[name_] = phases.get(name_, 0.0) + time.perf_counter() - t0
+                rss[name_] = maxrss_mib()
+        return wrapper
+
+    build_mod._tokenize = timed("tokenize", build_mod._tokenize)
+    build_mod.build_suffix_array = timed("suffix_array", build_mod.build_suffix_array)
+    build_mod.write_toplevel = timed("toplevel", build_mod.write_toplevel)
+    t = time.perf_counter()
+    manifest = build_mod.build_index(CorpusSource(str(corpus)), out, tokenizer=str(tokenizer_dir),
+                                     check_space=False, progress=False, sa_builder=sa_builder)
+    whole = time.perf_counter() - t
+    corpus.unlink()
+    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+    shard_bytes = sum(v for k, v in files.items() if not k.startswith("propme-"))
+    return {"size": size, "tokens": manifest.total_tokens, "documents": manifest.total_documents,
+            "text_bytes": info["bytes"], "corpus_seconds": gen_s, "build_seconds": whole,
+            "tokenize_seconds": phases.get("tokenize", 0.0), "sa_seconds": phases.get("suffix_array", 0.0),
+            "toplevel_seconds": phases.get("toplevel", 0.0), "shard_bytes": shard_bytes,
+            "toplevel_bytes": sum(v for k, v in files.items() if k.startswith("propme-toplevel")),
+            "rss_after_tokenize_mib": rss.get("tokenize", 0.0), "peak_rss_mib": maxrss_mib(),
+            "peak_rss_children_mib": maxrss_mib(resource.RUSAGE_CHILDREN),
+            "sa_builder": build_mod.choose_sa_builder(files["tokenized.0"], build_mod._half_of_ram(), sa_builder)}
+
+
+def measure_token_level_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_builder: str) -> dict:
+    """The same corpus written straight as token ids (the tokenizer is not run; its time is
+    extrapolated from the sizes that ran it): the v4 files, then the timed suffix array and top
+    level exactly as `build_index` makes them, and a manifest like a real build's."""
+    import hashlib
+
+    import numpy as np
+
+    import propme_metrics.build as build_mod
+    from propme_metrics.manifest import IndexManifest, ShardInfo, shard_file
+    from propme_metrics.sources import CorpusSource
+    from propme_metrics.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(str(tokenizer_dir))
+    template = work / "index-template"
+    if not (template / "propme-manifest.json").exists():
+        corpus = work / "template.jsonl"
+        sampler = WordSampler(tok, seed + 7)
+        corpus.write_text("".join(json.dumps({"id": f"t{i}", "source": "generated",
+                                              "text": sampler.text(sampler.document())}) + "\n" for i in range(50)))
+        build_mod.build_index(CorpusSource(str(corpus)), template, tokenizer=str(tokenizer_dir), check_space=False,
+                              progress=False)
+    out = work / f"index-{size_name(size)}"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(template, out, ignore=shutil.ignore_patterns("*.0", "propme-toplevel*", "propme-manifest.json"))
+    sampler = WordSampler(tok, seed)
+    rng = random.Random(seed)
+    sep = 0xFFFF
+    counts = np.zeros(sep + 1, dtype=np.int64)
+    t = time.perf_counter()
+    n_docs = n_tokens = pos = meta_pos = 0
+    recent: list[list[int]] = []
+    files = {k: open(shard_file(out, k, 0), "wb") for k in ("tokenized", "offset", "metadata", "metaoff")}
+    sep_unit = np.asarray([16 * sampler.v + 1])
+    try:
+        while n_tokens < size:
+            batch = []
+            for units in sampler.batch_units(4096):
+                if recent and rng.random() < 0.02:
+                    units = rng.choice(recent)
+                else:
+                    if n_docs + len(batch) < 400:  # the shortcut must be the tokenizer's output
+                        assert sampler.ids_of_units(units).tolist() == \
+                            tok(sampler.units_text(units), add_special_tokens=False)["input_ids"]
+                    if len(recent) < 1000:
+                        recent.append(units)
+                    elif rng.random() < 0.01:
+                        recent[rng.randrange(1000)] = units
+                batch.append(sep_unit)
+                batch.append(units)
+            flat = sampler.ids_of_units(np.concatenate(batch)).astype("<u2")
+            starts = np.flatnonzero(flat == sep)
+            body = flat[flat != sep]
+            counts += np.bincount(body, minlength=sep + 1)
+            lines = [(json.dumps({"id": f"doc-{n_docs + i:09d}", "source": "generated"}) + "\n").encode()
+                     for i in range(len(starts))]
+            line_len = np.asarray([len(x) for x in lines], dtype=np.int64)
+            files["tokenized"].write(flat.tobytes())
+            files["offset"].write(((pos + starts) * 2).astype("<u8").tobytes())
+            files["metaoff"].write((meta_pos + np.concatenate(([0], np.cumsum(line_len)[:-1]))).astype("<u8").tobytes())
+            files["metadata"].write(b"".join(lines))
+            pos += len(flat)
+            meta_pos += int(line_len.sum())
+            n_docs += len(starts)
+            n_tokens += len(body)
+    finally:
+        for fh in files.values():
+            fh.close()
+    counts[sep] = n_docs
+    with open(shard_file(out, "unigram", 0), "w") as fh:
+        for tid in np.flatnonzero(counts):
+            fh.write(f"{tid} {counts[tid]}\n")
+    gen_s = time.perf_counter() - t
+    print(f"  token-level corpus {size_name(size)}: {n_docs:,} documents, {n_tokens:,} tokens "
+          f"(written in {gen_s:.0f} s)", file=sys.stderr, flush=True)
+    ds = shard_file(out, "tokenized", 0)
+    t = time.perf_counter()
+    build_mod.build_suffix_array(ds, shard_file(out, "table", 0), 2, os.cpu_count() or 1, build_mod._half_of_ram(),
+                                 out / "tmp-sa", builder=sa_builder)
+    sa_s = time.perf_counter() - t
+    rss_sa = maxrss_mib()
+    t = time.perf_counter()
+    build_mod.write_toplevel(out, 0, 2)
+    top_s = time.perf_counter() - t
+    m = IndexManifest.read(template)
+    m.source = {"location": f"generated token-level corpus, {size_name(size)} tokens, seed {seed}", "kind": "generated"}
+    m.shards = [ShardInfo(id=0, documents=n_docs, tokens=n_tokens, ds_bytes=ds.stat().st_size,
+                          sa_bytes=shard_file(out, "table", 0).stat().st_size)]
+    m.build = {"params_hash": hashlib.sha256(f"token-level {size} {seed}".encode()).hexdigest()}
+    m.write(out)
+    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+    return {"size": size, "tokens": n_tokens, "documents": n_docs, "text_bytes": None, "corpus_seconds": gen_s,
+            "build_seconds": None, "tokenize_seconds": None, "sa_seconds": sa_s, "toplevel_seconds": top_s,
+            "shard_bytes": sum(v for k, v in files.items() if not k.startswith("propme-")),
+            "toplevel_bytes": sum(v for k, v in files.items() if k.startswith("propme-toplevel")),
+            "rss_after_tokenize_mib": None, "peak_rss_mib": maxrss_mib(), "peak_rss_sa_mib": rss_sa,
+            "peak_rss_children_mib": maxrss_mib(resource.RUSAGE_CHILDREN),
+            "sa_builder": build_mod.choose_sa_builder(ds.stat().st_size, build_mod._half_of_ram(), sa_builder)}
+
+
+# -- generations ----------------------------------------------------------------------------------
+
+def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, path: Path) -> None:
+    """n texts of about 256 index tokens: copies of document stretches, edited copies, new text."""
+    import numpy as np
+
+    from propme_metrics.index import open_index
+    from propme_metrics.manifest import shard_file
+    from propme_metrics.tokenizer import load_tokenizer
+
+    index = open_index(index_dir)
+    tok = load_tokenizer(str(tokenizer_dir))
+    width = index.token_width
+    ds = np.memmap(shard_file(index_dir, "tokenized", 0), dtype="<u2" if width == 2 else "<u4", mode="r")
+    offsets = np.fromfile(shard_file(index_dir, "offset", 0), dtype="<u8").astype(np.int64) // width
+    ends = np.append(offsets[1:], len(ds))
+    long_docs = np.flatnonzero(ends - offsets - 1 >= GEN_TOKENS + 30)
+    rng = np.random.default_rng(seed)
+    pick = rng.choice(long_docs, size=2 * (n // 3), replace=False)
+    bow = index.word_start_ids
+
+    def copied(doc: int) -> str:
+        toks = ds[offsets[doc] + 1:ends[doc]].tolist()
+        starts = [i for i in range(len(toks) - GEN_TOKENS) if toks[i] in bow] or [0]
+        s = starts[int(rng.integers(len(starts)))]
+        return tok.decode(toks[s:s + GEN_TOKENS]).strip()
+
+    def edited(text: str) -> str:
+        words = text.split(" ")
+        out = []
+        for i, w in enumerate(words):
+            if i % 10 == 9 and rng.random() < 0.5:
+                continue  # delete about one word in 20
+            out.append(w)
+        return " ".join(out)
+
+    rows = [{"key": f"copy-{j}", "text": copied(int(d))} for j, d in enumerate(pick[:n // 3])]
+    rows += [{"key": f"edit-{j}", "text": edited(copied(int(d)))} for j, d in enumerate(pick[n // 3:])]
+    sampler = WordSampler(tok, seed + 1000)
+    while len(rows) < n:
+        ids = sampler.ids([sampler.sentences(400)])[:GEN_TOKENS]
+        rows.append({"key": f"new-{len(rows)}", "text": tok.decode(ids).strip()})
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+
+
+# -- tracing (own process) -------------------------------------------------------------------------
+
+def evict(tracer) -> None:
+    """Drop every page of the index from the page cache (the process's mappings first)."""
+    for shard in tracer._shards:
+        for arr in (shard.ds, shard.sa, shard.offsets, shard.metaoff, shard.meta):
+            base = arr.base
+            while base is not None and not isinstance(base, mmap.mmap):  # array -> memoryview -> mmap
+                base = getattr(base, "obj", None) if isinstance(base, memoryview) else getattr(base, "base", None)
+            if isinstance(base, mmap.mmap):
+                base.madvise(mmap.MADV_DONTNEED)
+    for p in tracer.index.path.iterdir():
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def resident_fraction(path: Path) -> float:
+    """Share of a file's pages in the page cache (`fincore`), or -1 when it cannot be told."""
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES,SIZE", str(path)],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        return int(out[0]) / max(1, int(out[1]))
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return -1.0
+
+
+def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Path) -> dict:
+    from propme_metrics.manifest import shard_file
+    from propme_metrics.search import ShardSearcher
+    from propme_metrics.trace import Tracer
+
+    rows = [json.loads(x) for x in open(gens, encoding="utf-8")]
+    t = time.perf_counter()
+    tracer = Tracer(index_dir)
+    if search == "plain":
+        tracer._shards = [ShardSearcher(tracer.index.path, s.id, s.width, s.doc_base, accelerate=False)
+                          for s in tracer._shards]
+    open_s = time.perf_counter() - t
+    accel_bytes = sum(s.top.nbytes for s in tracer._shards if s.top is not None)
+    search_s = [0.0]
+    for shard in tracer._shards:  # time spent in suffix-array searches (what grows with more shards)
+        def timed_search(*a, _inner=shard.search, **k):
+            t0 = time.perf_counter()
+            try:
+                return _inner(*a, **k)
+            finally:
+                search_s[0] += time.perf_counter() - t0
+        shard.search = timed_search
+    tracer.trace_one(rows[0]["text"], "warm-up")
+    results, times, cpu, searches, residency = [], [], [], [], []
+    for i, r in enumerate(rows if cache == "cold" else rows + rows):
+        if cache == "cold":
+            evict(tracer)
+            if i < 3:
+                residency.append(resident_fraction(shard_file(index_dir, "table", 0)))
+        t0, c0, s0 = time.perf_counter(), time.process_time(), search_s[0]
+        res = tracer.trace_one(r["text"], r["key"])
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        if cache == "warm" and i < len(rows):
+            continue  # first pass warms the pages each generation needs
+        times.append(dt)
+        cpu.append(dc)
+        searches.append(search_s[0] - s0)
+        results.append(res.to_dict())
+    with open(out, "w", encoding="utf-8") as fh:
+        for res in results:
+            fh.write(json.dumps(res, sort_keys=True) + "\n")
+    times.sort()
+    return {"search": search, "cache": cache, "generations": len(times), "open_seconds": open_s,
+            "mean_ms": 1000 * sum(times) / len(times), "median_ms": 1000 * times[len(times) // 2],
+            "p90_ms": 1000 * times[int(0.9 * (len(times) - 1))], "max_ms": 1000 * times[-1],
+            "cpu_ms": 1000 * sum(cpu) / len(cpu), "search_ms": 1000 * sum(searches) / len(searches),
+            "tokens": sum(r["n_tokens"] for r in results) / len(results),
+            "accelerator_bytes": accel_bytes, "maxrss_mib": maxrss_mib(),
+            "rss_anon_mib": _status_kb("RssAnon") / 1024, "rss_file_mib": _status_kb("RssFile") / 1024,
+            "table_resident_after_evict": residency}
+
+
+def subprocess_json(args: list[str], timeout: float | None = None) -> dict:
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        sys.exit(f"measurement {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
+    sys.stderr.write(proc.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+def slope(xs: list[float], ys: list[float]) -> str:
+    """Factor per 10x: least-squares slope of log10(y) on log10(x), as 10 ** slope."""
+    pts = [(math.log10(x), math.log10(y)) for x, y in zip(xs, ys) if x > 0 and y > 0]
+    if len(pts) < 2:
+        return "-"
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    var = sum((p[0] - mx) ** 2 for p in pts)
+    b = sum((p[0] - mx) * (p[1] - my) for p in pts) / var
+    return f"x{10 ** b:.2f}"
+
+
+def report(builds: list[dict], traces: dict[tuple[int, str, str], dict], identical: dict[int, bool]) -> None:
+    print(f"\nScale benchmark on {os.cpu_count()} CPUs, "
+          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM; "
+          f"1-min load average now {os.getloadavg()[0]:.2f}\n")
+    print("| tokens | documents | build s | tokenize s | suffix array s (builder) | top level s | tokens/s | "
+          "disk bytes/token | peak RSS build MiB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    measured = [b for b in builds if b["tokenize_seconds"]]
+    per_token = measured[-1]["tokenize_seconds"] / measured[-1]["tokens"] if measured else None
+    for b in builds:
+        if b["tokenize_seconds"] is None:  # written as token ids: the tokenizer's share is extrapolated
+            tok_s = per_token * b["tokens"] if per_token else math.nan
+            whole = tok_s + b["sa_seconds"] + b["toplevel_seconds"]
+            print(f"| {b['tokens']:,} | {b['documents']:,} | ~{whole:.0f} (extrapolated) | ~{tok_s:.0f} "
+                  f"(extrapolated, not run) | {b['sa_seconds']:.1f} ({b['sa_builder']}) | {b['toplevel_seconds']:.1f} | "
+                  f"~{b['tokens'] / whole:,.0f} | {(b['shard_bytes'] + b['toplevel_bytes']) / b['tokens']:.2f} | "
+                  f"{max(b['peak_rss_mib'], b['peak_rss_children_mib']):,.0f} (suffix array) |")
+            b = dict(b, build_seconds=whole)
+            continue
+        print(f"| {b['tokens']:,} | {b['documents']:,} | {b['build_seconds']:.1f} | {b['tokenize_seconds']:.1f} | "
+              f"{b['sa_seconds']:.1f} ({b['sa_builder']}) | {b['toplevel_seconds']:.1f} | "
+              f"{b['tokens'] / b['build_seconds']:,.0f} | "
+              f"{(b['shard_bytes'] + b['toplevel_bytes']) / b['tokens']:.2f} | "
+              f"{max(b['peak_rss_mib'], b['peak_rss_children_mib']):,.0f} |")
+    print("\nTracing, one worker, ms per generation of about 256 index tokens (mean / median / p90):\n")
+    print("| tokens | search | warm ms | cold ms | CPU ms warm / cold | RssAnon MiB (cold run) | ru_maxrss MiB | "
+          "accelerator MiB (% of index) | results plain = accelerated |")
+    print("|---:|---|---|---|---|---:|---:|---:|---|")
+    for b in builds:
+        for search in ("plain", "accelerated"):
+            w, c = traces.get((b["size"], search, "warm")), traces.get((b["size"], search, "cold"))
+            if w is None or c is None:
+                continue
+            acc = c["accelerator_bytes"]
+            print(f"| {b['tokens']:,} | {search} | {w['mean_ms']:.1f} / {w['median_ms']:.1f} / {w['p90_ms']:.1f} | "
+                  f"{c['mean_ms']:.1f} / {c['median_ms']:.1f} / {c['p90_ms']:.1f} | "
+                  f"{w.get('cpu_ms', math.nan):.1f} / {c.get('cpu_ms', math.nan):.1f} | {c['rss_anon_mib']:.0f} | "
+                  f"{max(w['maxrss_mib'], c['maxrss_mib']):.0f} | {acc / 2**20:.1f} "
+                  f"({100 * acc / b['shard_bytes']:.2f}%) | {'yes' if identical.get(b['size']) else 'NO'} |")
+    if len(builds) >= 2:
+        xs = [b["tokens"] for b in builds]
+        print("\nGrowth per 10x tokens (least-squares over the sizes; x1.00 = flat, x10 = linear):\n")
+        print("| figure | per 10x tokens |")
+        print("|---|---:|")
+        timed = [b for b in builds if b["build_seconds"]]
+        print(f"| build seconds (tokenizer run) | {slope([b['tokens'] for b in timed], [b['build_seconds'] for b in timed])} |")
+        print(f"| suffix-array seconds | {slope(xs, [b['sa_seconds'] for b in builds])} |")
+        print(f"| peak build RSS | {slope(xs, [max(b['peak_rss_mib'], b['peak_rss_children_mib']) for b in builds])} |")
+        for search in ("plain", "accelerated"):
+            for cache in ("warm", "cold"):
+                ys = [traces[(b["size"], search, cache)]["mean_ms"] for b in builds
+                      if (b["size"], search, cache) in traces]
+                if len(ys) == len(xs):
+                    print(f"| tracing ms, {search}, {cache} | {slope(xs, ys)} |")
+                    rss = [traces[(b["size"], search, cache)]["rss_anon_mib"] for b in builds]
+                    print(f"| tracing RssAnon, {search}, {cache} | {slope(xs, rss)} |")
+    acc = [(b, traces.get((b["size"], "accelerated", "warm")), traces.get((b["size"], "accelerated", "cold")))
+           for b in builds]
+    acc = [(b, w, c) for b, w, c in acc if w and c]
+    if acc:
+        first, last = acc[0], acc[-1]
+        ratio = last[1]["mean_ms"] / first[1]["mean_ms"]
+        cpu_ratio = last[1]["cpu_ms"] / first[1]["cpu_ms"]
+        print(f"\nGoals (accelerated): warm at {last[0]['tokens']:,} tokens / warm at {first[0]['tokens']:,}: "
+              f"CPU time {cpu_ratio:.2f}, wall clock {ratio:.2f} (goal <= 1.5: {'met' if cpu_ratio <= 1.5 else 'MISSED'} "
+              f"on CPU time, the figure that other load on a shared machine does not inflate); cold at "
+              f"{last[0]['tokens']:,} tokens {last[2]['mean_ms']:.0f} ms per generation, wall clock (goal < 1000 ms: "
+              f"{'met' if last[2]['mean_ms'] < 1000 else 'MISSED'}).")
+
+
+CORPORA = {"Danish Dynaword": 6.8e9, "Common Pile v0.1 (Comma mix)": 464e9}  #: tokens (Llama-2 tokenizer)
+
+
+def extrapolate(builds: list[dict], traces: dict, machines=((1, 2, 24), (1, 64, 512), (8, 128, 1024))) -> None:
+    """Disk, memory, build hours and traces per hour for the mission's corpora, from the largest size
+    measured: EXTRAPOLATION, assuming shards of at most 10^9 tokens (libdivsufsort's 32-bit range is 2^31 bytes),
+    shards built one after another per machine (as `build_index` does), tokenization scaling with
+    cores, and tracing cost = measured + (shards - 1) x the measured search share of one shard."""
+    b = builds[-1]
+    measured = [x for x in builds if x["tokenize_seconds"]]
+    if not measured:
+        return
+    tok_per_core_s = measured[-1]["tokens"] / measured[-1]["tokenize_seconds"]  # one tokenizer thread
+    sa_s_per_token = b["sa_seconds"] / b["tokens"]
+    disk_per_token = (b["shard_bytes"] + b["toplevel_bytes"]) / b["tokens"]
+    sa_rss_per_token = b.get("peak_rss_sa_mib", b["peak_rss_mib"]) * 2**20 / b["tokens"]
+    print(f"\nEXTRAPOLATION (not measured) from the {b['tokens']:,}-token index: {disk_per_token:.2f} bytes of disk "
+          f"per token, suffix array {sa_s_per_token * 1e9:.0f} s per billion tokens on one core and "
+          f"{sa_rss_per_token:.1f} bytes of memory per token, tokenization {tok_per_core_s:,.0f} tokens/s per core "
+          f"(as measured here, on a shared machine); shards of at most 10^9 tokens.\n")
+    print("| corpus | tokens | shards | disk | build memory per machine | machines x cores (RAM GiB) | build hours | "
+          "traces/hour per core, warm | traces/hour per core, cold |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|")
+    w, c = traces.get((b["size"], "accelerated", "warm")), traces.get((b["size"], "accelerated", "cold"))
+    for name, tokens in CORPORA.items():
+        shards = math.ceil(tokens / 1e9)
+        per_shard = tokens / shards
+        disk = tokens * disk_per_token
+        for n, cores, ram in machines:
+            mem = sa_rss_per_token * per_shard
+            tok_h = tokens / (tok_per_core_s * cores * n) / 3600
+            sa_h = math.ceil(shards / n) * per_shard * sa_s_per_token / 3600
+            warm = cold = "-"
+            if w and c:
+                warm = f"{3.6e6 / (w['mean_ms'] + (shards - 1) * w['search_ms']):,.0f}"
+                cold = f"{3.6e6 / (c['mean_ms'] + (shards - 1) * c['search_ms']):,.0f}"
+            fits = "" if mem <= ram * 2**30 / 2 else " (over half the RAM: more, smaller shards)"
+            print(f"| {name} | {tokens / 1e9:,.1f}B | {shards} | {disk / 1e9:,.0f} GB | {mem / 2**30:,.1f} GiB{fits} | "
+                  f"{n} x {cores} ({ram}) | {tok_h + sa_h:,.1f} | {warm} | {cold} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="10M,100M,1B", help="index sizes in tokens, e.g. 10M,100M,1B")
+    p.add_argument("--work", type=Path, default=Path("/tmp/propme-scale"), help="where corpora and indexes go")
+    p.add_argument("--generations", type=int, default=45, help="generations traced per measurement")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sa-builder", default="auto", help="suffix-array builder (auto, divsufsort, rust)")
+    p.add_argument("--skip-build", action="store_true", help="reuse the indexes in --work (their build figures "
+                   "come from the build-*.json files written when they were built, and tracing figures from "
+                   "trace-*.json when they exist)")
+    p.add_argument("--skip-trace", action="store_true", help="build (and keep) the indexes only")
+    p.add_argument("--keep", action="store_true", help="keep the indexes afterwards")
+    p.add_argument("--tokenize-up-to", default="1B", help="sizes above this are written as token ids directly "
+                   "(the same corpus; tokenization time extrapolated from the smaller sizes)")
+    p.add_argument("--_build", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--_token_level", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--_trace", nargs=4, metavar=("INDEX", "GENS", "SEARCH", "CACHE"), help=argparse.SUPPRESS)
+    p.add_argument("--_out", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    tok_dir = args.work / "gpt2"
+    if args._build:
+        measure = measure_token_level_build if args._token_level else measure_build
+        print(json.dumps(measure(args.work, args._build, tok_dir, args.seed, args.sa_builder)))
+        return
+    if args._trace:
+        index, gens, search, cache = args._trace
+        print(json.dumps(measure_trace(Path(index), Path(gens), search, cache, args._out)))
+        return
+
+    from propme_metrics.synthetic import gpt2_tokenizer
+
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    args.work.mkdir(parents=True, exist_ok=True)
+    if not (tok_dir / "tokenizer.json").exists():
+        gpt2_tokenizer(tok_dir)
+    builds, traces, identical = [], {}, {}
+    try:
+        for size in sizes:
+            name = size_name(size)
+            index_dir, record = args.work / f"index-{name}", args.work / f"build-{name}.json"
+            if not (args.skip_build and record.exists() and (index_dir / "propme-manifest.json").exists()):
+                shutil.rmtree(index_dir, ignore_errors=True)
+                print(f"building {name} ...", file=sys.stderr, flush=True)
+                token_level = ["--_token_level"] if size > parse_size(args.tokenize_up_to) else []
+                record.write_text(json.dumps(subprocess_json(["--_build", str(size), "--work", str(args.work),
+                                                              "--seed", str(args.seed),
+                                                              "--sa-builder", args.sa_builder, *token_level])))
+            builds.append(json.loads(record.read_text()))
+            if args.skip_trace:
+                continue
+            gens = args.work / f"generations-{name}-{args.generations}.jsonl"
+            traced = args.work / f"trace-{name}-{args.generations}.json"
+            if args.skip_build and traced.exists():  # measured by an earlier run with the same code and inputs
+                saved = json.loads(traced.read_text())
+                for key, value in saved["traces"].items():
+                    search, cache = key.split("-")
+                    traces[(size, search, cache)] = value
+                identical[size] = saved["identical"]
+                continue
+            if not gens.exists():
+                make_generations(index_dir, tok_dir, args.generations, args.seed, gens)
+            outs = {}
+            for search in ("plain", "accelerated"):
+                for cache in ("warm", "cold"):
+                    print(f"tracing {name}: {search}, {cache} ...", file=sys.stderr, flush=True)
+                    out = args.work / f"results-{name}-{search}-{cache}.jsonl"
+                    traces[(size, search, cache)] = subprocess_json(
+                        ["--_trace", str(index_dir), str(gens), search, cache, "--_out", str(out),
+                         "--work", str(args.work)])
+                    outs[(search, cache)] = out.read_text()
+            identical[size] = len(set(outs.values())) == 1
+            traced.write_text(json.dumps({"identical": identical[size], "traces": {
+                f"{s}-{c}": traces[(size, s, c)] for s in ("plain", "accelerated") for c in ("warm", "cold")}}))
+            if not args.keep:
+                shutil.rmtree(index_dir, ignore_errors=True)
+    finally:
+        report(builds, traces, identical)
+        extrapolate(builds, traces)
+
+
+if __name__ == "__main__":
+    main()
