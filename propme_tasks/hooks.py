@@ -77,12 +77,12 @@ def trace_config(meta: dict[str, Any]) -> TraceConfig:
 
 
 def trace_backend(meta: dict[str, Any]) -> str:
-    """JSON of the search backend: {"backend": "local"} or {"backend": "ray", "address": ..., "actors": ...}."""
+    """The search backend: "" (local) or the JSON of {"backend": "ray", "address": ..., "actors": ...}."""
     backend, where = _setting(meta, "trace_backend", "local")
     if backend not in ("local", "ray"):
         raise TaskConfigError(f"{where} must be 'local' or 'ray', not {backend!r}")
     if backend == "local":
-        return json.dumps({"backend": "local"})
+        return ""
     address, _ = _setting(meta, "trace_ray_address")
     actors = _int_setting(meta, "trace_ray_actors", 0, minimum=0) or None
     return json.dumps({"backend": "ray", "address": address, "actors": actors}, sort_keys=True)
@@ -109,7 +109,8 @@ def load_prompts(**meta: Any):
     backend_json = trace_backend(meta)
     try:
         # the tracer opens the index and checks its tokenizer now: nothing may fail after generation
-        index = _tracer(str(Path(index_path).absolute()), config_json, backend_json).index
+        index = _doc_tracer({"index_path": str(Path(index_path).absolute()), "trace_config": config_json,
+                             "trace_backend": backend_json}).index
     except PropMeError as exc:
         raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
     n = _int_setting(meta, "n_prompts", 100)
@@ -158,6 +159,14 @@ def _source_tag(setting: str, language: str | None) -> str:
     return hashlib.sha256(__version__.encode() + b"|" + payload).hexdigest()[:10]
 
 
+def _doc_tracer(doc: dict[str, Any]) -> Tracer:
+    """The tracer a document names (local unless its `trace_backend` says otherwise)."""
+    backend = doc.get("trace_backend") or ""
+    if backend:
+        return _tracer(doc["index_path"], doc["trace_config"], backend)
+    return _tracer(doc["index_path"], doc["trace_config"])
+
+
 @lru_cache(maxsize=8)
 def _tracer(index_path: str, config_json: str, backend_json: str = "") -> Tracer:
     """One tracer per process and configuration (each accelerate rank opens its own); with the Ray
@@ -184,7 +193,7 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     generations (and document entries, for NVR) divided once, never a mean of per-prompt means.
     """
     generations = results[0] if results and isinstance(results[0], list) else results
-    tracer = _tracer(doc["index_path"], doc["trace_config"], doc.get("trace_backend", ""))
+    tracer = _doc_tracer(doc)
     continuation = doc.get("continuation") or None if doc.get("setting") == "prefix" else None
     traces: list[TraceResult] = []
     for j, text in enumerate(generations):
