@@ -12,7 +12,7 @@ $(DEPS): setup.cfg setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q ".[lmeval,test]"
+	$(BIN)/pip install -q ".[lmeval,test,ray]"
 	touch $@
 
 install: $(DEPS)

@@ -111,14 +111,8 @@ def build_index(
     width = choose_token_width(max_id, token_width)
     tok_hash = tokenizer_hash(tok)
     work = partial_dir(out)
-    params = {
-        "source": source.describe(known=_known_source_stats(out, work)),
-        "tokenizer": {"name": tokenizer, "revision": tokenizer_revision, "sha256": tok_hash},
-        "token_width": width,
-        "num_shards": num_shards,
-        "shard_ids": shard_ids,
-    }
-    params_hash = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+    params, params_hash = build_params(source.describe(known=_known_source_stats(out, work)), tokenizer,
+                                       tokenizer_revision, tok_hash, width, num_shards, shard_ids)
 
     try:
         with _build_lock(out):
@@ -378,8 +372,19 @@ def _plan(tokens: int, basis: str, width: int, num_shards: int, cpus: int, mem_b
     check_shard_memory(estimate.tokens_per_shard, width, num_shards, mem_bytes, _ram_bytes(), sa_builder, basis)
 
 
-def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
-    """Join shard sets built separately (`--shard-ids` on several machines) into one index."""
+def build_params(source: dict[str, Any], tokenizer: str, revision: str | None, tok_sha256: str, width: int,
+                 num_shards: int, shard_ids: list[int]) -> tuple[dict[str, Any], str]:
+    """What identifies a build, and its hash (a finished index with the same hash is reused)."""
+    params = {"source": source, "tokenizer": {"name": tokenizer, "revision": revision, "sha256": tok_sha256},
+              "token_width": width, "num_shards": num_shards, "shard_ids": list(shard_ids)}
+    return params, hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+
+
+def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str, Any] | None = None) -> IndexManifest:
+    """Join shard sets built separately (`--shard-ids` on several machines) into one index.
+
+    `build_info` replaces the manifest's record of the part folders (a build that joins and then
+    removes its own parts says how it ran instead)."""
     from .toplevel import toplevel_path
 
     out = _real_out(Path(out))
@@ -408,19 +413,20 @@ def join_indexes(parts: list[str | Path], out: str | Path) -> IndexManifest:
         for sid in m.shard_ids:
             for kind in SHARD_FILES:
                 _link_or_copy(shard_file(path, kind, sid), shard_file(work, kind, sid))
-            if toplevel_path(path, sid).is_file():  # the search accelerator's samples of that shard
-                _link_or_copy(toplevel_path(path, sid), toplevel_path(work, sid))
-    params = {"source": first.source, "tokenizer": {"name": first.tokenizer.name,
-              "revision": first.tokenizer.revision, "sha256": first.tokenizer.sha256},
-              "token_width": first.token_width, "num_shards": first.num_shards,
-              "shard_ids": list(range(first.num_shards))}
+            top = toplevel_path(path, sid)  # the search accelerator of the shard, when its build wrote one
+            if top.is_file():
+                _link_or_copy(top, toplevel_path(work, sid))
+    _, params_hash = build_params(first.source, first.tokenizer.name, first.tokenizer.revision,
+                                  first.tokenizer.sha256, first.token_width, first.num_shards,
+                                  list(range(first.num_shards)))
+    if build_info is None:
+        build_info = {"joined_from": [str(Path(p).absolute()) for p in parts]}
     joined = IndexManifest(
         source=first.source, tokenizer=first.tokenizer, token_width=first.token_width,
         delimiter_ids=first.delimiter_ids, num_shards=first.num_shards,
         shard_ids=list(range(first.num_shards)),
         shards=sorted((s for m in manifests for s in m.shards), key=lambda s: s.id),
-        build={"params_hash": hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest(),
-               "joined_from": [str(Path(p).absolute()) for p in parts]},
+        build={"params_hash": params_hash, **build_info},
         versions=_versions(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         files=checksum_files(work, index_file_names(range(first.num_shards))))
     joined.write(work)

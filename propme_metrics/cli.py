@@ -53,16 +53,41 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     source = CorpusSource(args.source, text_field=args.text_field, keep_fields=_csv(args.keep_fields),
                           source_field=args.source_field, exclude_sources=_csv(args.exclude_sources),
                           revision=args.revision, config=args.config, split=args.split)
-    manifest = build_index(source, args.out, tokenizer=args.tokenizer, tokenizer_revision=args.tokenizer_revision,
-                           num_shards=args.shards, shard_ids=args.shard_ids, token_width=args.token_width,
-                           batch_size=args.batch_size, cpus=args.cpus, force=args.force,
-                           check_space=not args.skip_space_check, progress=not args.quiet,
-                           sa_builder=args.sa_builder,
-                           announce=None if args.quiet else lambda text: print(text, file=sys.stderr, flush=True))
+    if args.ray is not None:
+        manifest = _build_on_ray(args, source)
+    else:
+        manifest = build_index(source, args.out, tokenizer=args.tokenizer, tokenizer_revision=args.tokenizer_revision,
+                               num_shards=args.shards, shard_ids=args.shard_ids, token_width=args.token_width,
+                               batch_size=args.batch_size, cpus=args.cpus, force=args.force,
+                               check_space=not args.skip_space_check, progress=not args.quiet,
+                               sa_builder=args.sa_builder,
+                               announce=None if args.quiet else lambda text: print(text, file=sys.stderr, flush=True))
     state = "complete" if manifest.complete else f"shards {manifest.shard_ids} of {manifest.num_shards}"
     print(f"index {args.out}: {manifest.total_documents:,} documents, {manifest.total_tokens:,} tokens, "
           f"{manifest.token_width * 8}-bit, tokenizer {manifest.tokenizer.name} ({state})")
     return 0
+
+
+def _build_on_ray(args: argparse.Namespace, source):
+    from .distributed import build_index_on_ray
+    from .errors import ConfigError
+
+    if args.shard_ids is not None:
+        raise ConfigError("--shard-ids and --ray do not go together: a Ray build runs every shard as a task",
+                          "leave out --shard-ids")
+    memory = None if args.task_memory is None else int(args.task_memory * 2**30)
+    return build_index_on_ray(source, args.out, address=args.ray or None, tokenizer=args.tokenizer,
+                              tokenizer_revision=args.tokenizer_revision, num_shards=args.shards,
+                              token_width=args.token_width, batch_size=args.batch_size, cpus_per_task=args.cpus or 1,
+                              memory_per_task=memory, force=args.force, check_space=not args.skip_space_check,
+                              progress=not args.quiet, sa_builder=args.sa_builder)
+
+
+def _add_ray_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help=f"{what} on a Ray cluster: ADDRESS (host:port) or RAY_ADDRESS, else a local one "
+                             '(needs `pip install "propme[ray]"`; the index folder must be on a file system '
+                             "every node sees)")
 
 
 def cmd_index_info(args: argparse.Namespace) -> int:
@@ -146,11 +171,15 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--token-width", type=int, choices=(2, 4), default=None,
                    help="bytes per token id (default: 2 if every id <= 65534, else 4)")
     b.add_argument("--batch-size", type=_positive, default=1024, help="documents per tokenizer batch")
-    b.add_argument("--cpus", type=_positive, default=None, help="processes for the suffix-array build (default: all)")
+    b.add_argument("--cpus", type=_positive, default=None, help="processes for the suffix-array build (default: all; "
+                   "with --ray: CPUs per shard task, default 1)")
     b.add_argument("--sa-builder", choices=("auto", "divsufsort", "rust"), default="auto",
                    help="suffix-array builder: libdivsufsort (in memory, fast on any text), rust_indexing (in "
                    "parts, for shards larger than half the RAM; slow on long repeats), or auto (the first when "
                    "the shard fits in half the RAM)")
+    _add_ray_option(b, "build one shard per task")
+    b.add_argument("--task-memory", type=float, default=None, metavar="GIB",
+                   help="with --ray: memory each shard task declares (default: from the corpus size)")
     b.add_argument("--force", action="store_true", help="replace the PropMe index that --out holds (never "
                    "anything else: a folder with other files is refused)")
     b.add_argument("--skip-space-check", action="store_true", help="do not check free disk space first")
@@ -360,7 +389,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the folder for the results: {exc}") from None
-    tracer = Tracer(index, config)
+    if args.ray is not None:
+        from .distributed import ray_tracer
+
+        tracer = ray_tracer(index, config, address=args.ray or None, actors=args.actors)
+    else:
+        tracer = Tracer(index, config)
     fingerprint = job_fingerprint(file_digest(args.input), manifest.identity, config.to_dict(), generations)
     started = time.time()
     results, resumed = trace_resumable(tracer, generations, out, fingerprint, workers=args.workers,
@@ -459,7 +493,11 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--mode", choices=("text", "mixed"), default=d.mode,
                    help="mixed (the published default): whole-generation lookup, spans of 4+ tokens, no sentence "
                         "rules; text: sentence and whole-word rules")
-    t.add_argument("--workers", type=int, default=1, help="processes tracing in parallel")
+    t.add_argument("--workers", type=int, default=1, help="processes tracing in parallel (with --ray: "
+                   "generations traced concurrently by driver threads)")
+    _add_ray_option(t, "search the shards")
+    t.add_argument("--actors", type=int, default=None, help="with --ray: actors holding the shards "
+                   "(default: one per free CPU of the cluster, at most one per shard)")
     t.add_argument("--tokenizer", dest="check_tokenizer", default=None, metavar="NAME_OR_DIR",
                    help="check that this tokenizer (hub id or folder) is the index's; error if not")
     t.add_argument("--span-divisor", type=_positive, default=d.span_divisor,

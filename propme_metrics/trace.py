@@ -323,12 +323,25 @@ class Tracer:
         self._backend = backend
         self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
         self._word_initial = self._word_initial_ids(backend)
+        self._shards = self._open_shards()
+
+    def _open_shards(self) -> list:
+        """One searcher per shard in engine order (doc_ix and segment_by_shard follow it)."""
         shards, base = [], 0
-        docs = {s.id: s.documents for s in manifest.shards}
-        for sid in self.index.engine_shards:  # engine order: doc_ix and segment_by_shard follow it
+        docs = {s.id: s.documents for s in self.index.manifest.shards}
+        for sid in self.index.engine_shards:
             shards.append(ShardSearcher(self.index.path, sid, self.index.token_width, base))
             base += docs[sid]
-        self._shards = shards
+        return shards
+
+    def _search_shards(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> list:
+        """`ShardSearcher.search` of the query rows in every shard, in engine order (the one place
+        the tracer searches; a cluster backend scatters it to its actors)."""
+        return [shard.search(shard.keys(arr), qstart, qend, upper) for shard in self._shards]
+
+    def _shard_windows(self, by_shard: dict[int, list[int]], max_disp_len: int) -> dict[int, list[DocWindow]]:
+        """`ShardSearcher.windows` of the ranks asked of each engine shard."""
+        return {s: self._shards[s].windows(ranks, max_disp_len) for s, ranks in by_shard.items()}
 
     def _word_initial_ids(self, backend) -> frozenset[int]:
         """Ids whose surface form begins with the space marker (SPEC 4.8): the stored word starts
@@ -387,8 +400,7 @@ class Tracer:
             return starts + best
         qend = np.full(len(starts), len(arr), dtype=np.int64)
         upper = np.zeros(len(starts), dtype=bool)
-        for shard in self._shards:
-            _lo, _hi, llo, lhi = shard.search(shard.keys(arr), starts, qend, upper)
+        for _lo, _hi, llo, lhi in self._search_shards(arr, starts, qend, upper):
             best = np.maximum(best, np.maximum(llo, lhi))
         return starts + best
 
@@ -405,8 +417,7 @@ class Tracer:
         upper = np.repeat([False, True], m)
         counts = np.zeros(m, dtype=np.int64)
         segments: list[list[tuple[int, int]]] = [[] for _ in range(m)]
-        for shard in self._shards:
-            _lo, hi, _llo, _lhi = shard.search(shard.keys(arr), qstart, qend, upper)
+        for _lo, hi, _llo, _lhi in self._search_shards(arr, qstart, qend, upper):
             lo_b, hi_b = hi[:m], hi[m:]
             counts += hi_b - lo_b
             for i in range(m):
@@ -423,7 +434,7 @@ class Tracer:
         by_shard: dict[int, list[int]] = {}
         for s, rank in occurrences:
             by_shard.setdefault(s, []).append(rank)
-        fetched = {s: iter(self._shards[s].windows(ranks, max_disp_len)) for s, ranks in by_shard.items()}
+        fetched = {s: iter(wins) for s, wins in self._shard_windows(by_shard, max_disp_len).items()}
         return [next(fetched[s]) for s, _ in occurrences]
 
     # -- steps 1 and 2 --------------------------------------------------------------------------
@@ -551,13 +562,17 @@ class Tracer:
 
         done = 0
         started = time.time()
-        with _Runner(self, jobs, workers) as runner:  # forks (if at all) before the progress thread starts
+        with self._runner(jobs, workers) as runner:  # forks (if at all) before the progress thread starts
             with progress_bar(progress) as bar:
                 task = bar.add_task("tracing", total=len(jobs), rate="")
                 for res in runner:
                     done += 1
                     bar.update(task, advance=1, rate=rate(done, time.time() - started, "gen"))
                     yield res
+
+    def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> "_Runner":
+        """What runs the jobs of `iter_trace`: this process, or forked workers."""
+        return _Runner(self, jobs, workers)
 
     def safe_trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
         """`trace_one` that records a failure in `error` instead of raising (one bad generation never loses a run)."""

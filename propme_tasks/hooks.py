@@ -29,6 +29,8 @@ BUILD_HINTS = {
     "common_pile": "propme index build common-pile/comma_v0.1_training_dataset --out DIR",
 }
 TRACE_KEYS = {f.name for f in fields(TraceConfig)}
+#: where the shards are searched: `trace_backend` ('local' or 'ray'), `trace_ray_address`, `trace_ray_actors`
+BACKEND_KEYS = {"backend", "ray_address", "ray_actors"}
 
 
 class TaskConfigError(SystemExit):
@@ -100,10 +102,10 @@ def _bool_setting(meta: dict[str, Any], key: str) -> bool:
 
 def trace_config(meta: dict[str, Any]) -> TraceConfig:
     """TraceConfig from `trace_<field>` metadata keys or PROPME_TRACE_<FIELD> variables."""
-    unknown = [k for k in meta if k.startswith("trace_") and k[6:] not in TRACE_KEYS]
+    unknown = [k for k in meta if k.startswith("trace_") and k[6:] not in TRACE_KEYS | BACKEND_KEYS]
     if unknown:
         raise TaskConfigError(f"unknown tracing parameter(s) {unknown}; valid: "
-                              + ", ".join(f"trace_{k}" for k in sorted(TRACE_KEYS)))
+                              + ", ".join(f"trace_{k}" for k in sorted(TRACE_KEYS | BACKEND_KEYS)))
     values = {}
     try:
         for f in fields(TraceConfig):
@@ -118,6 +120,18 @@ def trace_config(meta: dict[str, Any]) -> TraceConfig:
         return TraceConfig(**values)
     except (TypeError, ValueError) as exc:
         raise TaskConfigError(f"bad tracing parameters: {exc}") from None
+
+
+def trace_backend(meta: dict[str, Any]) -> str:
+    """The search backend: "" (local) or the JSON of {"backend": "ray", "address": ..., "actors": ...}."""
+    backend, where = _setting(meta, "trace_backend", "local")
+    if backend not in ("local", "ray"):
+        raise TaskConfigError(f"{where} must be 'local' or 'ray', not {backend!r}")
+    if backend == "local":
+        return ""
+    address, _ = _setting(meta, "trace_ray_address")
+    actors = _int_setting(meta, "trace_ray_actors", 0, minimum=0) or None
+    return json.dumps({"backend": "ray", "address": address, "actors": actors}, sort_keys=True)
 
 
 def load_prompts(**meta: Any):
@@ -139,9 +153,11 @@ def load_prompts(**meta: Any):
     _check_path(index_path, where, "an index folder")
     config = trace_config(meta)
     config_json = json.dumps(config.to_dict(), sort_keys=True)
+    backend_json = trace_backend(meta)
     try:
         # the tracer opens the index and checks its tokenizer now: nothing may fail after generation
-        index = _tracer(str(Path(index_path).absolute()), config_json).index
+        index = _doc_tracer({"index_path": str(Path(index_path).absolute()), "trace_config": config_json,
+                             "trace_backend": backend_json}).index
     except PropMeError as exc:
         raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
     start = start_token(meta)
@@ -164,8 +180,9 @@ def load_prompts(**meta: Any):
     else:
         records = _prompt_set(meta, index, corpus, setting, language, seed).records
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
-              "trace_config": config_json, "start_token": start.token, "start_token_choice": start.choice,
-              "start_token_note": start.note, "pii_show": _bool_setting(meta, "pii_show")}
+              "trace_config": config_json, "trace_backend": backend_json, "start_token": start.token,
+              "start_token_choice": start.choice, "start_token_note": start.note,
+              "pii_show": _bool_setting(meta, "pii_show")}
     rows = []
     for rec in records:
         prompt = _truncated(index, rec.prompt, max_tokens)
@@ -241,10 +258,25 @@ def _source_tag(setting: str, language: str | None) -> str:
     return hashlib.sha256(__version__.encode() + b"|" + payload).hexdigest()[:10]
 
 
+def _doc_tracer(doc: dict[str, Any]) -> Tracer:
+    """The tracer a document names (local unless its `trace_backend` says otherwise)."""
+    backend = doc.get("trace_backend") or ""
+    if backend:
+        return _tracer(doc["index_path"], doc["trace_config"], backend)
+    return _tracer(doc["index_path"], doc["trace_config"])
+
+
 @lru_cache(maxsize=8)
-def _tracer(index_path: str, config_json: str) -> Tracer:
-    """One tracer per process and configuration (each accelerate rank opens its own)."""
-    return Tracer(index_path, TraceConfig(**json.loads(config_json)))
+def _tracer(index_path: str, config_json: str, backend_json: str = "") -> Tracer:
+    """One tracer per process and configuration (each accelerate rank opens its own); with the Ray
+    backend its shards are held by actors on the cluster."""
+    config = TraceConfig(**json.loads(config_json))
+    backend = json.loads(backend_json) if backend_json else {"backend": "local"}
+    if backend["backend"] == "ray":
+        from propme_metrics.distributed import ray_tracer
+
+        return ray_tracer(index_path, config, address=backend.get("address"), actors=backend.get("actors"))
+    return Tracer(index_path, config)
 
 
 #: metric name in the YAML -> per-generation value summed over counted generations, pooled by agg_ratio
@@ -260,7 +292,7 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     generations (and document entries, for NVR) divided once, never a mean of per-prompt means.
     """
     generations = results[0] if results and isinstance(results[0], list) else results
-    tracer = _tracer(doc["index_path"], doc["trace_config"])
+    tracer = _doc_tracer(doc)
     continuation = doc.get("continuation") or None if doc.get("setting") == "prefix" else None
     traces: list[TraceResult] = []
     for j, text in enumerate(generations):
