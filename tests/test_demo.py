@@ -33,8 +33,9 @@ def test_demo_small_end_to_end(demo_paths, capsys):
             <= row[f"propme_demo_pm_nvr_{setting}_high"] <= 1
     # every prompt started with the model's <|endoftext|>, as the model was trained
     assert (row["propme_demo_start_token"], row["propme_demo_start_token_choice"]) == ("<|endoftext|>", "auto")
-    assert "Start token: the tokenizer adds no start token: prepended its BOS token <\\|endoftext\\|>" \
-        in (demo_paths.report / "leaderboard.md").read_text()  # '|' escaped for Markdown tables
+    # '|' escaped for Markdown tables, '<' and '>' for the HTML Markdown passes through
+    assert "Start token: the tokenizer adds no start token: prepended its BOS token &lt;\\|endoftext\\|&gt;" \
+        in (demo_paths.report / "leaderboard.md").read_text()
     # a second run reuses everything, lm-eval included
     assert main(["demo", "--small", "--quiet", "--out", str(demo_paths.root)]) == 0
     assert "lm-eval: reused" in capsys.readouterr().err
