@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reference_trace import published_nv_recall
 from propme_metrics.nvrecall import (
     NVParams,
     _matching_blocks,
@@ -199,29 +200,8 @@ def test_matching_blocks_equal_difflib_on_text():
 
 
 def _published_nv_recall(generation: str, window: str) -> float:
-    """The published definition written out plainly: difflib's blocks, two merge passes."""
-    gen, win = normalize_words(generation), normalize_words(window)
-    n = len(gen)
-    if not n:
-        return 0.0
-    clamp = lambda v, lo, hi: max(lo, min(hi, v))  # noqa: E731
-    l1, l2 = clamp(round(0.15 * n), 2, 20), clamp(round(0.35 * n), 4, 100)
-    passes = [(clamp(round(0.02 * n), 1, 6), clamp(round(0.01 * n), 1, 3), l1),
-              (clamp(round(0.08 * n), 2, 12), clamp(round(0.03 * n), 1, 5), l2)]
-    blocks = [[m.a, m.a + m.size, m.b, m.b + m.size, m.size]
-              for m in SequenceMatcher(None, gen, win).get_matching_blocks() if m.size]
-    for gap, align, min_len in passes:
-        merged = []
-        for blk in blocks:
-            if merged:
-                cur = merged[-1]
-                ga, gb = blk[0] - cur[1], blk[2] - cur[3]
-                if max(ga, gb) <= gap and abs(ga - gb) <= align:
-                    cur[1], cur[3], cur[4] = blk[1], blk[3], cur[4] + blk[4]
-                    continue
-            merged.append(list(blk))
-        blocks = [b for b in merged if b[4] >= min_len]
-    return round(sum(b[4] for b in blocks) / n, 9)
+    """The published definition written out plainly (tests/reference_trace.py)."""
+    return published_nv_recall(generation, window)[0]
 
 
 VOCAB = ["og", "i", "det", "på", "en", "blåbær", "“Hej”", "–", "verden…", "Ærø", "hus", "vej", "by", "_fin_"]
