@@ -523,7 +523,8 @@ def load_prompt_set(path: str | Path, index=None, setting: str | None = None) ->
         raise ConfigError(f"prompt file {path} was changed after it was built (its sha256 differs from {side.name})",
                           hint + "; to use your own prompts, pass them with --candidates")
     try:
-        records = [PromptRecord.from_dict(json.loads(line)) for line in data.decode("utf-8").splitlines()
+        # JSON Lines end at "\n" only (str.splitlines would also split at U+0085 or U+2028 in a prompt)
+        records = [PromptRecord.from_dict(json.loads(line)) for line in data.decode("utf-8").split("\n")
                    if line.strip()]
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"prompt file {path} is corrupt ({exc})", hint) from None

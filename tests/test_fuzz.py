@@ -131,7 +131,8 @@ def test_hostile_generations_are_traced(tmp_path_factory, synthetic_index, cli_r
     code, _, err = cli_run("trace", "--index", synthetic_index, "--input", inp, "--out", root / "r.jsonl",
                            "--summary", root / "s.json", "--quiet")
     assert code == 0, err
-    rows = [json.loads(x) for x in (root / "r.jsonl").read_text(encoding="utf-8").splitlines()]
+    # JSON Lines end at "\n" only: str.splitlines() would also split at U+0085 or U+2028 inside a string
+    rows = [json.loads(x) for x in (root / "r.jsonl").read_text(encoding="utf-8").split("\n") if x]
     assert len(rows) == len(texts) and all(r["key"].startswith("g") for r in rows)
 
 
