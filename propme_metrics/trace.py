@@ -652,22 +652,24 @@ class _Context:
         tracer = self.tracer
         groups: list[list[int]] = []
         unions: list[tuple[int, int]] = []
+        union_occ: list[Occurrences] = []  #: occurrences of each group's union (its span's own for one span)
         for i, (s, e) in enumerate(kept):
             if groups and s < unions[-1][1]:
                 union = (min(unions[-1][0], s), max(unions[-1][1], e))
-                if tracer.count(self.ids[union[0]:union[1]]):
+                occ = tracer.locate(self.ids, [union])[0]
+                if occ.count:
                     groups[-1].append(i)
-                    unions[-1] = union
+                    unions[-1], union_occ[-1] = union, occ
                     continue
             groups.append([i])
             unions.append((s, e))
+            union_occ.append(occs[i])
         draws = [select_occurrences(o, self.cfg.docs_per_span, self.rng) for o in occs]
         finals = []
-        for group, union in zip(groups, unions):
+        for group, union, occ in zip(groups, unions, union_occ):
             if len(group) == 1:
-                occ, picks = occs[group[0]], draws[group[0]]
-            else:
-                occ = tracer.locate(self.ids, [union])[0]
+                picks = draws[group[0]]
+            else:  # documents retrieved afresh for the union, from the same RNG
                 picks = select_occurrences(occ, self.cfg.docs_per_span, self.rng)
             docs = self.fetch(picks, union)
             finals.append(FinalSpan(start=union[0], end=union[1], text=tracer._decode(self.ids[union[0]:union[1]]),
