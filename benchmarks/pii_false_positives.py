@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from propme_metrics.pii import PII_TYPES, detect
+from propme_metrics.trace.pii import PII_TYPES, detect
 
 
 def corpus_files(roots: list[Path]) -> list[Path]:

@@ -33,10 +33,11 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 
 def make_generations(records: list[dict], n: int, seed: int = 1) -> list[str]:
-    from propme_metrics.synthetic import generate_corpus
+    from propme_metrics.demo.synthetic import generate_corpus
 
     rng = random.Random(seed)
     picked = rng.sample(records, n)
@@ -67,11 +68,13 @@ def main() -> int:
 
     import ray
 
-    from propme_metrics.build import build_index
-    from propme_metrics.distributed import build_index_on_ray, ray_tracer
-    from propme_metrics.sources import CorpusSource
-    from propme_metrics.synthetic import generate_corpus, gpt2_tokenizer
-    from propme_metrics.trace import Tracer
+    from propme_metrics.index.build import build_index
+    from propme_metrics.index.ray_build import build_index_on_ray
+    from propme_metrics.trace.ray_search import ray_tracer
+    from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.demo.synthetic import generate_corpus
+    from support.corpora import gpt2_tokenizer
+    from propme_metrics.trace.tracer import Tracer
 
     work = Path(args.work or tempfile.mkdtemp(prefix="propme-ray-bench-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 GEN_TOKENS = 256
 
@@ -241,9 +242,9 @@ def write_corpus(path: Path, tokenizer, target_tokens: int, seed: int) -> dict:
 # -- build (own process) -------------------------------------------------------------------------
 
 def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_builder: str) -> dict:
-    import propme_metrics.build as build_mod
-    from propme_metrics.sources import CorpusSource
-    from propme_metrics.tokenizer import load_tokenizer
+    import propme_metrics.index.build as build_mod
+    from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.index.tokenizer import load_tokenizer
 
     tok = load_tokenizer(str(tokenizer_dir))
     name = size_name(size)
@@ -295,10 +296,10 @@ def measure_token_level_build(work: Path, size: int, tokenizer_dir: Path, seed: 
 
     import numpy as np
 
-    import propme_metrics.build as build_mod
-    from propme_metrics.manifest import IndexManifest, ShardInfo, shard_file
-    from propme_metrics.sources import CorpusSource
-    from propme_metrics.tokenizer import load_tokenizer
+    import propme_metrics.index.build as build_mod
+    from propme_metrics.index.manifest import IndexManifest, ShardInfo, shard_file
+    from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.index.tokenizer import load_tokenizer
 
     tok = load_tokenizer(str(tokenizer_dir))
     template = work / "index-template"
@@ -393,9 +394,9 @@ def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, pa
     """n texts of about 256 index tokens: copies of document stretches, edited copies, new text."""
     import numpy as np
 
-    from propme_metrics.index import open_index
-    from propme_metrics.manifest import shard_file
-    from propme_metrics.tokenizer import load_tokenizer
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.index.manifest import shard_file
+    from propme_metrics.index.tokenizer import load_tokenizer
 
     index = open_index(index_dir)
     tok = load_tokenizer(str(tokenizer_dir))
@@ -465,9 +466,9 @@ def resident_fraction(path: Path) -> float:
 
 
 def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Path) -> dict:
-    from propme_metrics.manifest import shard_file
-    from propme_metrics.search import ShardSearcher
-    from propme_metrics.trace import Tracer
+    from propme_metrics.index.manifest import shard_file
+    from propme_metrics.index.search import ShardSearcher
+    from propme_metrics.trace.tracer import Tracer
 
     rows = [json.loads(x) for x in open(gens, encoding="utf-8")]
     t = time.perf_counter()
@@ -678,7 +679,7 @@ def main() -> None:
         print(json.dumps(measure_trace(Path(index), Path(gens), search, cache, args._out)))
         return
 
-    from propme_metrics.synthetic import gpt2_tokenizer
+    from support.corpora import gpt2_tokenizer
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     args.work.mkdir(parents=True, exist_ok=True)

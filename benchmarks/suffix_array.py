@@ -22,10 +22,11 @@ from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 
 def run_builder(ds: str, out: str, builder: str) -> None:
-    from propme_metrics.build import _half_of_ram, build_suffix_array
+    from propme_metrics.index.build import _half_of_ram, build_suffix_array
 
     ds_path = Path(ds)
     t = time.perf_counter()
@@ -50,7 +51,7 @@ def misordered(ds: Path, table: Path, ranks, width: int = 2) -> int:
     """Adjacent pairs (r, r+1) among `ranks` whose suffixes are out of byte order."""
     import numpy as np
 
-    from propme_metrics.index import pointer_size
+    from propme_metrics.index.reader import pointer_size
 
     raw = ds.read_bytes()
     ptr = pointer_size(len(raw))
@@ -86,8 +87,10 @@ def main() -> None:
         return
     import numpy as np
 
-    from propme_metrics.synthetic import generate_corpus, gpt2_tokenizer
-    from propme_metrics.tokenizer import load_tokenizer
+    from propme_metrics.demo.synthetic import generate_corpus
+
+    from support.corpora import gpt2_tokenizer
+    from propme_metrics.index.tokenizer import load_tokenizer
 
     work = args.work or Path(tempfile.mkdtemp(prefix="propme-sa-"))
     work.mkdir(parents=True, exist_ok=True)

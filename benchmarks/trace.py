@@ -1,4 +1,4 @@
-"""Benchmark of SimpleTrace (`propme_metrics.trace.Tracer`) against the published per-start loop.
+"""Benchmark of SimpleTrace (`propme_metrics.trace.tracer.Tracer`) against the published per-start loop.
 
     python benchmarks/trace.py                       # builds a ~20M-token synthetic index (GPT-2 tokenizer)
     python benchmarks/trace.py --index DIR           # reuse an index (its corpus must be generate_corpus(seed 0))
@@ -38,12 +38,13 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 
 # -- the baseline -------------------------------------------------------------------------------
 
 def baseline_tracer_class():
-    from propme_metrics.trace import DocWindow, Occurrences, Tracer
+    from propme_metrics.trace.tracer import DocWindow, Occurrences, Tracer
 
     class BaselineTracer(Tracer):
         """Step 1 and the lookups through infini-gram's engine, one call per start / span / document."""
@@ -107,7 +108,7 @@ def _status_kb(field: str) -> int:
 
 def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out: str | None,
             repeat: int) -> None:
-    from propme_metrics.trace import Tracer
+    from propme_metrics.trace.tracer import Tracer
 
     rows = [json.loads(line) for line in open(gens_path, encoding="utf-8")][::every]
     started = time.perf_counter()
@@ -176,7 +177,7 @@ def run_measure(args: argparse.Namespace, kind: str, index: Path, workers: int, 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-STARTUP = ("import sys, time; t0 = time.perf_counter(); from propme_metrics.trace import Tracer; "
+STARTUP = ("import sys, time; t0 = time.perf_counter(); from propme_metrics.trace.tracer import Tracer; "
            "t = Tracer(sys.argv[1]); t.trace_one(sys.argv[2], 'k'); print(time.perf_counter() - t0)")
 
 
@@ -200,9 +201,9 @@ def measure_startup(index: Path, text: str, repeat: int) -> dict:
 # -- corpus, indexes, generations -----------------------------------------------------------------
 
 def build(work: Path, tokens: int, tokenizer: Path, name: str) -> Path:
-    from propme_metrics.build import build_index
-    from propme_metrics.sources import CorpusSource
-    from propme_metrics.synthetic import generate_corpus
+    from propme_metrics.index.build import build_index
+    from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.demo.synthetic import generate_corpus
 
     out = work / name
     if (out / "propme-manifest.json").exists():
@@ -223,8 +224,8 @@ def build(work: Path, tokens: int, tokenizer: Path, name: str) -> Path:
 
 
 def make_generations(path: Path, index_dir: Path, n: int, gen_tokens: int, source_docs: int, seed: int) -> None:
-    from propme_metrics.index import open_index
-    from propme_metrics.synthetic import generate_corpus
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.demo.synthetic import generate_corpus
 
     index = open_index(index_dir)
     rng = random.Random(seed)
@@ -300,8 +301,8 @@ def main() -> None:
         measure(args._measure, str(args.index), args._gens, args.workers, args._every, args._out, args.repeat)
         return
 
-    from propme_metrics.index import open_index
-    from propme_metrics.synthetic import gpt2_tokenizer
+    from propme_metrics.index.reader import open_index
+    from support.corpora import gpt2_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
     tok = args.work / "gpt2"

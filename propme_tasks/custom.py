@@ -9,12 +9,11 @@ import json
 import re
 from pathlib import Path
 
-from propme_metrics.errors import ConfigError
-from propme_metrics.prompt_free import PROMPT_FREE_SETTINGS
+from propme_metrics.core.errors import ConfigError
+from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
 
 from .discovery import tasks_path
 
-SETTINGS = ("generic", "specific", "prefix", *PROMPT_FREE_SETTINGS)
 
 
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:

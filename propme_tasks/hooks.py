@@ -3,7 +3,7 @@
 lm-eval passes the task's merged metadata (YAML `metadata:` + `--metadata` + `--model_args`) to
 `load_prompts` only, so the loader validates the configuration before any generation and copies
 what scoring needs (index path, tracing parameters) into every document. It also resolves the
-document-start token (`propme_metrics.start`) from the model arguments: the model is given
+document-start token (`propme_metrics.prompts.start`) from the model arguments: the model is given
 `model_prompt` = start token + prompt, and each document records the choice.
 """
 from __future__ import annotations
@@ -15,11 +15,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from propme_metrics.errors import PropMeError
-from propme_metrics.generations import generation_key
-from propme_metrics.metrics import counts_for_metrics, generation_values
-from propme_metrics.pii import PII_METRICS, leaks
-from propme_metrics.trace import TraceConfig, Tracer, TraceResult
+from propme_metrics.core.errors import PropMeError
+from propme_metrics.trace.inputs import generation_key
+from propme_metrics.metrics import registry
+from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
+from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
+from propme_metrics.trace.pii import leaks
+from propme_metrics.trace.result import TraceConfig, TraceResult
+
+#: How to build an index for each shipped corpus, quoted in error messages.
+from propme_metrics.trace.tracer import Tracer
 
 #: How to build an index for each shipped corpus, quoted in error messages.
 BUILD_HINTS = {
@@ -138,7 +143,7 @@ def load_prompts(**meta: Any):
     """`custom_dataset` hook: validate index, prompts and start token; return {'test': Dataset}."""
     import datasets
 
-    from propme_metrics.prompt_free import PROMPT_FREE_SETTINGS, prompt_free_records
+    from propme_metrics.prompts.prompt_free import prompt_free_records
 
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
@@ -161,7 +166,7 @@ def load_prompts(**meta: Any):
     except PropMeError as exc:
         raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
     start = start_token(meta)
-    seed = _int_setting(meta, "prompt_seed", 42, minimum=0)
+    seed = _int_setting(meta, "prompt_seed", DEFAULT_PROMPT_SEED, minimum=0)
     max_tokens = _int_setting(meta, "max_prompt_tokens", 0, minimum=0)
     repeats = _int_setting(meta, "generations_per_prompt", 1)  # checked before any prompt set is built
     if setting in PROMPT_FREE_SETTINGS:
@@ -173,7 +178,7 @@ def load_prompts(**meta: Any):
                                   f"put before the prompts ({start.note}), so the prompt would be empty: "
                                   "use start_token auto or a literal")
         try:
-            records = prompt_free_records(setting, _int_setting(meta, "prompt_free_generations", 100), seed, language)
+            records = prompt_free_records(setting, _int_setting(meta, "prompt_free_generations", DEFAULT_N_PROMPTS), seed, language)
         except PropMeError as exc:
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         repeats = 1  # each record is one generation (the resampling unit of prompt-free settings)
@@ -197,7 +202,7 @@ def load_prompts(**meta: Any):
 
 def start_token(meta: dict[str, Any]):
     """The run's StartToken from `start_token` (metadata or PROPME_START_TOKEN; default auto)."""
-    from propme_metrics.start import resolve_start_token
+    from propme_metrics.prompts.start import resolve_start_token
 
     choice, where = _setting(meta, "start_token")
     try:
@@ -216,9 +221,9 @@ def _truncated(index, prompt: str, max_tokens: int) -> str:
 
 def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language: str | None, seed: int):
     """The prompt set of a prompted setting: the configured file, the cache, or built and cached."""
-    from propme_metrics.prompts import build_prompt_set, load_prompt_set, write_prompt_set
+    from propme_metrics.prompts.build import build_prompt_set, load_prompt_set, write_prompt_set
 
-    n = _int_setting(meta, "n_prompts", 100)
+    n = _int_setting(meta, "n_prompts", DEFAULT_N_PROMPTS)
     prompt_key = f"{corpus}_{setting}_prompts"
     prompt_file, pwhere = _setting(meta, prompt_key)
     if prompt_file is not None:
@@ -252,7 +257,7 @@ def _source_tag(setting: str, language: str | None) -> str:
     import hashlib
 
     from propme_metrics import __version__
-    from propme_metrics.prompts import builtin_file_bytes
+    from propme_metrics.prompts.build import builtin_file_bytes
 
     payload = builtin_file_bytes(language) if setting != "prefix" and language else b""
     return hashlib.sha256(__version__.encode() + b"|" + payload).hexdigest()[:10]
@@ -273,32 +278,27 @@ def _tracer(index_path: str, config_json: str, backend_json: str = "") -> Tracer
     config = TraceConfig(**json.loads(config_json))
     backend = json.loads(backend_json) if backend_json else {"backend": "local"}
     if backend["backend"] == "ray":
-        from propme_metrics.distributed import ray_tracer
+        from propme_metrics.trace.ray_search import ray_tracer
 
         return ray_tracer(index_path, config, address=backend.get("address"), actors=backend.get("actors"))
     return Tracer(index_path, config)
 
 
-#: metric name in the YAML -> per-generation value summed over counted generations, pooled by agg_ratio
-POOLED_METRICS = {"als": "als", "fmr": "fmr", "fmr_normalized": "fmr_normalized", "r20": "r20", "r50": "r50",
-                  "nvr_above_half": "nv_above_half"}
-
-
 def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     """Trace every generation of this prompt and return one item per metric of the YAML.
 
-    Items are (numerator, denominator) pairs that `agg_ratio` pools over the whole task, so
-    lm-eval's table shows the same numbers as `propme trace` and `propme report`: sums over
-    generations (and document entries, for NVR) divided once, never a mean of per-prompt means.
+    Items of the registry's metrics are (numerator, denominator) pairs that `agg_ratio` pools over
+    the whole task (`max` metrics: the largest value, `agg_max`), so lm-eval's table shows the same
+    numbers as `propme trace` and `propme report`: sums divided once, never a mean of per-prompt means.
     """
     generations = results[0] if results and isinstance(results[0], list) else results
     tracer = _doc_tracer(doc)
-    continuation = doc.get("continuation") or None if doc.get("setting") == "prefix" else None
+    setting = doc.get("setting")
+    continuation = doc.get("continuation") or None if setting == "prefix" else None
     traces: list[TraceResult] = []
     for j, text in enumerate(generations):
         key = generation_key(doc["id"], doc.get("sample_ix", 0), j, len(generations))
         traces.append(tracer.safe_trace_one(str(text), key=key, continuation=continuation))
-    counted = [generation_values(t) for t in traces if counts_for_metrics(t)]
     personal = [leaks(t) for t in traces]
     records = []
     for t, p in zip(traces, personal):
@@ -306,23 +306,20 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         records.append({**t.to_dict(), "pii": p.to_dict(show=bool(doc.get("pii_show")))})
     items: dict[str, Any] = {
         "trace": {
-            "prompt_id": doc["id"], "setting": doc.get("setting"), "index_identity": doc.get("index_identity"),
+            "prompt_id": doc["id"], "setting": setting, "index_identity": doc.get("index_identity"),
             "failed": sum(t.error is not None for t in traces),
             "top_sources": _top_sources(traces),
             "generations": records,
         },
     }
-    pii_counted = [p.values() for t, p in zip(traces, personal) if counts_for_metrics(t)]
-    for key in PII_METRICS:
-        items[key] = {"sum": sum(v[key] for v in pii_counted), "n": len(pii_counted)}
-    for key, source in POOLED_METRICS.items():
-        items[key] = {"sum": sum(v[source] for v in counted), "n": len(counted)}
-    items["nvr"] = {"sum": sum(v["nv_sum"] for v in counted), "n": sum(v["nv_docs"] for v in counted)}
-    items["nvr_hits"] = {"sum": sum(v["nv_hit_sum"] for v in counted), "n": sum(v["nv_hits"] for v in counted)}
-    items["nvr_max"] = max((v["nv_max"] for v in counted), default=None)
-    if doc.get("setting") == "prefix" and continuation:
-        extracted = [v["extracted"] for v in counted if v["extracted"] is not None]
-        items["extraction"] = {"sum": sum(extracted), "n": len(extracted)}
+    metrics = registry.for_setting(setting)
+    counted = [contributions(t, metrics, p) for t, p in zip(traces, personal) if counts_for_metrics(t)]
+    for m in metrics:
+        num, den = pool(m, counted)
+        if m.aggregation == "max":
+            items[m.name] = num if counted else None
+        else:
+            items[m.name] = {"sum": num, "n": den}
     return items
 
 

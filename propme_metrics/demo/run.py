@@ -1,0 +1,205 @@
+"""`propme demo`: the whole PropMe job offline on an embedded default, in stages that are reused.
+
+corpus (generated, bilingual) -> tokenizer -> infini-gram index -> a tiny GPT-2 that memorizes the
+planted documents (trained like real models, each document after the start token `<|endoftext|>`)
+-> generic/specific/prefix prompt sets -> `lm_eval --tasks propme_demo` (the three prompted
+settings and the prompt-free `unconditional` and `minimal_cue`, every prompt after the start
+token) -> `propme report`. A second run reuses every stage whose output already exists.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from propme_metrics.core.errors import BuildError
+from propme_metrics.core.files import write_atomic
+
+STAGES = ("corpus", "tokenizer", "index", "model", "prompts", "lm-eval", "report")
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    """How big the demo is; `small` is the CI size."""
+
+    n_memorized: int = 16
+    n_background: int = 300
+    n_prompts: int = 100         #: generic and specific prompts each (prefix: every eligible document)
+    n_prompt_free: int = 100     #: generations of unconditional and of minimal_cue each
+    max_gen_toks: int = 256
+    bootstrap: int = 10_000
+
+
+FULL = DemoSize()
+SMALL = DemoSize(n_memorized=8, n_background=120, n_prompts=8, n_prompt_free=8, max_gen_toks=96, bootstrap=1000)
+
+
+@dataclass
+class DemoPaths:
+    root: Path
+
+    @property
+    def corpus(self) -> Path:
+        return self.root / "corpus.jsonl"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "tokenizer"
+
+    @property
+    def index(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    def prompts(self, setting: str) -> Path:
+        return self.root / "prompts" / f"{setting}.jsonl"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+
+def _stage(name: str, reused: bool, started: float, detail: str = "") -> None:
+    from propme_metrics.core.progress import stderr_console
+
+    n = STAGES.index(name) + 1
+    state = "reused" if reused else f"done in {time.time() - started:.1f}s"
+    stderr_console.print(f"[bold cyan][{n}/{len(STAGES)}] {name}[/]: {state}" + (f"  {detail}" if detail else ""),
+                         highlight=False, soft_wrap=True)
+
+
+def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> DemoPaths:
+    """Stages 1-5: corpus, tokenizer, index, memorizing model and prompt files (each reused if present)."""
+    from propme_metrics.index.build import build_index
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.index.manifest import MANIFEST_NAME
+    from propme_metrics.prompts.build import build_prompt_set, builtin_prompts, write_prompt_set
+    from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.demo.synthetic import demo_corpus, train_memorizing_model, train_tokenizer
+
+    paths = DemoPaths(Path(root).absolute())
+    paths.root.mkdir(parents=True, exist_ok=True)
+    records = demo_corpus(size.n_memorized, size.n_background, seed=0)
+
+    t = time.time()
+    reused = paths.corpus.is_file()
+    if not reused:
+        write_atomic(paths.corpus, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    _stage("corpus", reused, t, f"{len(records)} documents, {size.n_memorized} planted")
+
+    t = time.time()
+    reused = (paths.tokenizer / "tokenizer.json").is_file()
+    if not reused:
+        train_tokenizer([r["text"] for r in records], paths.tokenizer)
+    _stage("tokenizer", reused, t, "byte-level BPE, 1,000 entries")
+
+    t = time.time()
+    reused = (paths.index / MANIFEST_NAME).is_file()
+    manifest = build_index(CorpusSource(str(paths.corpus)), paths.index, tokenizer=str(paths.tokenizer),
+                           progress=progress, check_space=False)
+    _stage("index", reused, t, f"{manifest.total_tokens:,} tokens")
+
+    t = time.time()
+    reused = (paths.model / "config.json").is_file()
+    detail = ""
+    if not reused:
+        planted = [r["text"] for r in records if r["memorized"]]
+        loss = train_memorizing_model(planted, paths.tokenizer, paths.model)
+        detail = f"final training loss {loss:.3f} on {len(planted)} planted documents"
+    _stage("model", reused, t, detail)
+
+    t = time.time()
+    reused = all(paths.prompts(s).is_file() for s in ("generic", "specific", "prefix"))
+    if not reused:
+        index = open_index(paths.index)
+        paths.prompts("generic").parent.mkdir(exist_ok=True)
+        for setting in ("generic", "specific"):
+            # the demo corpus is bilingual: candidates are the built-in Danish and English prompts
+            cands = paths.root / "prompts" / f"{setting}-candidates.jsonl"
+            with open(cands, "w", encoding="utf-8") as fh:
+                for lang in ("da", "en"):
+                    for rec in builtin_prompts(lang):
+                        if rec["setting"] == setting:
+                            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            ps = build_prompt_set(index, setting, n=size.n_prompts, seed=42, candidates=cands)
+            write_prompt_set(ps, paths.prompts(setting))
+        eligible = int((index.document_lengths >= 100).sum())
+        write_prompt_set(build_prompt_set(index, "prefix", n=eligible, seed=42), paths.prompts("prefix"))
+    _stage("prompts", reused, t)
+    return paths
+
+
+def lm_eval_command(paths: DemoPaths, size: DemoSize, extra_metadata: dict | None = None) -> list[str]:
+    """The stock lm-eval command line that runs the propme_demo group on the demo model."""
+    from propme_tasks.discovery import tasks_path
+
+    metadata = {"demo_index": str(paths.index), "prompt_free_generations": size.n_prompt_free,
+                **{f"demo_{s}_prompts": str(paths.prompts(s)) for s in ("generic", "specific", "prefix")}}
+    metadata.update(extra_metadata or {})
+    return [sys.executable, "-m", "lm_eval", "--model", "hf",
+            "--model_args", f"pretrained={paths.model},dtype=float32", "--device", "cpu", "--batch_size", "8",
+            "--tasks", "propme_demo", "--include_path", tasks_path(),
+            "--gen_kwargs", f"max_gen_toks={size.max_gen_toks}",
+            "--metadata", json.dumps(metadata), "--log_samples", "--output_path", str(paths.runs)]
+
+
+def run_lm_eval(paths: DemoPaths, size: DemoSize) -> None:
+    """Stage 6: run lm-eval (skipped when a results file is already there)."""
+    t = time.time()
+    reused = any(paths.runs.rglob("results_*.json")) if paths.runs.exists() else False
+    if not reused:
+        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   PROPME_CACHE_DIR=str(paths.root / "cache"))
+        log = paths.root / "lm-eval.log"
+        with open(log, "w") as fh:
+            proc = subprocess.run(lm_eval_command(paths, size), env=env, stdout=fh, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            tail = log.read_text(errors="replace").splitlines()[-15:]
+            raise BuildError("lm-eval failed (exit %d); last lines of %s:\n%s" % (proc.returncode, log, "\n".join(tail)),
+                             "fix the cause and run `propme demo` again: finished stages are reused")
+    _stage("lm-eval", reused, t, f"samples and results in {paths.runs}")
+
+
+def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: bool = True):
+    """All seven stages; prints the PM table and where report.html is. Returns the Report."""
+    from propme_metrics.core.progress import stderr_console
+    from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
+    from propme_metrics.report.build import build_report
+    from propme_metrics.report.console import print_summary
+
+    import importlib.util
+
+    from propme_metrics.core.errors import ConfigError
+
+    missing = [m for m in ("torch", "lm_eval") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"the demo needs {' and '.join(missing)}, which are not installed",
+                          "pip install torch==2.13.0 'propme[lmeval]' (or run `make demo`)")
+    size = SMALL if small else FULL
+    started = time.time()
+    paths = prepare(out, size, progress=progress)
+    run_lm_eval(paths, size)
+    t = time.time()
+    report = build_report([paths.runs], paths.report, bootstrap=size.bootstrap, seed=0)
+    _stage("report", False, t, str(paths.report))
+    print_summary(report)
+    result = report.results[0]
+    for (metric, setting), iv in sorted(result.pm.items()):
+        if metric in ("fmr", "nvr") and iv.estimate >= 0.5:
+            how = "without a prompt" if setting in PROMPT_FREE_SETTINGS else "under ordinary prompts"
+            stderr_console.print(f"[yellow]finding:[/] PM_{metric.upper()} ({setting} vs prefix) = {iv.estimate:.2f}: "
+                                 f"the tiny model leaks {how} as much as under prefix attacks")
+    print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv}\n"
+          f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")
+    return report

@@ -1,0 +1,1 @@
+"""The infini-gram index: sources, tokenizer, build, on-disk format, reader and suffix-array search."""

@@ -1,0 +1,135 @@
+"""The index manifest: what an index holds and how it was built, stored beside the shards.
+
+Every PropMe file in an index folder is named `propme-*` so that infini-gram's engine, which
+picks up shard files by substring ('tokenized', 'table', 'offset', 'metadata', 'metaoff',
+'unigram'), never mistakes it for part of a shard.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from propme_metrics.core.errors import IndexFormatError
+from propme_metrics.core.files import write_atomic
+
+MANIFEST_NAME = "propme-manifest.json"
+WORD_STARTS_NAME = "propme-word-starts.txt"
+TOKENIZER_DIRNAME = "propme-tokenizer"
+FORMAT = "propme-index/1"
+SHARD_FILES = ("tokenized", "table", "offset", "metadata", "metaoff", "unigram")
+
+
+@dataclass
+class ShardInfo:
+    """Counts of one shard: documents, real tokens (separators excluded) and file sizes."""
+
+    id: int
+    documents: int
+    tokens: int
+    ds_bytes: int
+    sa_bytes: int
+
+
+@dataclass
+class TokenizerInfo:
+    """Identity of the index tokenizer; `sha256` covers its vocabulary, merges and specials."""
+
+    name: str
+    revision: str | None
+    cls: str
+    vocab_size: int
+    max_id: int
+    eos_token_id: int | None
+    bos_token_id: int | None
+    family: str
+    sha256: str
+    files_sha256: str | None = None  #: bytes of the saved tokenizer files (a fast check when opening)
+
+
+@dataclass
+class IndexManifest:
+    """Everything needed to open, verify and reproduce an index."""
+
+    source: dict[str, Any]
+    tokenizer: TokenizerInfo
+    token_width: int
+    delimiter_ids: list[int]
+    num_shards: int
+    shard_ids: list[int]
+    shards: list[ShardInfo]
+    build: dict[str, Any]
+    versions: dict[str, str]
+    created: str
+    format: str = FORMAT
+    #: relative path -> {bytes, xxh3_128, sample}: content checksums of every file (empty for old indexes)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return sorted(self.shard_ids) == list(range(self.num_shards))
+
+    @property
+    def total_documents(self) -> int:
+        return sum(s.documents for s in self.shards)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(s.tokens for s in self.shards)
+
+    @property
+    def identity(self) -> str:
+        """Short hash that names this index's content (source, tokenizer, counts), not its path."""
+        payload = json.dumps(
+            {"params": self.build.get("params_hash"), "shards": [asdict(s) for s in self.shards]},
+            sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["identity"] = self.identity
+        data["total_documents"] = self.total_documents
+        data["total_tokens"] = self.total_tokens
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "IndexManifest":
+        known = {f.name for f in fields(cls)}  # derived keys (identity, totals) and unknown ones are skipped
+        data = {k: v for k, v in data.items() if k in known}
+        data["tokenizer"] = TokenizerInfo(**data["tokenizer"])
+        data["shards"] = [ShardInfo(**s) for s in data["shards"]]
+        return cls(**data)
+
+    def write(self, folder: str | Path) -> None:
+        """Write atomically (temp file, then rename), so a half-written manifest never exists."""
+        write_atomic(Path(folder) / MANIFEST_NAME, json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "IndexManifest":
+        path = Path(folder) / MANIFEST_NAME
+        if not Path(folder).is_dir():
+            aside = Path(folder).absolute().parent / f".{Path(folder).name}.propme-old"
+            raise IndexFormatError(f"index folder {folder} does not exist",
+                                   "a build was interrupted while it replaced this index (the old one waits in "
+                                   f"{aside}): re-run that `propme index build` to finish it" if aside.is_dir() else
+                                   "build one with `propme index build SOURCE --out DIR`")
+        if not path.is_file():
+            raise IndexFormatError(f"{folder} is not a PropMe index (no {MANIFEST_NAME})",
+                                   "an index is complete only once its build has finished; "
+                                   "(re)run `propme index build` for it")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("format") != FORMAT:
+                raise IndexFormatError(f"{path}: unknown index format {data.get('format')!r} (expected {FORMAT})",
+                                       "rebuild the index with this version of PropMe")
+            return cls.from_dict(data)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise IndexFormatError(f"{path} is corrupt ({type(exc).__name__}: {exc})",
+                                   "rebuild the index with `propme index build`") from None
+
+
+def shard_file(folder: str | Path, kind: str, shard_id: int) -> Path:
+    """Path of one infini-gram shard file, e.g. `tokenized.0`."""
+    return Path(folder) / f"{kind}.{shard_id}"

@@ -1,0 +1,330 @@
+"""Opening a built index: a thin, typed layer over infini-gram's engine, plus verify and info.
+
+The files are checked before the engine sees them (the engine aborts the process on a bad file
+instead of raising), and the engine is opened through a path that contains none of the
+substrings it uses to recognise shard files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from propme_metrics.core.checksums import ALGORITHM, file_digest, sampled_digest
+from propme_metrics.core.errors import IndexFormatError
+from propme_metrics.index.manifest import SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest, shard_file
+
+
+@dataclass
+class DocumentWindow:
+    """Part of a corpus document: its tokens around a match, and where the match starts."""
+
+    shard: int
+    doc_ix: int
+    doc_len: int
+    metadata: dict[str, Any]
+    token_ids: list[int]
+    needle_offset: int
+
+
+class Index:
+    """An opened PropMe index: manifest, tokenizer, and the memory-mapped infini-gram engine."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).absolute()
+        self.manifest = IndexManifest.read(self.path)
+        if not self.manifest.complete:
+            raise IndexFormatError(
+                f"{self.path} holds shards {self.manifest.shard_ids} of {self.manifest.num_shards} only",
+                "build the other shards with --shard-ids and combine them with `propme index join`")
+        self._check_files()
+        #: shard ids in the engine's order (it sorts file names as strings: 10 before 2)
+        self.engine_shards = sorted(self.manifest.shard_ids, key=lambda sid: f"tokenized.{sid}")
+
+    @property
+    def token_width(self) -> int:
+        return self.manifest.token_width
+
+    @property
+    def separator(self) -> int:
+        return (1 << (8 * self.token_width)) - 1
+
+    @cached_property
+    def tokenizer(self):
+        """The index's own tokenizer, loaded from the copy stored inside the index."""
+        from propme_metrics.index.tokenizer import load_tokenizer
+
+        return load_tokenizer(str(self.path / TOKENIZER_DIRNAME))
+
+    @cached_property
+    def engine(self):
+        from infini_gram.engine import InfiniGramEngine
+
+        tok = self.manifest.tokenizer
+        eos = tok.eos_token_id if tok.eos_token_id is not None else 0
+        return InfiniGramEngine(
+            index_dir=str(_engine_safe_path(self.path)), eos_token_id=eos,
+            vocab_size=self.separator, token_dtype="u16" if self.token_width == 2 else "u32",
+            # word starts and unigram log-probabilities make the engine's own `attribute` usable too
+            bow_ids_path=str(self.path / WORD_STARTS_NAME), precompute_unigram_logprobs=True)
+
+    @cached_property
+    def word_start_ids(self) -> frozenset[int]:
+        return frozenset(int(x) for x in (self.path / WORD_STARTS_NAME).read_text().split())
+
+    @cached_property
+    def unigram_counts(self) -> dict[int, int]:
+        """Token id -> count over all shards, separator included (from the unigram files)."""
+        counts: dict[int, int] = {}
+        for sid in self.manifest.shard_ids:
+            for line in shard_file(self.path, "unigram", sid).read_text().splitlines():
+                tid, cnt = line.split()
+                counts[int(tid)] = counts.get(int(tid), 0) + int(cnt)
+        return counts
+
+    @property
+    def total_positions(self) -> int:
+        """Tokens in the suffix arrays, separators included (the unigram denominator)."""
+        return sum(s.ds_bytes // self.token_width for s in self.manifest.shards)
+
+    @cached_property
+    def backend(self):
+        """The index tokenizer's Rust core (tokenizers), loaded from its tokenizer.json in milliseconds."""
+        from propme_metrics.index.tokenizer import load_backend
+
+        return load_backend(self.path / TOKENIZER_DIRNAME)
+
+    def encode(self, text: str) -> list[int]:
+        """Index-tokenizer ids of a text, no special tokens (as the HF tokenizer with add_special_tokens=False)."""
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, clean_up_tokenization_spaces=False)
+
+    def count(self, ids: list[int]) -> int:
+        """Occurrences of a token sequence in the corpus."""
+        result = self.engine.count(input_ids=list(ids))
+        if "error" in result:
+            raise ValueError(result["error"])
+        return result["count"]
+
+    @cached_property
+    def document_lengths(self) -> np.ndarray:
+        """Token count of every document, in the engine's document order (doc_ix)."""
+        lengths = []
+        for sid in self.engine_shards:
+            offsets = np.fromfile(shard_file(self.path, "offset", sid), dtype=np.uint64).astype(np.int64)
+            ends = np.append(offsets[1:], shard_file(self.path, "tokenized", sid).stat().st_size)
+            lengths.append((ends - offsets) // self.token_width - 1)
+        return np.concatenate(lengths)
+
+    def document(self, doc_ix: int, max_tokens: int | None = None) -> DocumentWindow:
+        """The first `max_tokens` tokens (all if None) of document `doc_ix` with its metadata."""
+        limit = int(self.document_lengths[doc_ix]) if max_tokens is None else max_tokens
+        result = self.engine.get_doc_by_ix_2(doc_ix=int(doc_ix), max_ctx_len=limit)
+        return self._window(result, self._shard_of(doc_ix))
+
+    def _shard_of(self, doc_ix: int) -> int:
+        for sid in self.engine_shards:
+            n = next(s.documents for s in self.manifest.shards if s.id == sid)
+            if doc_ix < n:
+                return sid
+            doc_ix -= n
+        raise IndexError(doc_ix)
+
+    @staticmethod
+    def _window(result: dict[str, Any], shard: int) -> DocumentWindow:
+        if "error" in result:
+            raise ValueError(result["error"])
+        meta = result["metadata"].strip()
+        return DocumentWindow(shard=shard, doc_ix=result["doc_ix"], doc_len=result["doc_len"],
+                              metadata=json.loads(meta) if meta else {}, token_ids=list(result["token_ids"]),
+                              needle_offset=result["needle_offset"])
+
+    def _check_files(self) -> None:
+        m = self.manifest
+        for s in m.shards:
+            paths = {kind: shard_file(self.path, kind, s.id) for kind in SHARD_FILES}
+            missing = [p.name for p in paths.values() if not p.is_file()]
+            if missing:
+                raise IndexFormatError(f"{self.path} is missing {', '.join(missing)}",
+                                       "the index is incomplete or was moved partly; rebuild it")
+            sizes = {kind: p.stat().st_size for kind, p in paths.items()}
+            ptr = pointer_size(s.ds_bytes)
+            expected = {"tokenized": s.ds_bytes, "table": (s.ds_bytes // m.token_width) * ptr,
+                        "offset": 8 * s.documents, "metaoff": 8 * s.documents}
+            for kind, size in expected.items():
+                if sizes[kind] != size:
+                    raise IndexFormatError(
+                        f"{paths[kind]} has {sizes[kind]} bytes, the manifest says {size}",
+                        "the file is truncated or from another build; rebuild the index")
+        if not (self.path / WORD_STARTS_NAME).is_file() or not (self.path / TOKENIZER_DIRNAME).is_dir():
+            raise IndexFormatError(f"{self.path} lacks {WORD_STARTS_NAME} or {TOKENIZER_DIRNAME}/",
+                                   "rebuild the index with `propme index build`")
+        bad = checksum_mismatches(self.path, m.files, full=False)
+        if bad and bad[0].startswith(TOKENIZER_DIRNAME + "/"):
+            raise IndexFormatError(f"the tokenizer stored in {self.path} is not the one the index was built with "
+                                   f"({bad[0]})", "the tokenizer folder inside the index was altered; rebuild the "
+                                   "index or restore that folder")
+        if bad:
+            raise IndexFormatError(f"{self.path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+                                   "a file was changed after the build (disk error, copy gone wrong, edit); "
+                                   "rebuild the index or copy it again")
+
+
+def checksum_mismatches(folder: Path, recorded: dict[str, dict[str, Any]], full: bool) -> list[str]:
+    """What differs from the checksums recorded at build: sizes and sampled digests, or (`full`) every byte."""
+    bad = []
+    for name, rec in recorded.items():
+        p = folder / name
+        if not p.is_file():
+            bad.append(f"{name} is missing")
+        elif p.stat().st_size != rec.get("bytes"):
+            bad.append(f"{name} has {p.stat().st_size} bytes, the manifest says {rec.get('bytes')}")
+        elif full and file_digest(p) != rec.get(ALGORITHM):
+            bad.append(f"{name} does not match its {ALGORITHM} checksum")
+        elif not full and sampled_digest(p) != rec.get("sample"):
+            bad.append(f"{name} does not match its sampled checksum")
+    return bad
+
+
+def pointer_size(ds_bytes: int) -> int:
+    """Bytes per suffix-array pointer for a `tokenized.N` of this size (SPEC section 3)."""
+    return max(1, math.ceil(math.log2(ds_bytes) / 8))
+
+
+def open_index(path: str | Path) -> Index:
+    """Open an index folder; raises IndexFormatError with a hint when it is missing or broken."""
+    return Index(path)
+
+
+def _engine_safe_path(path: Path) -> Path:
+    """`path`, or a symlink to it whose name has none of the engine's file-kind substrings."""
+    if not any(word in str(path) for word in SHARD_FILES):
+        return path
+    root = Path(tempfile.gettempdir()) / f"propme-engine-links-{os.getuid()}"
+    if any(word in str(root) for word in SHARD_FILES):
+        raise IndexFormatError(f"the index path {path} contains one of {SHARD_FILES}, which confuses the engine",
+                               "move the index to a folder whose path avoids those words")
+    root.mkdir(exist_ok=True)
+    link = root / hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    if not link.is_symlink() or os.readlink(link) != str(path):
+        tmp = root / f"{link.name}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(path, target_is_directory=True)
+        os.replace(tmp, link)
+    return link
+
+
+# ---------------------------------------------------------------------------------------------
+# verify and info
+
+
+@dataclass
+class Check:
+    """One verification check: its name, whether it passed, and what was seen."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class VerifyReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def verify_index(path: str | Path, samples: int = 2000, seed: int = 0, full: bool = False) -> VerifyReport:
+    """Check sizes, the tokenizer's hash, suffix-array order on sampled ranks, sampled documents and
+    unigram sums; with `full`, every file's content checksum as well."""
+    report = VerifyReport()
+    index = Index(path)  # raises on missing files, size and sampled-checksum mismatches
+    report.checks.append(Check("file sizes", True, f"{len(index.manifest.shards)} shard(s) consistent with manifest"))
+    from propme_metrics.index.tokenizer import tokenizer_hash
+
+    try:
+        stored = tokenizer_hash(index.tokenizer)
+    except Exception as exc:  # a tokenizer copy that does not load is exactly what we report
+        stored = f"unloadable ({type(exc).__name__}: {exc})"
+    report.checks.append(Check("tokenizer", stored == index.manifest.tokenizer.sha256,
+                               f"stored copy sha256 {stored[:12]}, manifest {index.manifest.tokenizer.sha256[:12]}"))
+    if full:
+        recorded = index.manifest.files
+        bad = checksum_mismatches(index.path, recorded, full=True)
+        report.checks.append(Check(
+            "checksums", bool(recorded) and not bad,
+            (f"{len(recorded)} files, {ALGORITHM}" + (f"; {'; '.join(bad[:5])}" if bad else "")) if recorded
+            else "no checksums recorded (built by an older PropMe): rebuild the index to get them"))
+    rng = np.random.default_rng(seed)
+    width = index.token_width
+    bad_order = 0
+    checked = 0
+    for s in index.manifest.shards:
+        ds = np.memmap(shard_file(index.path, "tokenized", s.id), dtype=np.uint8, mode="r")
+        sa = np.memmap(shard_file(index.path, "table", s.id), dtype=np.uint8, mode="r")
+        ptr_size = pointer_size(s.ds_bytes)
+        n = s.ds_bytes // width
+        weights = (256 ** np.arange(ptr_size)).astype(np.uint64)
+
+        def ptr_at(rank: int) -> int:
+            return int(np.asarray(sa[rank * ptr_size:(rank + 1) * ptr_size], dtype=np.uint64) @ weights)
+
+        ranks = np.arange(n - 1) if samples >= n - 1 else rng.choice(n - 1, size=samples, replace=False)
+        for rank in ranks:
+            a, b = ptr_at(int(rank)), ptr_at(int(rank) + 1)
+            if a % width or b % width or a >= s.ds_bytes or b >= s.ds_bytes:
+                bad_order += 1
+            elif bytes(ds[a:a + 4096]) > bytes(ds[b:b + 4096]):
+                bad_order += 1
+            checked += 1
+    report.checks.append(Check("suffix array sorted", bad_order == 0,
+                               f"{checked} sampled adjacent pairs, {bad_order} out of order"))
+    n_docs = index.manifest.total_documents
+    failures = []
+    for doc_ix in rng.choice(n_docs, size=min(samples // 10 + 1, n_docs), replace=False):
+        try:
+            doc = index.document(int(doc_ix), max_tokens=2048)
+            if index.separator in doc.token_ids:
+                failures.append(int(doc_ix))
+            index.decode(doc.token_ids)
+        except Exception:  # a document that cannot be read or decoded is exactly what we report
+            failures.append(int(doc_ix))
+    report.checks.append(Check("documents decode", not failures,
+                               f"{min(samples // 10 + 1, n_docs)} sampled documents"
+                               + (f", failed: {failures[:10]}" if failures else "")))
+    counts = index.unigram_counts
+    total = sum(counts.values())
+    ok = total == index.total_positions
+    probe = rng.choice(sorted(counts), size=min(20, len(counts)), replace=False)
+    mismatched = [int(t) for t in probe if int(t) != index.separator and index.count([int(t)]) != counts[int(t)]]
+    report.checks.append(Check("unigram counts", ok and not mismatched,
+                               f"sum {total:,} vs {index.total_positions:,} positions; "
+                               f"{len(probe)} ids recounted through the engine"
+                               + (f", mismatched: {mismatched}" if mismatched else "")))
+    return report
+
+
+def index_info(path: str | Path) -> dict[str, Any]:
+    """Manifest, file sizes and one decoded sample document, for `propme index info`."""
+    index = Index(path)
+    sizes = {p.name: p.stat().st_size for p in sorted(index.path.iterdir()) if p.is_file()}
+    doc = index.document(0, max_tokens=64)
+    return {
+        "path": str(index.path),
+        "manifest": index.manifest.to_dict(),
+        "files": sizes,
+        "bytes_total": sum(sizes.values()),
+        "sample_document": {"doc_ix": 0, "metadata": doc.metadata, "text_start": index.decode(doc.token_ids)},
+    }

@@ -1,0 +1,305 @@
+"""Suffix-array search over the memory-mapped files of one index shard, with numpy.
+
+Sort order, counts, rank ranges and document windows are exactly those of infini-gram's engine
+(byte order of little-endian token ids), but all start positions of a query are searched together,
+one vectorized step at a time, and both neighbours of every insertion point count, rank 0 included.
+
+For indexes larger than memory: the first steps of every search run on an in-memory sample of the
+suffix array (`toplevel.py`), the files are mapped for random access (no read-around of
+megabytes per page fault), and the pages each remaining step needs are requested from the disk
+together (one batch of read-ahead hints per step) instead of one page fault after another.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from propme_metrics.index.reader import pointer_size
+from propme_metrics.index.manifest import shard_file
+from propme_metrics.index.toplevel import TopLevel, load_toplevel
+
+_Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)
+_DS_END = -3   #: key past the end of a shard's token array (the suffix is a prefix of the query)
+_CHUNK = 16    #: tokens compared per vectorized step
+_AR = np.arange(_CHUNK, dtype=np.int64)
+_PAGE = mmap.PAGESIZE
+_DISK_SECONDS_PER_ROW = 2e-6  #: slower reads than this per searched row mean page faults: prefetch
+
+
+class Occurrences(NamedTuple):
+    """Where a token sequence occurs: total count and the rank range [lo, hi) in each engine shard."""
+
+    count: int
+    segment_by_shard: list[tuple[int, int]]
+
+
+class DocWindow(NamedTuple):
+    """A document window around an occurrence, as the engine's `get_doc_by_rank_2` returns it."""
+
+    shard: int            #: shard id (as in the manifest)
+    doc_ix: int           #: document index over all shards in engine order
+    doc_len: int
+    token_ids: np.ndarray
+    needle_offset: int
+    metadata: str
+
+
+def _map(path: Path, dtype, random_access: bool = True) -> np.ndarray:
+    """The file as a read-only array over a memory map; `random_access` turns the kernel's
+    read-around off (it would read megabytes around every page a binary search touches)."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return np.zeros(0, dtype=dtype)
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    if random_access and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        mm.madvise(mmap.MADV_RANDOM)
+    return np.frombuffer(mm, dtype=dtype)
+
+
+class _Prefetcher:
+    """Asks the kernel to start reading, all at once, the pages of a file that a step will touch."""
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __call__(self, byte_offsets: np.ndarray) -> None:
+        for page in np.unique(byte_offsets // _PAGE).tolist():
+            os.posix_fadvise(self.fd, page * _PAGE, _PAGE, os.POSIX_FADV_WILLNEED)
+
+    def __del__(self):
+        try:
+            os.close(self.fd)
+        except (OSError, AttributeError):
+            pass
+
+
+class ShardSearcher:
+    """One shard's files, memory-mapped: suffix-array search and document windows with numpy.
+
+    `accelerate=False` gives the plain search (no in-memory top level, no read-ahead hints, the
+    kernel's default read-around): the same results, kept for comparison and for tests."""
+
+    def __init__(self, folder: Path, sid: int, width: int, doc_base: int, accelerate: bool = True):
+        self.id = sid
+        self.width = width
+        self.dtype = np.dtype("<u2" if width == 2 else "<u4")
+        ds_path, sa_path = shard_file(folder, "tokenized", sid), shard_file(folder, "table", sid)
+        self.ds = _map(ds_path, self.dtype, accelerate)
+        self.n = len(self.ds)  # suffixes (token positions, separators included)
+        self.ptr_size = pointer_size(self.n * width)
+        self.sa = _map(sa_path, np.uint8, accelerate)
+        self._weights = (256 ** np.arange(self.ptr_size, dtype=np.int64)).astype(np.int64)
+        self._ptr_cols = np.arange(self.ptr_size, dtype=np.int64)
+        self.offsets = _map(shard_file(folder, "offset", sid), np.dtype("<u8"), accelerate)
+        self.metaoff = _map(shard_file(folder, "metaoff", sid), np.dtype("<u8"), accelerate)
+        self.meta = _map(shard_file(folder, "metadata", sid), np.uint8, accelerate)
+        self.doc_base = doc_base
+        self.blocks = self._first_token_blocks(shard_file(folder, "unigram", sid))
+        self.top: TopLevel | None = None
+        self._fetch_sa = self._fetch_ds = None
+        self._reading_disk = True  # whether the last step waited for the disk (then the next prefetches)
+        if accelerate and self.n:
+            self.top = load_toplevel(folder, sid, width, self.n, self._toplevel_ok)
+            if hasattr(os, "posix_fadvise"):  # Linux and most Unixes; elsewhere searches just fault pages in
+                self._fetch_sa, self._fetch_ds = _Prefetcher(sa_path), _Prefetcher(ds_path)
+
+    # keys: a token's little-endian bytes read as a big-endian number sort like the engine's suffixes
+    def keys(self, tokens: np.ndarray) -> np.ndarray:
+        return np.asarray(tokens, dtype=self.dtype).byteswap().astype(np.int64)
+
+    def ranks_to_token_pos(self, ranks: np.ndarray) -> np.ndarray:
+        raw = self.sa[ranks[:, None] * self.ptr_size + self._ptr_cols]
+        return (raw.astype(np.int64) @ self._weights) // self.width
+
+    def _first_token_blocks(self, unigram: Path):
+        """Rank range of the suffixes starting with each token (counts from `unigram.N`, checked)."""
+        try:
+            pairs = np.loadtxt(unigram, dtype=np.int64, ndmin=2)
+        except (OSError, ValueError):
+            return None
+        if pairs.size == 0 or int(pairs[:, 1].sum()) != self.n:
+            return None
+        keys = self.keys(pairs[:, 0])
+        order = np.argsort(keys, kind="stable")
+        keys, counts = keys[order], pairs[order, 1]
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        # spot check: the largest block really starts and ends where the counts say
+        big = int(np.argmax(counts))
+        probe = [r for r in (starts[big] - 1, starts[big], ends[big] - 1, ends[big]) if 0 <= r < self.n]
+        first = self.keys(self.ds[self.ranks_to_token_pos(np.asarray(probe, dtype=np.int64))])
+        inside = (np.asarray(probe) >= starts[big]) & (np.asarray(probe) < ends[big])
+        if not np.array_equal(first == keys[big], inside):
+            return None
+        return keys, starts, ends
+
+    def initial_bounds(self, first_keys: np.ndarray):
+        """(lo, hi, lcp_lo, lcp_hi): S(lo) < q <= S(hi); every suffix strictly between shares
+        min(lcp_lo, lcp_hi) tokens with the query. Narrowed by the query's first token when possible."""
+        m = len(first_keys)
+        if self.blocks is None:
+            return (np.full(m, -1, np.int64), np.full(m, self.n, np.int64),
+                    np.zeros(m, np.int64), np.zeros(m, np.int64))
+        keys, starts, ends = self.blocks
+        i = np.searchsorted(keys, first_keys)
+        ic = np.minimum(i, len(keys) - 1)
+        present = keys[ic] == first_keys
+        after = np.where(i < len(keys), starts[ic], self.n)  # first rank with a larger first token
+        hi = np.where(present, ends[ic], after)
+        lo = np.where(present, starts[ic] - 1, after - 1)
+        # inside a block every suffix shares the first token (a bound only: the result takes the max)
+        lcp = present.astype(np.int64)
+        return lo.astype(np.int64), hi.astype(np.int64), lcp, lcp.copy()
+
+    def _toplevel_ok(self, top: TopLevel) -> bool:
+        """Spot check: a few samples, spread over the shard, equal the suffixes they stand for."""
+        idx = np.unique(np.linspace(0, len(top.keys) - 1, num=min(16, len(top.keys))).astype(np.int64))
+        pos = self.ranks_to_token_pos(idx * top.stride)
+        lengths = np.minimum(top.tokens, self.n - pos)
+        cols = np.arange(top.tokens)
+        real = self.keys(self.ds[np.minimum(pos[:, None] + cols, self.n - 1)])
+        stored = top.keys[idx].astype(np.int64)
+        valid = cols[None, :] < lengths[:, None]
+        return bool(np.array_equal(top.lengths[idx], lengths) and np.array_equal(real[valid], stored[valid]))
+
+    def _sample_compare(self, idx, qkeys, qstart, qend, upper):
+        """`compare` against the in-memory samples `idx`: (lcp, right, determined); a row is not
+        determined when the query and the sample agree on every sampled token (lcp >= tokens)."""
+        top = self.top
+        t = top.tokens
+        ck = top.keys[idx].astype(np.int64)
+        ck[np.arange(t)[None, :] >= top.lengths[idx][:, None].astype(np.int64)] = _DS_END
+        qpos = qstart[:, None] + np.arange(t)
+        qk = np.where(qpos < qend[:, None], qkeys[np.minimum(qpos, len(qkeys) - 1)], _Q_END)
+        neq = ck != qk
+        done = neq.any(1)
+        j = neq.argmax(1)
+        rows = np.arange(len(idx))
+        cj, qj = ck[rows, j], qk[rows, j]
+        right = np.where(upper, (qj != _Q_END) & (cj > qj), (qj == _Q_END) | (cj > qj))
+        # all sampled tokens equal and the query no longer: the sample starts with the whole query
+        whole = ~done & (qend - qstart <= t)
+        right = np.where(whole, ~upper, right)
+        lcp = np.where(done, j, np.where(whole, qend - qstart, t))
+        return lcp, right, done | whole
+
+    def toplevel_bounds(self, qkeys, qstart, qend, upper, lo, hi, llo, lhi):
+        """Narrow (lo, hi) with the in-memory samples: the last sample left of the bound and the first
+        one right of it, found without reading the disk (lcps exact); rows whose query agrees with
+        several samples on all sampled tokens keep the samples around those as bounds."""
+        top = self.top
+        stride, count = top.stride, len(top.keys)
+        m = len(lo)
+        # two searches per row over sample indices: the last 'left' sample and the first 'right' one
+        s_lo = np.tile(np.where(lo >= 0, lo // stride, -1), 2)       # known left (or before rank 0)
+        s_hi = np.tile(np.minimum(-(-hi // stride), count), 2)        # known right (or past the end)
+        want_right = np.repeat([False, True], m)                      # search 2: first right sample
+        row = np.tile(np.arange(m), 2)
+        s_lcp = np.zeros(2 * m, np.int64)
+        active = np.flatnonzero(s_hi - s_lo > 1)
+        while active.size:
+            mid = (s_lo[active] + s_hi[active]) // 2
+            r = row[active]
+            lcp, right, det = self._sample_compare(mid, qkeys, qstart[r], qend[r], upper[r])
+            go_right = np.where(want_right[active], det & right, ~(det & ~right))
+            a, b = active[go_right], active[~go_right]
+            s_hi[a] = mid[go_right]
+            s_lo[b] = mid[~go_right]
+            s_lcp[a[want_right[a]]] = lcp[go_right][want_right[a]]
+            s_lcp[b[~want_right[b]]] = lcp[~go_right][~want_right[b]]
+            active = active[s_hi[active] - s_lo[active] > 1]
+        last_left, first_right = s_lo[:m], s_hi[m:]
+        new_lo = last_left * stride
+        tighter = (last_left >= 0) & (new_lo > lo)
+        lo, llo = np.where(tighter, new_lo, lo), np.where(tighter, s_lcp[:m], llo)
+        new_hi = first_right * stride
+        tighter = (first_right < count) & (new_hi < hi)
+        hi, lhi = np.where(tighter, new_hi, hi), np.where(tighter, s_lcp[m:], lhi)
+        return lo, hi, llo, lhi
+
+    def compare(self, ranks, qkeys, qstart, qend, skip, upper):
+        """For each row: common-prefix length of query qkeys[qstart:qend] with the suffix at `ranks`
+        (at least `skip`), and whether that suffix lies right of the bound searched: lower bound:
+        suffix >= query; upper bound: suffix > query and not starting with it."""
+        m = len(ranks)
+        prefetch = self._fetch_sa is not None and self._reading_disk
+        if prefetch:
+            self._fetch_sa(ranks * self.ptr_size)
+        started = time.perf_counter()
+        tpos = self.ranks_to_token_pos(ranks)
+        waited = time.perf_counter() - started  # the read-ahead hints themselves are not timed
+        lcp = np.empty(m, np.int64)
+        right = np.empty(m, bool)
+        rows = np.arange(m)
+        off = skip.astype(np.int64)
+        last_q = len(qkeys) - 1
+        if prefetch:  # later chunks of a suffix mostly lie on the page of its first
+            first = tpos + off
+            self._fetch_ds(np.concatenate((first, first + _CHUNK - 1)) * self.width)
+        timed = True
+        while rows.size:
+            cpos = tpos[rows, None] + off[:, None] + _AR
+            started = time.perf_counter()
+            ck = self.keys(self.ds[np.minimum(cpos, self.n - 1)])
+            if timed:  # both reads of this step cost microseconds per row only when they wait for the disk
+                waited += time.perf_counter() - started
+                self._reading_disk = waited > _DISK_SECONDS_PER_ROW * m
+                timed = False
+            ck[cpos >= self.n] = _DS_END
+            qpos = qstart[rows, None] + off[:, None] + _AR
+            qk = np.where(qpos < qend[rows, None], qkeys[np.minimum(qpos, last_q)], _Q_END)
+            neq = ck != qk
+            done = neq.any(1)
+            j = neq.argmax(1)
+            d = np.flatnonzero(done)
+            if d.size:
+                cj, qj = ck[d, j[d]], qk[d, j[d]]
+                r = rows[d]
+                lcp[r] = off[d] + j[d]
+                up = upper[r]
+                right[r] = np.where(up, (qj != _Q_END) & (cj > qj), (qj == _Q_END) | (cj > qj))
+            keep = ~done
+            rows, off = rows[keep], off[keep] + _CHUNK
+        return lcp, right
+
+    def search(self, qkeys, qstart, qend, upper):
+        """Vectorized binary search of every query row; returns (lo, hi, lcp_lo, lcp_hi) at the end:
+        hi is the bound's rank, lo = hi - 1, and max(lcp_lo, lcp_hi) the longest match with a suffix."""
+        lo, hi, llo, lhi = self.initial_bounds(qkeys[qstart])
+        if self.top is not None and len(lo):
+            lo, hi, llo, lhi = self.toplevel_bounds(qkeys, qstart, qend, upper, lo, hi, llo, lhi)
+        active = np.flatnonzero(hi - lo > 1)
+        while active.size:
+            mid = (lo[active] + hi[active]) // 2
+            lcp, right = self.compare(mid, qkeys, qstart[active], qend[active],
+                                      np.minimum(llo[active], lhi[active]), upper[active])
+            a, b = active[right], active[~right]
+            hi[a], lhi[a] = mid[right], lcp[right]
+            lo[b], llo[b] = mid[~right], lcp[~right]
+            active = active[hi[active] - lo[active] > 1]
+        return lo, hi, llo, lhi
+
+    def windows(self, ranks: list[int], max_disp_len: int) -> list[DocWindow]:
+        """Document windows of `max_disp_len` tokens around each occurrence, clipped to its document:
+        tokens [p - floor(M/2), p + ceil(M/2)) for an occurrence at p (the engine's `get_doc_by_rank`)."""
+        w = self.width
+        pos = self.ranks_to_token_pos(np.asarray(ranks, dtype=np.int64))
+        ptrs = (pos * w).astype(np.uint64)
+        local = np.searchsorted(self.offsets, ptrs, side="right").astype(np.int64) - 1
+        before, after = max_disp_len // 2, max_disp_len - max_disp_len // 2
+        out = []
+        n_docs = len(self.offsets)
+        for p, doc in zip(pos.tolist(), local.tolist()):
+            doc_start = int(self.offsets[doc]) // w + 1  # skip the separator
+            doc_end = int(self.offsets[doc + 1]) // w if doc + 1 < n_docs else self.n
+            start, end = max(doc_start, p - before), min(doc_end, p + after)
+            meta_end = int(self.metaoff[doc + 1]) if doc + 1 < n_docs else len(self.meta)
+            out.append(DocWindow(shard=self.id, doc_ix=self.doc_base + doc, doc_len=doc_end - doc_start,
+                                 token_ids=np.array(self.ds[start:end]), needle_offset=p - start,
+                                 metadata=bytes(self.meta[int(self.metaoff[doc]):meta_end]).decode("utf-8", "replace")))
+        return out

@@ -1,0 +1,102 @@
+"""What a build will take (disk, memory, time) before it starts, and refusing shards that cannot fit.
+
+The rates were measured on a 2-core machine with little other load (`benchmarks/index_build.py`,
+`benchmarks/suffix_array.py`; per core where the step uses every core, GPT-2 tokenizer on
+generated English); they give the order of magnitude, not a promise.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from propme_metrics.core.errors import ConfigError
+from propme_metrics.index.reader import pointer_size
+
+TEXT_BYTES_PER_TOKEN = 4.0        #: UTF-8 bytes of text per token, for estimates from file sizes
+DOC_BYTES_PER_TOKEN = 0.25        #: offset, metaoff and metadata bytes per token (about 80 per document)
+RUST_TOKENS_PER_RAM_BYTE = 0.4    #: rule of thumb: a rust_indexing shard holds at most 0.4 x RAM tokens
+TOKENIZE_TOKENS_PER_CPU_S = 0.5e6  #: fast HF tokenizer, batched, per core
+DIVSUFSORT_BYTES_PER_S = 10e6     #: libdivsufsort (one core) incl. writing the table, bytes of tokenized.N
+RUST_TOKENS_PER_CPU_S = 1.3e6     #: rust_indexing make-part + merge + concat on normal text, per core
+
+
+@dataclass
+class BuildEstimate:
+    """Estimated needs of a build; `basis` says where the token count comes from."""
+
+    tokens: int
+    basis: str
+    num_shards: int
+    width: int
+    builder: str                 #: suffix-array builder 'auto' picks for the largest shard
+    disk_bytes: int              #: the finished index
+    temp_bytes: int              #: extra space while a suffix array is built
+    memory_bytes: int            #: peak memory of the suffix-array step of one shard
+    seconds: float               #: on `cpus` cores
+
+    @property
+    def tokens_per_shard(self) -> int:
+        return -(-self.tokens // self.num_shards)
+
+    def describe(self) -> str:
+        return (f"estimate ({self.basis}): {self.tokens:,} tokens in {self.num_shards} shard(s); "
+                f"disk {_gib(self.disk_bytes)} (+{_gib(self.temp_bytes)} while building), memory "
+                f"{_gib(self.memory_bytes)} per shard build ({self.builder}), time about "
+                f"{_duration(self.seconds)}")
+
+
+def estimate_build(tokens: int, basis: str, num_shards: int, width: int, cpus: int, mem_bytes: int,
+                   sa_builder: str = "auto") -> BuildEstimate:
+    """Disk, memory and time for `tokens` tokens split evenly into `num_shards` shards."""
+    from propme_metrics.index.build import choose_sa_builder, divsufsort_memory
+
+    per_shard = -(-tokens // num_shards)
+    ds_bytes = max(width, per_shard * width)
+    ptr = pointer_size(ds_bytes)
+    builder = choose_sa_builder(ds_bytes, mem_bytes, sa_builder)
+    table = per_shard * ptr
+    disk = int(num_shards * (ds_bytes + table + per_shard * DOC_BYTES_PER_TOKEN))
+    if builder == "divsufsort":
+        memory, temp = divsufsort_memory(ds_bytes), table
+        sa_seconds = num_shards * ds_bytes / DIVSUFSORT_BYTES_PER_S
+    else:
+        memory, temp = min(mem_bytes, ds_bytes * 8), 2 * table
+        sa_seconds = tokens / (RUST_TOKENS_PER_CPU_S * cpus)
+    seconds = tokens / (TOKENIZE_TOKENS_PER_CPU_S * cpus) + sa_seconds
+    return BuildEstimate(tokens=tokens, basis=basis, num_shards=num_shards, width=width, builder=builder,
+                         disk_bytes=disk, temp_bytes=temp, memory_bytes=memory, seconds=seconds)
+
+
+def check_shard_memory(tokens_per_shard: int, width: int, num_shards: int, mem_bytes: int, ram_bytes: int,
+                       sa_builder: str = "auto", basis: str = "") -> None:
+    """Refuse a shard whose suffix array cannot be built in memory, naming the option that fixes it."""
+    from propme_metrics.index.build import choose_sa_builder, divsufsort_memory
+
+    ds_bytes = max(width, tokens_per_shard * width)
+    builder = choose_sa_builder(ds_bytes, mem_bytes, sa_builder)
+    why = f" ({basis})" if basis else ""
+    if builder == "divsufsort" and divsufsort_memory(ds_bytes) > mem_bytes:
+        shards = num_shards * math.ceil(divsufsort_memory(ds_bytes) / mem_bytes)
+        raise ConfigError(
+            f"a shard of {tokens_per_shard:,} tokens{why} needs {_gib(divsufsort_memory(ds_bytes))} of memory "
+            f"for libdivsufsort, more than the {_gib(mem_bytes)} allowed",
+            f"use --shards {shards} (or --sa-builder auto, which falls back to rust_indexing)")
+    limit = int(RUST_TOKENS_PER_RAM_BYTE * ram_bytes)
+    if builder == "rust" and tokens_per_shard > limit:
+        shards = num_shards * math.ceil(tokens_per_shard / limit)
+        raise ConfigError(
+            f"a shard of {tokens_per_shard:,} tokens{why} is more than this machine can index in one piece "
+            f"(at most about {limit:,} tokens: 0.4 x {_gib(ram_bytes)} of RAM)",
+            f"use --shards {shards}")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

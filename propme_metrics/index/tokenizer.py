@@ -1,0 +1,130 @@
+"""Loading the index tokenizer and deriving what SimpleTrace needs from its vocabulary.
+
+Word starts (for whole-word spans) depend on the tokenizer family: SentencePiece pieces begin
+with '▁', byte-level BPE pieces with 'Ġ' (space) or 'Ċ' (newline), WordPiece continuations
+begin with '##'. Sentence delimiters are pieces made only of '.', '!', '?', newlines and spaces.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from propme_metrics.core.errors import ConfigError
+
+#: Default index tokenizer: an ungated copy of the 32,000-entry Llama-2 tokenizer (SPEC section 2).
+DEFAULT_TOKENIZER = "hf-internal-testing/llama-tokenizer"
+
+DELIMITER_CHARS = frozenset(".!?\n")
+_SPACE_CHARS = frozenset(" \t\r")
+
+
+def load_tokenizer(name_or_path: str, revision: str | None = None, *, require_fast: bool = True, **kwargs):
+    """Load an HF tokenizer (hub id or local folder) or fail with a clear message.
+
+    `kwargs` go to `AutoTokenizer.from_pretrained` (e.g. the model loader's `trust_remote_code`,
+    `subfolder`, `add_bos_token`); the index needs a fast tokenizer, a model's may be slow.
+    """
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    if name_or_path.startswith((".", "/", "~")) and not Path(name_or_path).expanduser().is_dir():
+        raise ConfigError(f"no tokenizer folder at {name_or_path}",
+                          "give a folder holding tokenizer.json (e.g. saved with save_pretrained) or a hub id")
+    kwargs.setdefault("use_fast", True)
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
+    except Exception as exc:  # the hub client raises many types; all mean "cannot load it"
+        raise ConfigError(
+            f"cannot load tokenizer {name_or_path!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            "give a Hugging Face tokenizer id reachable from this machine or a local folder "
+            "that holds tokenizer.json / tokenizer_config.json",
+        ) from None
+    if require_fast and not getattr(tok, "is_fast", False):
+        raise ConfigError(f"tokenizer {name_or_path!r} has no fast (Rust) implementation",
+                          "PropMe needs a fast tokenizer (tokenizer.json)")
+    return tok
+
+
+def load_backend(folder: str | Path):
+    """The Rust tokenizer of a saved folder (its tokenizer.json), without importing transformers:
+    milliseconds instead of seconds. It encodes and decodes exactly as the fast HF tokenizer does."""
+    from tokenizers import Tokenizer
+
+    path = Path(folder) / "tokenizer.json"
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises plain Exception for unreadable or invalid files
+        raise ConfigError(f"cannot load tokenizer file {path}: {exc}",
+                          "the folder must hold a tokenizer.json written by save_pretrained") from None
+
+
+#: the files of a saved tokenizer folder whose bytes `files_sha256` covers
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def files_sha256(folder: str | Path) -> str:
+    """sha256 over the bytes of a saved tokenizer folder's files (cheap: no parsing); '' if unreadable."""
+    h = hashlib.sha256()
+    try:
+        for name in TOKENIZER_FILES:
+            h.update(name.encode() + b"\0" + (Path(folder) / name).read_bytes() + b"\0")
+    except OSError:
+        return ""
+    return h.hexdigest()
+
+
+def max_token_id(tok) -> int:
+    """Largest id the tokenizer can emit (added tokens included)."""
+    return max(tok.get_vocab().values())
+
+
+def tokenizer_hash(tok) -> str:
+    """Content hash of the tokenizer's vocabulary, merges and special tokens (not of its path)."""
+    return _hash_payload(json.loads(tok.backend_tokenizer.to_str()),
+                         {k: str(v) for k, v in tok.special_tokens_map.items()})
+
+
+def _hash_payload(model: dict, special: dict[str, str]) -> str:
+    model.pop("truncation", None)
+    model.pop("padding", None)
+    payload = json.dumps({"tokenizer": model, "special": dict(sorted(special.items()))},
+                         sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What the tracer needs from the vocabulary: family, word-start ids and delimiter ids."""
+
+    family: str
+    word_start_ids: list[int]
+    delimiter_ids: list[int]
+
+
+def analyze_vocab(tok) -> VocabInfo:
+    """Classify the tokenizer family and list word-start and sentence-delimiter ids."""
+    vocab = tok.get_vocab()
+    pieces = {i: p for p, i in vocab.items()}
+    if any(p.startswith("▁") for p in vocab):
+        family = "sentencepiece"
+        is_start = lambda p: p.startswith("▁") or p in ("<0x0A>", "<0x0D>")  # noqa: E731
+    elif any(p.startswith("Ġ") for p in vocab):
+        family = "byte-level"
+        is_start = lambda p: p[:1] in ("Ġ", "Ċ")  # noqa: E731
+    elif any(p.startswith("##") for p in vocab):
+        family = "wordpiece"
+        is_start = lambda p: not p.startswith("##")  # noqa: E731
+    else:
+        family = "unknown"
+        is_start = lambda p: True  # noqa: E731
+    special = set(tok.all_special_ids)
+    ids = sorted(i for i in pieces if i not in special)
+    word_starts = [i for i in ids if is_start(pieces[i])]
+    decoded = tok.backend_tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
+    delimiters = [
+        i for i, text in zip(ids, decoded)
+        if any(c in DELIMITER_CHARS for c in text) and all(c in DELIMITER_CHARS or c in _SPACE_CHARS for c in text)
+    ]
+    return VocabInfo(family=family, word_start_ids=word_starts, delimiter_ids=delimiters)

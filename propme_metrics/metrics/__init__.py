@@ -1,0 +1,1 @@
+"""The metric registry, per-generation values and their aggregates, PM scores and intervals."""

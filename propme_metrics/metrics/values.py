@@ -1,0 +1,86 @@
+"""Per-generation contributions and pooled summaries of the registry's metrics.
+
+`contributions` turns one trace into a (numerator, denominator) pair per metric; the lm-eval
+hooks, `propme trace` and the report all pool these pairs, so the three can never disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from propme_metrics.metrics.registry import METRICS, Contribution, Generation, Metric
+from propme_metrics.trace.pii import PIILeaks, leaks
+from propme_metrics.trace.result import TraceResult
+
+#: contributions of one generation: metric name -> (numerator, denominator)
+Contributions = dict[str, Contribution]
+
+
+def as_result(r: TraceResult | dict[str, Any]) -> TraceResult:
+    return r if isinstance(r, TraceResult) else TraceResult.from_dict(r)
+
+
+def counts_for_metrics(r: TraceResult) -> bool:
+    """A generation counts unless its tracing failed or it is degenerate (dropped from every setting)."""
+    return r.error is None and not r.degenerate
+
+
+def contributions(r: TraceResult | dict[str, Any], metrics: Iterable[Metric] = METRICS,
+                  pii: PIILeaks | None = None) -> Contributions:
+    """What one generation adds to each metric: its (numerator, denominator). `pii`: its leaks, if known."""
+    r = as_result(r)
+    g = Generation(r, leaks(r) if pii is None else pii)
+    return {m.name: m.value(g) for m in metrics}
+
+
+def pool(metric: Metric, counted: Iterable[Contributions]) -> tuple[float, float]:
+    """A metric over counted generations: (sum of numerators, sum of denominators), or for a `max`
+    metric (largest value, number of generations)."""
+    pairs = [c[metric.name] for c in counted]
+    if metric.aggregation == "max":
+        return max((num for num, _ in pairs), default=0.0), float(len(pairs))
+    return sum(num for num, _ in pairs), sum(den for _, den in pairs)
+
+
+@dataclass
+class Summary:
+    """Counts and pooled metrics of one set of generations (`propme trace`'s summary).
+
+    A metric whose denominator is 0 is 0.0, except a metric limited to some settings
+    (`extraction`), which is None when no generation had a known continuation.
+    """
+
+    n_generations: int
+    n_counted: int
+    n_degenerate: int
+    n_failed: int
+    metrics: dict[str, float | None] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> float | None:
+        metrics = self.__dict__.get("metrics", {})
+        if name in metrics:
+            return metrics[name]
+        raise AttributeError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n_generations": self.n_generations, "n_counted": self.n_counted,
+                "n_degenerate": self.n_degenerate, "n_failed": self.n_failed, **self.metrics}
+
+
+def summarize(results: Iterable[TraceResult | dict[str, Any]], drop_degenerate: bool = True) -> Summary:
+    """Pool every registry metric over the counted generations (degenerate ones dropped by default)."""
+    results = [as_result(r) for r in results]
+    failed = sum(r.error is not None for r in results)
+    degenerate = sum(r.error is None and r.degenerate for r in results)
+    counted = [contributions(r) for r in results if r.error is None and not (drop_degenerate and r.degenerate)]
+    values: dict[str, float | None] = {}
+    for m in METRICS:
+        num, den = pool(m, counted)
+        if m.aggregation == "max":
+            values[m.name] = num
+        elif den:
+            values[m.name] = num / den
+        else:
+            values[m.name] = None if m.settings else 0.0
+    return Summary(n_generations=len(results), n_counted=len(counted), n_degenerate=degenerate,
+                   n_failed=failed, metrics=values)

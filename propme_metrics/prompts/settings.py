@@ -1,0 +1,18 @@
+"""The settings PropMe runs, defined once: prompted ones first, then the prompt-free ones."""
+from __future__ import annotations
+
+PREFIX = "prefix"
+#: settings with a prompt set (built against the index or read from a file)
+PROMPTED_SETTINGS = ("generic", "specific", PREFIX)
+#: settings without a prompt: the model gets only the start token, or a one-word cue
+PROMPT_FREE_SETTINGS = ("unconditional", "minimal_cue")
+#: every setting, in the order of tables, columns and task groups; the propensity settings are all but prefix
+SETTINGS = (*PROMPTED_SETTINGS, *PROMPT_FREE_SETTINGS)
+#: prompts per prompted setting and generations per prompt-free setting, and the seed that draws them
+DEFAULT_N_PROMPTS = 100
+DEFAULT_PROMPT_SEED = 42
+
+
+def setting_sort_key(setting: str) -> tuple[int, str]:
+    """Known settings in SETTINGS order, then any other setting alphabetically."""
+    return (SETTINGS.index(setting), "") if setting in SETTINGS else (len(SETTINGS), setting)

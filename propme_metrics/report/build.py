@@ -1,0 +1,249 @@
+"""`propme report`: PM scores with intervals, leaderboard tables, plots and an HTML trace explorer.
+
+Input: lm-eval output written with `--log_samples` from PropMe's tasks (`propme_<corpus>_<setting>`).
+A RUN is an output folder (searched recursively for `results_*.json`, each with its
+`samples_<task>_<date id>.jsonl` files beside it) or one results file. Every number is computed
+from the traced generations in the samples files (`trace.generations`), through
+`metrics.values.contributions` (degenerate and failed generations excluded), grouped by prompt: each
+prompt contributes one `pm.PromptStat` (numerator, denominator) per metric, and the bootstrap
+resamples prompts; in the prompt-free settings (`unconditional`, `minimal_cue`) the unit is the
+generation instead. The start token every prompt began with (recorded in each logged document) is
+shown per corpus. When the same model, revision and task occur in several results files, the
+latest (by lm-eval's date id) is used; runs made with lm-eval `--limit` never replace full runs
+(nor the reverse): they form their own corpus label `<corpus>_limit<N>`. Rows and checkpoint trajectories follow input order: the
+RUN arguments as given, results files inside a folder by date id (chronologically).
+
+Intervals are 95%: percentile bootstrap over prompts or generations (B = `bootstrap`, numpy `default_rng(seed)`;
+for PM the propensity and prefix prompt sets are resampled independently, `pm.bootstrap_pm`), and
+Wilson score intervals over counted generations for the proportions.
+
+Leaderboard columns (`leaderboard.csv`, `leaderboard.json`; one row per model and revision)
+-----------------------------------------------------------------------------------------------
+`<corpus>` is the corpus name of the task metadata (`dynaword`, `common_pile`, `demo`, a custom
+name); with `separate=True` / `--separate`, runs of one corpus that used different indexes or
+prompt sets are reported apart as `<corpus>_set1`, `<corpus>_set2`, ... (in input order).
+`<setting>` is `generic`, `specific`, `prefix` (and `unconditional`, `minimal_cue` or any other
+setting present); `<propensity>` is every setting but `prefix`. `<metric>` is one of `nvr`, `fmr`,
+`als`, `fmr_normalized`, `nvr_hits`, `nvr_max`, `nvr_above_half`, `r20`, `r50`, `extraction`
+(prefix only), `pii`, `pii_email`, `pii_phone`, `pii_cpr`, `pii_iban`, `pii_card`, `pii_items`.
+`<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,als,pii`). Empty cells
+(null in JSON) mean "not run" or "not defined" (a setting with no counted generation has no
+metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` after writing).
+
+| column | meaning |
+|---|---|
+| `model` | the model: `pretrained=` of lm-eval's model_args (else lm-eval's model name) |
+| `revision` | `revision=` of the model_args; empty when none was given |
+| `propme_<corpus>_index` | identity of the infini-gram index the generations were traced against |
+| `propme_<corpus>_prompt_set` | fingerprint (12 hex digits) of the prompt ids of every setting |
+| `propme_<corpus>_start_token` | the text put before every prompt (empty: nothing, e.g. the tokenizer adds <s>) |
+| `propme_<corpus>_start_token_choice` | auto, none or literal (the start_token setting of the run) |
+| `propme_<corpus>_pm_<pm_metric>_<propensity>` | PM = p / (p + c) of the metric, propensity setting p vs prefix c |
+| `propme_<corpus>_pm_<pm_metric>_<propensity>_low` | lower end of its 95% bootstrap interval |
+| `propme_<corpus>_pm_<pm_metric>_<propensity>_high` | upper end of its 95% bootstrap interval |
+| `propme_<corpus>_n_<setting>` | prompts of the setting |
+| `propme_<corpus>_generations_<setting>` | generations counted (degenerate and failed excluded) |
+| `propme_<corpus>_degenerate_<setting>` | degenerate generations (excluded from every metric) |
+| `propme_<corpus>_failed_<setting>` | generations whose tracing failed (excluded; 0 is healthy) |
+| `propme_<corpus>_<setting>_<metric>` | the base metric of the setting |
+| `propme_<corpus>_<setting>_<metric>_low` | lower end of its 95% bootstrap interval (not for `nvr_max`) |
+| `propme_<corpus>_<setting>_<metric>_high` | upper end of its 95% bootstrap interval (not for `nvr_max`) |
+| `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
+| `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
+
+Metrics (SPEC section 5): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
+generations with a `full_raw` document; `als` mean longest segment (index tokens);
+`fmr_normalized` the same as FMR after normalization; `nvr_hits` mean NV-recall over documents
+with NV-recall > 0; `nvr_max` the largest NV-recall; `nvr_above_half` share of generations with a
+document above 0.5; `r20`/`r50` share with a verbatim span of at least 20/50 tokens; `extraction`
+share of prefix prompts whose true continuation was reproduced; `pii` share of generations that
+reproduced personal data from a training document (`propme_metrics.trace.pii`), `pii_<type>` the same for
+one type (e-mail, phone, CPR, IBAN, card), `pii_items` leaked items per generation. The report
+holds no personal data values: report.html masks leaked items unless `show_pii=True` (`--show-pii`).
+
+Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capability_<corpus>.png`
+(capability = prefix value on x, propensity = generic/specific value on y, per metric and model,
+diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
+order, when several revisions of a model are given) and `report.html` (self-contained: tables,
+plots, and every prompt and generation with its traced segments; click a segment for its source
+documents).
+"""
+from __future__ import annotations
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+from propme_metrics.core.errors import ConfigError
+from propme_metrics.metrics import registry
+from propme_metrics.prompts.settings import PREFIX, setting_sort_key
+from propme_metrics.report.columns import columns_for, row_values
+from propme_metrics.report.compute import (CorpusResult, IncompleteReportError, MissingPrefixError, Report,
+                                            dedupe_tasks, group_tasks, pm_interval, prompt_set_fingerprint, setting_result)
+from propme_metrics.report.load import RunTask, describe_start_token, load_retrace, load_run
+from propme_metrics.report.writers import write_csv, write_json, write_markdown
+
+
+
+def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(pm_metrics, str):
+        pm_metrics = [m.strip() for m in pm_metrics.split(",") if m.strip()]
+    metrics = tuple(dict.fromkeys(pm_metrics))
+    bad = [m for m in metrics if m not in registry.PM_METRICS]
+    if bad:
+        why = " (prefix only: PM needs it under every setting)" if "extraction" in bad else \
+              " (a maximum, not a ratio over prompts)" if "nvr_max" in bad else ""
+        raise ConfigError(f"cannot compute PM for {', '.join(bad)}{why}",
+                          f"choose among {', '.join(registry.PM_METRICS)}")
+    if not metrics:
+        raise ConfigError("no PM metric given", f"choose among {', '.join(registry.PM_METRICS)}")
+    if not isinstance(bootstrap, int) or bootstrap < 0:
+        raise ConfigError(f"bootstrap must be a non-negative number of resamples, got {bootstrap!r}")
+    return metrics
+
+
+def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
+                 pm_metrics: Iterable[str] = registry.DEFAULT_PM_METRICS, separate: bool = False, *,
+                 html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
+                 html_snippet_chars: int = 200, retraced: Sequence[str | Path] = (),
+                 show_pii: bool = False) -> Report:
+    """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
+
+    Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
+    Raises ConfigError for unusable input (nothing written) and MissingPrefixError (a ConfigError)
+    after writing the base metrics when a corpus lacks the prefix setting.
+    `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
+    `html_docs_per_segment` documents per segment (the best matches) with `html_snippet_chars`
+    characters of context on each side of the span; leaked personal data is masked there unless
+    `show_pii`.
+    """
+    pm_metrics = _check_options(bootstrap, pm_metrics)
+    if not runs:
+        raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
+    notes: list[str] = []
+    tasks: list[RunTask] = []
+    retraces = [load_retrace(p) for p in retraced]
+    for run in runs:
+        found = load_run(run, retraces)
+        if not found:
+            notes.append(f"{run}: no PropMe task in its results")
+        tasks.extend(found)
+    for r in retraces:
+        if not r.used:
+            raise ConfigError(f"{r.summary_path} re-traced {r.samples_path}, which is not a samples file of the runs "
+                              "given (or none of its keys matched)", "pass the run that holds that samples file")
+        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}")
+    if not tasks:
+        raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
+                          "run lm-eval with --tasks propme_<corpus> --log_samples")
+    tasks = dedupe_tasks(tasks, notes)
+    for t in tasks:
+        if not t.prompts:
+            notes.append(f"{t.task} of {t.label}: no samples in {t.samples_path}; ignored")
+    tasks = [t for t in tasks if t.prompts]
+    if not tasks:
+        raise ConfigError(f"the samples files of {', '.join(map(str, runs))} hold no samples")
+    groups = group_tasks(tasks, separate)
+
+    results: list[CorpusResult] = []
+    problems: list[str] = []
+    missing: list[str] = []
+    uncounted: list[str] = []
+    for g in groups:
+        if g.limit is not None:
+            notes.append(f"{g.label}: runs made with lm-eval --limit {g.limit:g} (a subset of the prompts), "
+                         f"reported apart from full runs and not comparable to them")
+        units: dict[tuple[str, str], dict[str, RunTask]] = {}
+        for t in g.tasks:
+            units.setdefault((t.model, t.revision), {})[t.setting] = t
+        fingerprint = prompt_set_fingerprint({s: sorted(ids) for s, ids in g.prompt_ids.items()} | {"_index": g.identity})
+        for (model, revision), by_setting in units.items():
+            ordered = sorted(by_setting, key=setting_sort_key)
+            settings = {s: setting_result(by_setting[s], bootstrap, seed) for s in ordered}
+            starts = {json.dumps(by_setting[s].start_token, sort_keys=True): by_setting[s].task for s in ordered}
+            res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {},
+                               by_setting.get(PREFIX, by_setting[ordered[0]]).start_token)
+            label = f"{model}" + (f" (revision {revision})" if revision else "")
+            notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
+                f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
+                for k, t in starts.items()))
+            if PREFIX in by_setting:
+                for s in res.propensity_settings:
+                    for m in pm_metrics:
+                        res.pm[(m, s)] = pm_interval(by_setting[s], by_setting[PREFIX], m, bootstrap, seed)
+                if not res.propensity_settings:
+                    notes.append(f"{label}, corpus {g.label}: only the prefix setting was run; no PM")
+            else:
+                subtask = f"propme_{g.corpus}_{PREFIX}"
+                missing.append(subtask)
+                problems.append(f"{label}, corpus {g.label}: {subtask} is missing, so PM cannot be computed "
+                                f"(ran: {', '.join(by_setting[s].task for s in ordered)}); base metrics reported")
+            for s in ("generic", "specific"):
+                if s not in by_setting and PREFIX in by_setting:
+                    notes.append(f"{label}, corpus {g.label}: propme_{g.corpus}_{s} not run")
+            for s in ordered:
+                c = settings[s].counts
+                if c["failed"]:
+                    notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
+                                 f"{c['generations']} generations (excluded)")
+                if not c["counted"]:
+                    uncounted.append(by_setting[s].task)
+                    problems.append(
+                        f"{label}, corpus {g.label}: no generation of {by_setting[s].task} was counted "
+                        f"({c['failed']} failed, {c['degenerate']} degenerate of {c['generations']}), so its "
+                        "metrics and PM are undefined (left empty, not 0)")
+            results.append(res)
+
+    labels = sorted({r.label for r in results})
+    rows_by_model: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        rows_by_model.setdefault((r.model, r.revision), {"model": r.model, "revision": r.revision})
+    # rows in input order of first appearance
+    order = list(dict.fromkeys((t.model, t.revision) for t in tasks))
+    columns = ["model", "revision"]
+    for label in labels:
+        settings = sorted({s for r in results if r.label == label for s in r.settings}, key=setting_sort_key)
+        columns += columns_for(label, settings, pm_metrics)
+    for r in results:
+        rows_by_model[(r.model, r.revision)].update(row_values(r, pm_metrics))
+    rows = [{c: rows_by_model[k].get(c) for c in columns} for k in order if k in rows_by_model]
+    results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
+
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
+    report = Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
+                    bootstrap=bootstrap, seed=seed, notes=notes, problems=problems)
+    try:
+        report.leaderboard_csv = out / "leaderboard.csv"
+        write_csv(report.leaderboard_csv, columns, rows)
+        report.leaderboard_json = out / "leaderboard.json"
+        write_json(report.leaderboard_json, report)
+        report.leaderboard_md = out / "leaderboard.md"
+        write_markdown(report.leaderboard_md, report)
+        if plots:
+            from propme_metrics.report.plots import write_plots
+
+            report.plots = write_plots(report, out)
+        if html:
+            from propme_metrics.report.html import write_html
+
+            report.html = write_html(report, out / "report.html", docs_per_segment=html_docs_per_segment,
+                                     snippet_chars=html_snippet_chars, show_pii=show_pii)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report into {out}: {exc}") from None
+    if uncounted:
+        names = ", ".join(dict.fromkeys(uncounted))
+        raise IncompleteReportError(
+            f"nothing was counted in {names}: its metrics and PM are undefined and left empty. "
+            f"The report was written to {out}",
+            "re-trace the failed generations with `propme trace --input samples_<task>_*.jsonl` "
+            "(see the 'error' field of each), or re-run lm-eval for that task", report=report)
+    if missing:
+        names = ", ".join(dict.fromkeys(missing))
+        raise MissingPrefixError(
+            f"PM needs the prefix setting: {names} is missing ({'; '.join(problems)}). "
+            f"Base metrics were written to {out}",
+            f"run lm-eval with --tasks {names} (or the whole group) and pass that run too",
+            report=report)
+    return report

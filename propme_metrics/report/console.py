@@ -1,0 +1,62 @@
+"""The terminal summary of a report: rich tables of PM and base metrics."""
+from __future__ import annotations
+import math
+import sys
+from propme_metrics.metrics import registry
+from propme_metrics.report.columns import fmt_value
+from propme_metrics.report.compute import Report
+
+
+
+def _cell(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
+    text = fmt_value(value, metric)
+    if low is None or high is None or (isinstance(low, float) and math.isnan(low)):
+        return text
+    return f"{text}\n[dim][{fmt_value(low, metric)}, {fmt_value(high, metric)}][/]"
+
+
+def print_summary(report: Report, console=None) -> None:
+    """Rich tables per corpus: PM with 95% intervals per model and setting, then the base metrics."""
+    from rich.console import Console
+    from rich.table import Table
+
+    # a log or pipe gets the full table, not 80 columns
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    for label in report.labels:
+        results = [r for r in report.results if r.label == label]
+        idents = ", ".join(sorted({str(r.index_identity) for r in results}))
+        if any(r.pm for r in results):
+            table = Table(title=f"PM on {label} (index {idents}); 95% bootstrap intervals, B={report.bootstrap:,}",
+                          show_lines=True)
+            table.add_column("model", overflow="fold", min_width=20, max_width=34)
+            table.add_column("setting\nvs prefix")
+            for m in report.pm_metrics:
+                table.add_column(f"PM {registry.LABELS[m]}", justify="right")
+            for r in results:
+                name = r.model + (f"\n[bold]@ {r.revision}[/]" if r.revision else "")
+                if not r.pm:
+                    table.add_row(name, "-", *["[yellow]no prefix[/]"] * len(report.pm_metrics))
+                for i, s in enumerate(r.propensity_settings if r.pm else []):
+                    ivs = [r.pm[(m, s)] for m in report.pm_metrics]
+                    cells = [_cell(iv.estimate, iv.low, iv.high) for iv in ivs]
+                    table.add_row(name if i == 0 else "", s, *cells)
+            console.print(table)
+        base = Table(title=f"Base metrics on {label}", show_lines=True)
+        base.add_column("model", overflow="fold", min_width=20, max_width=34)
+        base.add_column("setting")
+        base.add_column("prompts", justify="right")
+        for m in registry.VIEWS["console"]:
+            base.add_column(registry.LABELS[m], justify="right")
+        for r in results:
+            name = r.model + (f"\n[bold]@ {r.revision}[/]" if r.revision else "")
+            for i, (s, sr) in enumerate(r.settings.items()):
+                cells = [_cell(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
+                         for m in registry.VIEWS["console"]]
+                base.add_row(name if i == 0 else "", s, str(sr.counts["prompts"]), *cells)
+        console.print(base)
+    for p in report.problems:
+        console.print(f"[bold yellow]problem:[/] {p}", highlight=False)
+    for n in report.notes:
+        console.print(f"[dim]note: {n}[/]", highlight=False)
+    if report.paths:
+        console.print(f"wrote {', '.join(p.name for p in report.paths)} to {report.out}", highlight=False)

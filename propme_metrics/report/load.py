@@ -1,0 +1,331 @@
+"""Runs read back from lm-eval output: results files, their samples files, re-traces."""
+from __future__ import annotations
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.jsonl import first_non_finite, json_objects, scrub_surrogates
+from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
+from propme_metrics.trace.inputs import SampleRow, read_samples
+from propme_metrics.metrics.pm import PromptStat
+from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
+from propme_metrics.trace.result import TraceResult
+
+
+
+@dataclass
+class PromptRecord:
+    """One prompt of a setting with its traced generations (several when sampling)."""
+
+    id: str
+    prompt: str
+    domain: str = ""
+    language: str = ""
+    continuation: str = ""
+    source_doc: str = ""
+    generations: list[dict[str, Any]] = field(default_factory=list)    #: TraceResult.to_dict() each
+    values: list[Contributions | None] = field(default_factory=list)  #: per generation; None if not counted
+
+    def stat(self, metric: str) -> PromptStat:
+        """This prompt's (numerator, denominator) of a ratio metric over its counted generations."""
+        return _stat([v for v in self.values if v is not None], metric)
+
+    def generation_stats(self, metric: str) -> list[PromptStat]:
+        """One (numerator, denominator) per counted generation (prompt-free settings resample these)."""
+        return [_stat([v], metric) for v in self.values if v is not None]
+
+
+def _stat(counted: list[Contributions], metric: str) -> PromptStat:
+    return PromptStat(float(sum(c[metric][0] for c in counted)), float(sum(c[metric][1] for c in counted)))
+
+
+@dataclass
+class RunTask:
+    """One PropMe subtask of one lm-eval run: a model x corpus x setting and its traced prompts."""
+
+    task: str
+    corpus: str
+    setting: str
+    model: str
+    revision: str
+    model_args: str
+    metadata: dict[str, Any]
+    index_identity: str | None
+    results: dict[str, Any]        #: lm-eval's aggregates for the task ("<metric>,<filter>" keys)
+    prompts: list[PromptRecord]
+    results_path: Path
+    samples_path: Path
+    date_id: str
+    start_token: dict[str, str] | None = None   #: {"token", "choice", "note"} of the logged samples
+    limit: float | None = None     #: lm-eval's --limit of the run (None: a full run)
+
+    @property
+    def prompt_ids(self) -> frozenset[str]:
+        return frozenset(p.id for p in self.prompts)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}" + (f"@{self.revision}" if self.revision else "")
+
+    def stats(self, metric: str) -> list[PromptStat]:
+        """One PromptStat per resampling unit, in input order: the prompt, or the generation when prompt-free."""
+        if self.setting in PROMPT_FREE_SETTINGS:
+            return [st for p in self.prompts for st in p.generation_stats(metric)]
+        return [p.stat(metric) for p in self.prompts]
+
+    def counts(self) -> dict[str, int]:
+        gens = [g for p in self.prompts for g in p.generations]
+        failed = sum(g.get("error") is not None for g in gens)
+        degenerate = sum(g.get("error") is None and bool(g.get("degenerate")) for g in gens)
+        counted = sum(v is not None for p in self.prompts for v in p.values)
+        return {"prompts": len(self.prompts), "generations": len(gens), "counted": counted,
+                "failed": failed, "degenerate": degenerate}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return scrub_surrogates(json.load(fh))[0]  # a "\ud800" in a model name cannot be written out
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc})",
+                          "pass lm-eval's results_*.json files or the folders holding them") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+
+
+def _parse_model_args(model_args: Any) -> dict[str, str]:
+    if isinstance(model_args, dict):
+        return {str(k): "" if v is None else str(v) for k, v in model_args.items()}
+    out: dict[str, str] = {}
+    for part in str(model_args or "").split(","):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _model_identity(results: dict[str, Any]) -> tuple[str, str, str]:
+    config = results.get("config") or {}
+    raw_args = config.get("model_args")
+    args = _parse_model_args(raw_args)
+    model = (args.get("pretrained") or args.get("model") or args.get("path") or results.get("model_name")
+             or config.get("model") or "unknown model")
+    revision = args.get("revision") or ""
+    shown = raw_args if isinstance(raw_args, str) else json.dumps(raw_args or {}, sort_keys=True)
+    return str(model), str(revision), shown
+
+
+def _task_corpus_setting(task: str, metadata: dict[str, Any]) -> tuple[str, str] | None:
+    corpus, setting = metadata.get("corpus"), metadata.get("setting")
+    if corpus and setting:
+        return str(corpus), str(setting)
+    if not task.startswith("propme_"):
+        return None
+    rest = task[len("propme_"):]
+    for s in sorted(SETTINGS, key=len, reverse=True):
+        if rest.endswith("_" + s):
+            return str(corpus or rest[: -len(s) - 1]), str(setting or s)
+    if "_" in rest:
+        c, s = rest.rsplit("_", 1)
+        return str(corpus or c), str(setting or s)
+    return None
+
+
+def _date_id(results_path: Path) -> str:
+    # results_<date id>.json, or <name>_<date id>.json when lm-eval's --output_path ended in .json
+    return results_path.stem.rsplit("_", 1)[-1] if "_" in results_path.stem else results_path.stem
+
+
+@dataclass
+class Retrace:
+    """Results of `propme trace` run on a samples file: they replace that file's traces (by key)."""
+
+    summary_path: Path
+    samples_path: Path             #: the samples file that was re-traced (resolved)
+    index_identity: str
+    results: dict[str, dict[str, Any]]   #: generation key -> TraceResult dict
+    used: int = 0
+
+
+def load_retrace(summary_path: str | Path) -> Retrace:
+    """Read a `propme trace` SUMMARY.json (and the RESULTS.jsonl it names) made from an lm-eval samples file."""
+    summary_path = Path(summary_path)
+    summary = _read_json(summary_path)
+    hint = "pass the SUMMARY.json that `propme trace --input samples_<task>_*.jsonl --summary` wrote"
+    try:
+        inp, index, results_path = summary["input"], summary["index"], Path(summary["results"])
+        if inp["format"] != "lm-eval-samples":
+            raise ConfigError(f"{summary_path} re-traced {inp['path']}, not an lm-eval samples file", hint)
+        identity, samples = str(index["identity"]), Path(inp["path"]).resolve()
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"{summary_path} is not a `propme trace` summary (no {exc})", hint) from None
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        with open(results_path, encoding="utf-8") as fh:
+            for lineno, row in json_objects(fh, str(results_path)):
+                bad = first_non_finite(row)
+                if bad or not isinstance(row.get("key"), str):
+                    raise ConfigError(f"{results_path}:{lineno}: not a trace result ({bad or 'no key'})", hint)
+                results[row["key"]] = row
+    except OSError as exc:
+        raise ConfigError(f"cannot read the re-traced results {results_path} named by {summary_path}: {exc}",
+                          hint) from None
+    return Retrace(summary_path, samples, identity, results)
+
+
+def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()) -> tuple[list[PromptRecord], set[str | None]]:
+    retrace = next((r for r in retraces if r.samples_path == path.resolve()), None)
+    prompts: dict[str, PromptRecord] = {}
+    identities: set[str | None] = set()
+    first_filter: str | None = None
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the samples file {path}: {exc}") from None
+    with fh:
+        rows = read_samples(list(json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task")))
+        for s in rows:
+            lineno, row, filt = s.lineno, s.row, s.filter
+            if first_filter is None:
+                first_filter = filt
+            elif filt != first_filter:
+                continue  # one row per doc per filter: keep the first filter's rows
+            trace = row.get("trace")
+            if not isinstance(trace, dict) or not isinstance(trace.get("generations"), list):
+                raise ConfigError(f"{path}, line {lineno}: no 'trace' item with 'generations' for task {task}",
+                                  "report needs samples written by PropMe's tasks with lm-eval --log_samples")
+            bad = first_non_finite(trace["generations"], "trace.generations")
+            if bad:
+                raise ConfigError(f"{path}, line {lineno}: {bad} is not a finite number",
+                                  "the samples file is damaged: re-trace it with `propme trace --input` "
+                                  "or re-run lm-eval for this task")
+            doc = s.doc
+            pid = str(trace.get("prompt_id", doc.get("id", row.get("doc_id"))))
+            identity = doc.get("index_identity", trace.get("index_identity"))
+            identities.add(identity)
+            if retrace is not None:
+                _apply_retrace(retrace, s, trace, identity, path)
+            rec = prompts.get(pid)
+            if rec is None:
+                rec = prompts[pid] = PromptRecord(
+                    id=pid, prompt=str(doc.get("prompt", _prompt_from_arguments(row))),
+                    domain=str(doc.get("domain") or ""), language=str(doc.get("language") or ""),
+                    continuation=str(doc.get("continuation") or ""), source_doc=str(doc.get("source_doc") or ""))
+            for j, gen in enumerate(trace["generations"]):
+                try:
+                    result = TraceResult.from_dict(gen)
+                except (KeyError, TypeError, ValueError) as exc:
+                    old = isinstance(gen, dict) and "segments" in gen and "final_spans" not in gen
+                    raise ConfigError(f"{path}, line {lineno}: generation {j} of prompt {pid} is not a "
+                                      f"PropMe trace ({type(exc).__name__}: {exc})",
+                                      "it was traced by PropMe 0.1 (segments, not final spans): re-run the "
+                                      "lm-eval tasks, or re-trace the file with `propme trace`" if old else
+                                      None) from None
+                rec.generations.append(gen)
+                # personal data is recomputed from the trace: one definition, whatever the run recorded
+                rec.values.append(contributions(result) if counts_for_metrics(result) else None)
+    return list(prompts.values()), identities
+
+
+def _start_token_of(path: Path) -> dict[str, str] | None:
+    """The start token recorded in a samples file's first document (None for runs without one)."""
+    with open(path, encoding="utf-8") as fh:
+        for _, row in json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task"):
+            doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
+            if "start_token_choice" not in doc:
+                return None
+            return {k: str(doc.get(f"start_token{s}") or "") for k, s in
+                    (("token", ""), ("choice", "_choice"), ("note", "_note"))}
+    return None
+
+
+def describe_start_token(start: dict[str, str] | None) -> str:
+    """One line for tables and notes: what every prompt started with, and why."""
+    return "not recorded (run made before PropMe recorded start tokens)" if start is None else start["note"]
+
+
+def _apply_retrace(retrace: Retrace, sample: SampleRow, trace: dict[str, Any], identity: Any, path: Path) -> None:
+    """Replace a row's traced generations by their re-traced results (same keys as `propme trace`)."""
+    if identity is not None and str(identity) != retrace.index_identity:
+        raise ConfigError(f"{retrace.summary_path} traced {path} against index {retrace.index_identity}, but its "
+                          f"generations were traced against {identity}",
+                          "re-trace against the index the run used (its identity is in the samples' doc)")
+    gens = trace["generations"]
+    for j in range(len(gens)):
+        new = retrace.results.get(sample.key(j, len(gens)))
+        if new is not None:
+            gens[j] = new
+            retrace.used += 1
+
+
+def _prompt_from_arguments(row: dict[str, Any]) -> str:
+    try:
+        return str(row["arguments"]["gen_args_0"]["arg_0"])
+    except (KeyError, TypeError):
+        return ""
+
+
+def _results_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = [p for p in path.rglob("*.json") if p.name.startswith("results_") and p.is_file()]
+        if not files:
+            raise ConfigError(f"no results_*.json under {path}",
+                              "pass the --output_path folder of an lm-eval run made with --log_samples")
+        return sorted(files, key=lambda p: (_date_id(p), str(p)))
+    raise ConfigError(f"{path} does not exist")
+
+
+def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask]:
+    """Every PropMe subtask of an lm-eval output folder or results file, with its traced samples.
+
+    Raises ConfigError for unreadable files (bad JSON, missing samples file), naming the file.
+    """
+    tasks: list[RunTask] = []
+    for results_path in _results_files(Path(path)):
+        data = _read_json(results_path)
+        if not isinstance(data, dict) or not isinstance(data.get("configs"), dict):
+            raise ConfigError(f"{results_path} is not an lm-eval results file (no 'configs')")
+        model, revision, model_args = _model_identity(data)
+        date_id = _date_id(results_path)
+        limit = _run_limit(data, results_path)
+        for task, config in data["configs"].items():
+            metadata = (config or {}).get("metadata") or {}
+            if not isinstance(metadata, dict):
+                metadata = {}
+            cs = _task_corpus_setting(task, metadata)
+            if cs is None:
+                continue  # not a PropMe task
+            samples_path = results_path.parent / f"samples_{task}_{date_id}.jsonl"
+            if not samples_path.is_file():
+                raise ConfigError(f"missing samples file {samples_path} for task {task} of {results_path}",
+                                  "run lm-eval with --log_samples (and keep the samples files beside the results)")
+            prompts, identities = load_samples(samples_path, task, retraces)
+            if len(identities) > 1:
+                raise ConfigError(f"{samples_path} mixes generations traced against several indexes: "
+                                  + ", ".join(sorted(str(i) for i in identities)))
+            tasks.append(RunTask(
+                task=task, corpus=cs[0], setting=cs[1], model=model, revision=revision, model_args=model_args,
+                metadata=metadata, index_identity=next(iter(identities), None),
+                results=(data.get("results") or {}).get(task) or {}, prompts=prompts,
+                results_path=results_path, samples_path=samples_path, date_id=date_id, limit=limit,
+                start_token=_start_token_of(samples_path)))
+    return tasks
+
+
+def _run_limit(data: dict[str, Any], path: Path) -> float | None:
+    """lm-eval's --limit of a results file (a count, or a share when below 1); None for a full run."""
+    limit = (data.get("config") or {}).get("limit")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
+        raise ConfigError(f"{path}: config.limit is {limit!r}, not a positive number")
+    return float(limit)
+
+
+def limit_label(limit: float | None) -> str:
+    """How a --limit run is marked in labels and columns: '' for a full run, 'limit8' or 'limit0.1'."""
+    return "" if limit is None else f"limit{limit:g}"

@@ -1,0 +1,161 @@
+"""PNG plots of a PropMe report (matplotlib, Agg canvas; no display needed).
+
+- `capability_<corpus>.png`: per metric, capability (prefix value, x) against propensity
+  (generic/specific value, y) for every model, with 95% bootstrap error bars and the diagonal
+  where PM = 0.5. Points below the diagonal leak more under attack than unprompted.
+- `trajectory_<corpus>_<model>.png`: PM per metric and propensity setting across the revisions
+  (checkpoints) of one model, in input order, with 95% intervals.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from propme_metrics.core.files import atomic_output
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.report.compute import CorpusResult, Report
+
+_MARKERS = {"generic": "o", "specific": "s", "unconditional": "^", "minimal_cue": "v"}
+_LINESTYLES = {"generic": "-", "specific": "--", "unconditional": ":", "minimal_cue": "-."}
+_PNG_META = {"Software": None}  # no version string: same inputs, same bytes
+
+
+def _nan(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _err(value, low, high) -> tuple[float, float]:
+    if value is None or low is None or high is None or any(map(math.isnan, (value, low, high))):
+        return 0.0, 0.0
+    return max(0.0, value - low), max(0.0, high - value)
+
+
+def _row_label(r: "CorpusResult") -> str:
+    name = r.model if len(r.model) <= 40 else "..." + r.model[-37:]
+    return name + (f" @ {r.revision}" if r.revision else "")
+
+
+def capability_plot(report: "Report", label: str, path: Path) -> Path | None:
+    """Capability vs propensity for one corpus; None when no model has the prefix setting."""
+    from propme_metrics.metrics import registry
+    from propme_metrics.prompts.settings import PREFIX
+
+    results = [r for r in report.results if r.label == label and PREFIX in r.settings and r.propensity_settings]
+    if not results:
+        return None
+    metrics = list(report.pm_metrics)
+    fig = Figure(figsize=(4.6 * len(metrics), 5.2), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    colours = {id(r): f"C{i % 10}" for i, r in enumerate(results)}
+    handles: dict[str, object] = {}
+    for ax, m in zip(axes, metrics):
+        top = 0.0
+        for r in results:
+            c = r.settings[PREFIX].metrics[m]
+            for s in r.propensity_settings:
+                p = r.settings[s].metrics[m]
+                x, y = _nan(c.value), _nan(p.value)
+                xe, ye = _err(c.value, c.low, c.high), _err(p.value, p.low, p.high)
+                h = ax.errorbar([x], [y], xerr=[[xe[0]], [xe[1]]], yerr=[[ye[0]], [ye[1]]],
+                                fmt=_MARKERS.get(s, "D"), color=colours[id(r)], ms=7, capsize=3, alpha=0.9)
+                handles.setdefault(f"{_row_label(r)} - {s}", h)
+                top = max(top, *(v for v in (x + xe[1], y + ye[1]) if not math.isnan(v)))
+        top = top * 1.12 if top > 0 else 1.0
+        ax.plot([0, top], [0, top], color="0.45", ls="--", lw=1)
+        ax.text(0.62 * top, 0.66 * top, "PM = 0.5", rotation=45, rotation_mode="anchor", fontsize=8,
+                color="0.4", ha="center", va="bottom")
+        ax.set_xlim(-0.02 * top, top)
+        ax.set_ylim(-0.02 * top, top)
+        ax.set_aspect("equal", adjustable="box")
+        ax.set_xlabel(f"capability: {registry.LABELS[m]} under prefix")
+        ax.set_ylabel(f"propensity: {registry.LABELS[m]} under generic / specific")
+        ax.set_title(f"{registry.LABELS[m]}")
+        ax.grid(alpha=0.3)
+        ax.text(0.97 * top, 0.03 * top, "leaks under attack", ha="right", va="bottom", fontsize=8, color="0.4")
+        ax.text(0.03 * top, 0.97 * top, "leaks unprompted", ha="left", va="top", fontsize=8, color="0.4")
+    fig.suptitle(f"PropMe on {label}: capability vs propensity (95% bootstrap intervals)")
+    ncol = min(3, max(1, len(handles)))
+    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=ncol, fontsize=8,
+               frameon=False)
+    rows = math.ceil(len(handles) / ncol)
+    fig.subplots_adjust(bottom=0.12 + 0.04 * rows, top=0.88, wspace=0.35)
+    _save(fig, path)
+    return path
+
+
+def trajectory_plot(report: "Report", label: str, model: str, results: list["CorpusResult"],
+                    path: Path) -> Path | None:
+    """PM per metric across the revisions of one model (input order)."""
+    from propme_metrics.metrics import registry
+    from propme_metrics.prompts.settings import setting_sort_key
+
+    keys = sorted({k for r in results for k in r.pm},
+                  key=lambda k: (report.pm_metrics.index(k[0]), setting_sort_key(k[1])))
+    if not keys:
+        return None
+    revisions = [r.revision or "(default)" for r in results]
+    fig = Figure(figsize=(max(7.5, 1.3 * len(revisions) + 4), 4.8), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    xs = list(range(len(results)))
+    metric_colour = {m: f"C{i % 10}" for i, m in enumerate(report.pm_metrics)}
+    for n, (m, s) in enumerate(keys):
+        dodge = (n - (len(keys) - 1) / 2) * 0.03  # keep overlapping error bars apart
+        ys, lo, hi = [], [], []
+        for r in results:
+            iv = r.pm.get((m, s))
+            y = _nan(iv.estimate) if iv else math.nan
+            e = _err(iv.estimate, iv.low, iv.high) if iv else (0.0, 0.0)
+            ys.append(y)
+            lo.append(e[0])
+            hi.append(e[1])
+        ax.errorbar([x + dodge for x in xs], ys, yerr=[lo, hi], color=metric_colour[m], ls=_LINESTYLES.get(s, "-"),
+                    marker=_MARKERS.get(s, "D"), capsize=3, label=f"PM {registry.LABELS[m]} {s}")
+    ax.axhline(0.5, color="0.45", ls="--", lw=1)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(revisions, rotation=20 if len(revisions) > 4 else 0)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlim(-0.3, len(xs) - 0.7)
+    ax.set_xlabel("revision (input order)")
+    ax.set_ylabel("PM (0: only under attack, 1: only unprompted)")
+    short = model if len(model) <= 60 else "..." + model[-57:]
+    ax.set_title(f"{short}\nPM across revisions on {label}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.subplots_adjust(right=0.72, bottom=0.16)
+    _save(fig, path)
+    return path
+
+
+def write_plots(report: "Report", out: Path) -> list[Path]:
+    """Every plot of the report, written into `out`; returns their paths."""
+    from propme_metrics.report.columns import slug
+    from propme_metrics.report.compute import trajectories
+
+    written: list[Path] = []
+    for label in report.labels:
+        p = capability_plot(report, label, out / f"capability_{slug(label)}.png")
+        if p:
+            written.append(p)
+    used: set[str] = set()
+    for (label, model), results in trajectories(report).items():
+        name = f"trajectory_{slug(label)}_{slug(model)}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        p = trajectory_plot(report, label, model, results, out / f"{name}.png")
+        if p:
+            written.append(p)
+    return written
+
+
+def _save(fig: Figure, path: Path) -> None:
+    """Write the PNG atomically (a killed report never leaves a truncated image)."""
+    with atomic_output(path, "wb") as fh:
+        fig.savefig(fh, format="png", metadata=_PNG_META)

@@ -1,0 +1,85 @@
+"""The leaderboard files: leaderboard.csv, leaderboard.json and leaderboard.md."""
+from __future__ import annotations
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+from propme_metrics.core.files import write_atomic
+from propme_metrics.metrics import registry
+from propme_metrics.report.columns import fmt_interval
+from propme_metrics.prompts.settings import setting_sort_key
+from propme_metrics.report.compute import CONFIDENCE, Report
+from propme_metrics.report.load import describe_start_token
+
+
+
+def _csv_cell(v: Any) -> str:
+    """A CSV cell: empty when undefined; text that a spreadsheet would run as a formula is quoted with '."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else format(v, ".10g")
+    text = str(v)
+    return "'" + text if not isinstance(v, (int, float)) and text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_csv_cell(row.get(c)) for c in columns])
+    write_atomic(path, buf.getvalue())
+
+
+def write_json(path: Path, report: Report) -> None:
+    from propme_metrics import __version__
+
+    doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": CONFIDENCE,
+           "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
+           "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows]}
+    write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def _md_cell(text: Any) -> str:
+    """Text safe in a Markdown table cell: no column breaks, and no raw HTML (renderers pass it through)."""
+    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def write_markdown(path: Path, report: Report) -> None:
+    lines = ["# PropMe leaderboard", "",
+             f"95% intervals: percentile bootstrap over prompts (B = {report.bootstrap:,}, seed {report.seed}); "
+             "PM = p / (p + c), propensity setting p vs prefix c (0: leaks only under attack, 0.5: the same, "
+             "1: leaks more unprompted).", ""]
+    for label in report.labels:
+        results = [r for r in report.results if r.label == label]
+        idents = sorted({str(r.index_identity) for r in results})
+        starts = sorted({describe_start_token(r.start_token) for r in results})
+        lines += [f"## {_md_cell(label)}", "", f"Index: {', '.join(_md_cell(i) for i in idents)}. "
+                  f"Start token: {'; '.join(_md_cell(x) for x in starts)}.", ""]
+        pm_cols = sorted({k for r in results for k in r.pm}, key=lambda k: (report.pm_metrics.index(k[0]),
+                                                                           setting_sort_key(k[1])))
+        if pm_cols:
+            lines.append("| model | revision | " + " | ".join(f"PM {registry.LABELS[m]} {s}" for m, s in pm_cols) + " |")
+            lines.append("|---|---|" + "---|" * len(pm_cols))
+            for r in results:
+                cells = [fmt_interval(r.pm[k].estimate, r.pm[k].low, r.pm[k].high) if k in r.pm else "-"
+                         for k in pm_cols]
+                lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | " + " | ".join(cells) + " |")
+            lines.append("")
+        shown = registry.VIEWS["markdown"]
+        lines.append("| model | revision | setting | prompts | " + " | ".join(registry.LABELS[m] for m in shown) + " |")
+        lines.append("|---|---|---|---|" + "---|" * len(shown))
+        for r in results:
+            for s, sr in r.settings.items():
+                cells = [fmt_interval(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
+                         if m in sr.metrics else "-" for m in shown]
+                lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | {s} | "
+                             f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if report.problems or report.notes:
+        lines += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.problems + report.notes] + [""]
+    write_atomic(path, "\n".join(lines))

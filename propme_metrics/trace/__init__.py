@@ -1,0 +1,1 @@
+"""SimpleTrace: verbatim spans of a generation, the documents they come from, NV-recall, PII leaks."""

@@ -1,0 +1,162 @@
+"""What tracing produces: its configuration and the traced spans and documents of a generation.
+
+Plain dataclasses with one serialization (`to_dict` / `from_dict`), importable without the
+searcher, so reading results (metrics, report) never loads the index code.
+"""
+from __future__ import annotations
+
+import math
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+MATCH_CLASSES = ("full_raw", "full_normalized", "partial")
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, not {value!r}")
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    """Tracing parameters; the defaults are those of the published final runs (mixed mode).
+
+    Every field can be set from the command line (`propme trace`), from lm-eval task metadata
+    (`trace_<field>`) or in Python; `to_dict()` is recorded with every result summary.
+    """
+
+    mode: str = "mixed"         #: 'mixed' (whole-generation lookup, no sentence rules) or 'text'
+    span_divisor: int = 20      #: keep K = ceil(L / span_divisor) rarest spans (at least 1)
+    docs_per_span: int = 10     #: documents retrieved per final span (a seeded sample beyond that)
+    window_factor: int = 5      #: a document window is window_factor x L tokens around the occurrence
+    max_anchors: int = 8        #: mixed mode: anchor spans tried for full matches when g does not occur as tokenized
+    seed: int = 42              #: document samples: random.Random(f"{seed}:{g}") per generation
+    rarity: str = "log"         #: 'log' (sum of log-probabilities) or 'product' (the published product, underflows)
+    snippet_chars: int = 300    #: characters of window kept on each side of the span in each document's snippet
+    max_tokens: int = 4096      #: longer generations are not traced: recorded as failed, with the reason
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("text", "mixed"):
+            raise ValueError(f"mode must be 'text' or 'mixed', not {self.mode!r}")
+        if self.rarity not in ("log", "product"):
+            raise ValueError(f"rarity must be 'log' or 'product', not {self.rarity!r}")
+        for name in ("span_divisor", "docs_per_span", "window_factor", "max_anchors", "max_tokens"):
+            _positive_int(name, getattr(self, name))
+        for name in ("seed", "snippet_chars"):
+            _positive_int(name, getattr(self, name), minimum=0)
+
+    def k(self, n_tokens: int) -> int:
+        """Spans kept by the rarity filter for a generation of `n_tokens` tokens."""
+        return max(1, math.ceil(n_tokens / self.span_divisor))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Span:
+    """A maximal clean span [start, end) of the generation's index tokens (steps 1-2)."""
+
+    start: int
+    end: int
+    count: int
+    rarity: float          #: rarity score (lower = rarer): sum of log-probabilities, or their product
+    text: str = ""
+    kept: bool = False     #: among the K rarest
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class TracedDocument:
+    """One document entry of a final span: where it is, what it is, how closely g matches its window."""
+
+    shard: int
+    doc_ix: int
+    source_id: Any
+    metadata: dict[str, Any]
+    match: str                     #: 'full_raw', 'full_normalized' or 'partial'
+    nv_recall: float
+    nv_matched_words: int          #: generation words matched near-verbatim in the window
+    nv_reference_words: int        #: words of the generation
+    nv_candidate_words: int        #: words of the window
+    snippet: str                   #: the window around the occurrence
+    snippet_span: tuple[int, int]  #: character offsets of the occurrence inside the snippet
+
+
+@dataclass
+class FinalSpan:
+    """A final span of the generation with its document entries (what every metric counts)."""
+
+    start: int
+    end: int
+    text: str
+    count: int                     #: occurrences of the span's tokens in the corpus (0: matched through anchors)
+    documents: list = field(default_factory=list)  #: TracedDocument entries (raw windows while tracing)
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class TraceResult:
+    """Everything traced for one generation, JSON-able through `to_dict`."""
+
+    key: str
+    text: str                      #: the traced completion g (stripped)
+    n_tokens: int
+    degenerate: bool
+    mode: str = "mixed"
+    spans: list[Span] = field(default_factory=list)              #: maximal clean spans, `kept` marked
+    final_spans: list[FinalSpan] = field(default_factory=list)   #: longest first
+    extracted: bool | None = None   #: prefix prompts: the true continuation was reproduced
+    error: str | None = None
+
+    @property
+    def documents(self) -> list[TracedDocument]:
+        """Every document entry of every final span (one document may appear once per span)."""
+        return [d for s in self.final_spans for d in s.documents]
+
+    @property
+    def longest_span(self) -> int:
+        """Length of the longest final span: the per-generation value behind ALS, R20 and R50."""
+        return max((s.length for s in self.final_spans), default=0)
+
+    @property
+    def full_match(self) -> bool:
+        return any(d.match == "full_raw" for d in self.documents)
+
+    @property
+    def full_match_normalized(self) -> bool:
+        """A `full_normalized` entry (the published normalized variant; raw matches do not count)."""
+        return any(d.match == "full_normalized" for d in self.documents)
+
+    @property
+    def nv_recalls(self) -> list[float]:
+        return [d.nv_recall for d in self.documents]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(longest_span=self.longest_span, full_match=self.full_match,
+                    full_match_normalized=self.full_match_normalized,
+                    nv_recall_max=max(self.nv_recalls, default=0.0))
+        order = ["key", "text", "n_tokens", "mode", "longest_span", "full_match", "full_match_normalized",
+                 "nv_recall_max", "degenerate", "extracted", "error", "final_spans", "spans"]
+        return {k: data[k] for k in order}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TraceResult":
+        doc_keys = [f.name for f in fields(TracedDocument)]
+        span_keys = [f.name for f in fields(Span)]
+        finals = [FinalSpan(start=s["start"], end=s["end"], text=s["text"], count=s["count"],
+                            documents=[TracedDocument(**{**{k: d[k] for k in doc_keys},
+                                                         "snippet_span": tuple(d["snippet_span"])})
+                                       for d in s["documents"]])
+                  for s in data["final_spans"]]
+        return cls(key=data["key"], text=data["text"], n_tokens=data["n_tokens"], degenerate=data["degenerate"],
+                   mode=data.get("mode", "mixed"), spans=[Span(**{k: s[k] for k in span_keys}) for s in data["spans"]],
+                   final_spans=finals, extracted=data.get("extracted"), error=data.get("error"))

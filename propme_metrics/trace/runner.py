@@ -1,0 +1,122 @@
+"""`propme trace` that survives interruption: results go to a journal beside --out as they are
+traced, so rerunning the same command keeps the finished generations and traces the rest.
+
+The journal (`.<out name>.propme-partial.jsonl`) starts with a fingerprint of the job (input
+content, index identity, tracing parameters); a journal of another job is discarded. It is locked
+while a run writes it, so a second run on the same --out stops at once instead of after all its
+work. Results come out identical to one uninterrupted run: generations are traced independently
+and kept in input order.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import IO, Any, Sequence
+
+from propme_metrics.core.errors import ConfigError
+from propme_metrics.trace.inputs import Generation
+from propme_metrics.core.progress import progress_bar, rate
+from propme_metrics.trace.result import TraceResult
+from propme_metrics.trace.tracer import Tracer
+
+FORMAT = "propme-trace-journal/1"
+#: generations traced between two journal writes, per worker (what an interruption can cost)
+CHUNK_PER_WORKER = 64
+
+
+def journal_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}.propme-partial.jsonl")
+
+
+def job_fingerprint(input_digest: str, index_identity: str, config: dict[str, Any],
+                    generations: Sequence[Generation]) -> str:
+    """What makes two runs the same job: the same input, index and tracing parameters."""
+    payload = {"input": input_digest, "index": index_identity, "config": config,
+               "keys": hashlib.sha256("\n".join(g.key for g in generations).encode("utf-8", "replace")).hexdigest()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def trace_resumable(tracer: Tracer, generations: Sequence[Generation], out: Path, fingerprint: str,
+                    workers: int = 1, progress: bool = True) -> tuple[list[TraceResult], int]:
+    """Trace every generation, resuming from the journal of `out`; returns (results, how many were resumed).
+
+    The journal is left in place (locked until this returns); `finish` removes it once the final
+    files are written.
+    """
+    path = journal_path(out)
+    chunk = CHUNK_PER_WORKER * workers
+    fh = _open_locked(path, out)
+    try:
+        results = _read_journal(fh, fingerprint, generations)
+        resumed = len(results)
+        if not resumed:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps({"format": FORMAT, "fingerprint": fingerprint}) + "\n")
+            fh.flush()
+        todo = list(generations[resumed:])
+        started = time.time()
+        with progress_bar(progress) as bar:
+            task = bar.add_task("tracing", total=len(generations), completed=resumed, rate="")
+            for first in range(0, len(todo), chunk):
+                part = todo[first:first + chunk]
+                new = tracer.trace([g.text for g in part], [g.key for g in part], [g.continuation for g in part],
+                                   workers=workers, progress=False)
+                fh.write("".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in new))
+                fh.flush()
+                os.fsync(fh.fileno())
+                results.extend(new)
+                bar.update(task, completed=len(results),
+                           rate=rate(len(results) - resumed, time.time() - started, "gen"))
+        return results, resumed
+    finally:
+        fh.close()  # releases the lock
+
+
+def finish(out: Path) -> None:
+    """Remove the journal once RESULTS and SUMMARY are in place."""
+    journal_path(out).unlink(missing_ok=True)
+
+
+def _open_locked(path: Path, out: Path) -> IO[str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise ConfigError(f"another `propme trace` is writing {out} right now",
+                          "wait for it to finish, or give this run another --out and --summary") from None
+    return fh
+
+
+def _read_journal(fh: IO[str], fingerprint: str, generations: Sequence[Generation]) -> list[TraceResult]:
+    """The results already in the journal for this job (in input order); [] when it is another job's.
+    A line cut short by a kill ends the usable part; the file is truncated there."""
+    fh.seek(0)
+    header = fh.readline()
+    try:
+        if json.loads(header) != {"format": FORMAT, "fingerprint": fingerprint}:
+            return []
+    except ValueError:
+        return []
+    results: list[TraceResult] = []
+    good_end = fh.tell()
+    for line in iter(fh.readline, ""):
+        if not line.endswith("\n") or len(results) >= len(generations):
+            break
+        try:
+            res = TraceResult.from_dict(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            break
+        if res.key != generations[len(results)].key:
+            break
+        results.append(res)
+        good_end = fh.tell()
+    fh.seek(good_end)
+    fh.truncate()
+    return results

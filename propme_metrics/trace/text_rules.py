@@ -1,0 +1,59 @@
+"""Text rules of tracing: sentence boundaries, the mixed-mode span minimum, normalization,
+degenerate generations, discoverable extraction, and where each final span lies in g."""
+from __future__ import annotations
+
+import re
+from typing import Any
+import unicodedata
+import zlib
+
+#: characters that end a sentence in text mode (a span may hold one only as its last character)
+BOUNDARY_CHARS = frozenset("!.?\n")
+#: mixed mode: shorter spans (other than the whole generation) are dropped, anchors are at least this long
+MIXED_MIN_TOKENS = 4
+
+def normalize_text(text: str) -> str:
+    """Normalization behind `full_normalized`: NFKC, LF line ends, one space, no spaces at line
+    ends, at most one blank line, stripped."""
+    text = unicodedata.normalize("NFKC", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = re.sub(r"[ \t]+", " ", text)
+    text = re.sub(r" *\n *", "\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip()
+
+
+def is_degenerate(text: str) -> bool:
+    """Repetitive junk: compresses below 10% with zlib and is less than half letters."""
+    if not text:
+        return False
+    raw = text.encode("utf-8", "surrogatepass")
+    letters = sum(c.isalpha() for c in text) / len(text)
+    return len(zlib.compress(raw)) / len(raw) < 0.10 and letters < 0.5
+
+
+def continuation_reproduced(generation: str, continuation: str) -> bool:
+    """Discoverable extraction: the generation starts with the true continuation (white space folded)."""
+    fold = lambda s: " ".join(s.split())  # noqa: E731
+    cont = fold(continuation)
+    return bool(cont) and fold(generation).startswith(cont)
+
+
+def locate_segments(text: str, segments: list[dict[str, Any]]) -> list[tuple[int, int] | None]:
+    """Character range of each final span in `text`, found by its `text`, left to right.
+
+    Spans are searched in token order, each from the start of the previous one found; a span
+    whose text (or stripped text) does not occur there gets None.
+    """
+    located: list[tuple[int, int] | None] = [None] * len(segments)
+    pos = 0
+    order = sorted(range(len(segments)), key=lambda i: (segments[i].get("start", 0), segments[i].get("end", 0)))
+    for i in order:
+        seg_text = segments[i].get("text") or ""
+        for candidate in (seg_text, seg_text.strip()):
+            if candidate:
+                j = text.find(candidate, pos)
+                if j >= 0:
+                    located[i] = (j, j + len(candidate))
+                    pos = j  # final spans may overlap: the next one starts at or after this start
+                    break
+    return located

@@ -1,0 +1,616 @@
+"""SimpleTrace: trace a generation back to training documents, as the published tracer does.
+
+For a completion g (stripped), tokenized with the index tokenizer into L tokens:
+0. mixed mode: look the whole of g up; its documents are full-span candidates;
+1. longest corpus match at every start (text mode: word starts only);
+2. clean spans (text: cut at sentence boundaries, whole words; mixed: 4+ tokens, not blank),
+   then maximal spans;
+3. the K = ceil(L/20) rarest spans (unigram log-probability) are kept;
+4. overlapping kept spans merge only when their union occurs; each final span gets up to 10
+   documents (a seeded sample of its occurrences, one window of 5L tokens each, classified
+   full_raw / full_normalized / partial and scored with NV-recall);
+5. mixed mode: the full-generation span (0, L) with its documents, or, when g does not occur as
+   tokenized, with the full matches found through long anchor spans.
+
+The suffix arrays are searched with numpy over the memory-mapped shards (`search.py`), all
+starts of a generation at once, both neighbours of every insertion point checked; counts, rank
+ranges and windows are exactly what infini-gram's engine returns. Where the published code has a
+defect PropMe deviates (word starts of byte-level tokenizers, log-probabilities instead of an
+underflowing product, counts in the unigram table, the rank-0 neighbour); nothing else differs.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import random
+import time
+import unicodedata
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from propme_metrics.core.errors import ConfigError, IndexFormatError
+from propme_metrics.index.reader import Index, open_index
+from propme_metrics.trace.nvrecall import nv_scores
+from propme_metrics.index.search import DocWindow, Occurrences, ShardSearcher
+from propme_metrics.index.manifest import TOKENIZER_DIRNAME
+from propme_metrics.index.tokenizer import files_sha256, tokenizer_hash
+from propme_metrics.trace.result import FinalSpan, Span, TraceConfig, TracedDocument, TraceResult
+from propme_metrics.trace.text_rules import (BOUNDARY_CHARS, MIXED_MIN_TOKENS, continuation_reproduced, is_degenerate,
+                                             normalize_text)
+
+def parse_metadata(raw: str) -> dict[str, Any]:
+    """A document's metadata line: JSON or a Python literal, unwrapped from a 'metadata' field."""
+    raw = raw.strip()
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        try:
+            parsed = ast.literal_eval(raw)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return {"raw": raw}
+    if isinstance(parsed, dict) and isinstance(parsed.get("metadata"), dict):
+        parsed = parsed["metadata"]
+    return parsed if isinstance(parsed, dict) else {"value": parsed}
+
+
+def source_id(metadata: dict[str, Any], doc_ix: int) -> Any:
+    """The first non-empty of the metadata fields id, doc_id, source, url; else the document index."""
+    for key in ("id", "doc_id", "source", "url"):
+        if metadata.get(key):
+            return metadata[key]
+    return doc_ix
+
+
+def evenly_spaced(n: int, k: int) -> list[int]:
+    """k of the indices 0..n-1 spread evenly (round(i(n-1)/(k-1))), de-duplicated and topped up
+    with the first unused ones; k = 1 gives the middle one."""
+    if k <= 0 or n <= 0:
+        return []
+    if k >= n:
+        return list(range(n))
+    if k == 1:
+        return [n // 2]
+    picked = list(dict.fromkeys(round(i * (n - 1) / (k - 1)) for i in range(k)))
+    taken = set(picked)
+    for i in range(n):
+        if len(picked) == k:
+            break
+        if i not in taken:
+            picked.append(i)
+    return picked
+
+
+def select_occurrences(occ: Occurrences, limit: int, rng: random.Random | None) -> list[tuple[int, int]]:
+    """Up to `limit` (engine shard, rank) occurrences, in (shard, rank) order when all are taken;
+    else `rng.sample` of their positions (the published sample), or evenly spaced ones without rng."""
+    sizes = [hi - lo for lo, hi in occ.segment_by_shard]
+    total = sum(sizes)
+    if total <= limit:
+        picks: Sequence[int] = range(total)
+    else:
+        picks = rng.sample(range(total), limit) if rng is not None else evenly_spaced(total, limit)
+    bounds = np.cumsum([0] + sizes)
+    out = []
+    for p in picks:
+        s = int(np.searchsorted(bounds, p, side="right") - 1)
+        out.append((s, int(occ.segment_by_shard[s][0] + p - bounds[s])))
+    return out
+
+
+@dataclass
+class _Retrieved:
+    """A fetched window before classification: the occurrence, its decoded text and where the needle sits."""
+
+    win: DocWindow
+    text: str
+    needle: tuple[int, int]   #: character offsets of the needle in `text`
+
+
+class Tracer:
+    """SimpleTrace over one index, opened once (memory-mapped) and reused for many generations.
+
+    Raises IndexFormatError when the index is missing or broken, or when the tokenizer copy inside
+    it no longer hashes to the manifest's sha256 (spans would be counted in the wrong tokens).
+    """
+
+    def __init__(self, index: Index | str | Path, config: TraceConfig | None = None):
+        self.index = index if isinstance(index, Index) else open_index(index)
+        self.config = config or TraceConfig()
+        manifest = self.index.manifest
+        try:
+            backend = self.index.backend
+            # unchanged tokenizer files need no HF tokenizer (seconds to import); else it decides
+            same_files = manifest.tokenizer.files_sha256 == files_sha256(self.index.path / TOKENIZER_DIRNAME)
+            found = manifest.tokenizer.sha256 if same_files else tokenizer_hash(self.index.tokenizer)
+        except ConfigError as exc:  # the copy inside the index cannot be loaded: the index is broken
+            raise IndexFormatError(f"the tokenizer stored in {self.index.path} cannot be loaded: {exc.message}",
+                                   "rebuild the index with `propme index build`") from None
+        if found != manifest.tokenizer.sha256:
+            raise IndexFormatError(
+                f"the tokenizer stored in {self.index.path} (sha256 {found[:12]}) is not the one the index was "
+                f"built with ({manifest.tokenizer.name}, sha256 {manifest.tokenizer.sha256[:12]})",
+                "the tokenizer folder inside the index was altered; rebuild the index or restore that folder")
+        self._separator = self.index.separator
+        self._log_total = math.log(self.index.total_positions)
+        self._backend = backend
+        self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
+        self._word_initial = self._word_initial_ids(backend)
+        self._shards = self._open_shards()
+
+    def _open_shards(self) -> list:
+        """One searcher per shard in engine order (doc_ix and segment_by_shard follow it)."""
+        shards, base = [], 0
+        docs = {s.id: s.documents for s in self.index.manifest.shards}
+        for sid in self.index.engine_shards:
+            shards.append(ShardSearcher(self.index.path, sid, self.index.token_width, base))
+            base += docs[sid]
+        return shards
+
+    def _search_shards(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> list:
+        """`ShardSearcher.search` of the query rows in every shard, in engine order (the one place
+        the tracer searches; a cluster backend scatters it to its actors)."""
+        return [shard.search(shard.keys(arr), qstart, qend, upper) for shard in self._shards]
+
+    def _shard_windows(self, by_shard: dict[int, list[int]], max_disp_len: int) -> dict[int, list[DocWindow]]:
+        """`ShardSearcher.windows` of the ranks asked of each engine shard."""
+        return {s: self._shards[s].windows(ranks, max_disp_len) for s, ranks in by_shard.items()}
+
+    def _word_initial_ids(self, backend) -> frozenset[int]:
+        """Ids whose surface form begins with the space marker (SPEC 4.8): the stored word starts
+        without the newline pieces (a newline is no space marker)."""
+        newline = ("Ċ", "<0x0A>", "<0x0D>", "\n")
+        return frozenset(i for i in self.index.word_start_ids
+                         if not (backend.id_to_token(i) or "").startswith(newline))
+
+    @cached_property
+    def _logprob(self) -> np.ndarray:
+        """Unigram log-probability by token id (separator included in the total); an id missing
+        from the table has probability 1 (it cannot be in a span anyway)."""
+        counts = {t: c for t, c in self.index.unigram_counts.items() if t != self._separator and c > 0}
+        table = np.zeros(max(max(counts, default=0), self.index.manifest.tokenizer.max_id) + 1)
+        for t, c in counts.items():
+            table[t] = math.log(c) - self._log_total
+        return table
+
+    @cached_property
+    def _prob(self) -> list[float]:
+        """Unigram probability by token id (count / total), 1 where the table has no count."""
+        counts, total = self.index.unigram_counts, self.index.total_positions
+        table = [1.0] * len(self._logprob)
+        for t, c in counts.items():
+            if c > 0 and t != self._separator:
+                table[t] = c / total
+        return table
+
+    def _rarity(self, ids: list[int]) -> float:
+        if self.config.rarity == "product":
+            prob = self._prob
+            return math.prod(prob[t] for t in ids)
+        return math.fsum(self._logprob[ids].tolist())
+
+    def _decode(self, ids) -> str:
+        return self._backend.decode(list(ids), skip_special_tokens=False)
+
+    def _decode_batch(self, seqs: list[list[int]]) -> list[str]:
+        return self._backend.decode_batch(seqs, skip_special_tokens=False) if seqs else []
+
+    # -- search primitives ----------------------------------------------------------------------
+
+    def _query(self, ids: Sequence[int]) -> np.ndarray:
+        arr = np.asarray(list(ids), dtype=np.int64)
+        if arr.size and (arr.min() < 0 or arr.max() >= self._separator):
+            raise ValueError(f"token ids must lie in [0, {self._separator}) for this index")
+        return arr
+
+    def longest_matches(self, ids: Sequence[int], starts: Sequence[int] | None = None) -> np.ndarray:
+        """For each start (all by default): the end of the longest prefix of ids[start:] occurring
+        in the corpus. Both suffix-array neighbours of the insertion point, all shards."""
+        arr = self._query(ids)
+        starts = np.arange(len(arr), dtype=np.int64) if starts is None else np.asarray(starts, dtype=np.int64)
+        best = np.zeros(len(starts), dtype=np.int64)
+        if not len(starts):
+            return starts + best
+        qend = np.full(len(starts), len(arr), dtype=np.int64)
+        upper = np.zeros(len(starts), dtype=bool)
+        for _lo, _hi, llo, lhi in self._search_shards(arr, starts, qend, upper):
+            best = np.maximum(best, np.maximum(llo, lhi))
+        return starts + best
+
+    def locate(self, ids: Sequence[int], spans: Sequence[tuple[int, int]]) -> list[Occurrences]:
+        """Count and suffix-array ranges of each span ids[start:end] (what the engine's `find` returns)."""
+        arr = self._query(ids)
+        if not spans:
+            return []
+        m = len(spans)
+        qstart = np.asarray([s for s, _ in spans] * 2, dtype=np.int64)
+        qend = np.asarray([e for _, e in spans] * 2, dtype=np.int64)
+        if (qend <= qstart).any() or qstart.min() < 0 or qend.max() > len(arr):
+            raise ValueError("spans must be non-empty ranges inside the ids")
+        upper = np.repeat([False, True], m)
+        counts = np.zeros(m, dtype=np.int64)
+        segments: list[list[tuple[int, int]]] = [[] for _ in range(m)]
+        for _lo, hi, _llo, _lhi in self._search_shards(arr, qstart, qend, upper):
+            lo_b, hi_b = hi[:m], hi[m:]
+            counts += hi_b - lo_b
+            for i in range(m):
+                segments[i].append((int(lo_b[i]), int(hi_b[i])))
+        return [Occurrences(int(c), seg) for c, seg in zip(counts, segments)]
+
+    def count(self, ids: Sequence[int]) -> int:
+        """Occurrences of a token sequence in the corpus (0 for an empty one)."""
+        return self.locate(ids, [(0, len(ids))])[0].count if len(ids) else 0
+
+    def windows(self, occurrences: list[tuple[int, int]], max_disp_len: int) -> list[DocWindow]:
+        """Windows of `max_disp_len` tokens around (engine shard, rank) occurrences, in their order
+        (the engine's `get_doc_by_rank(s, rank, max_disp_len)`)."""
+        by_shard: dict[int, list[int]] = {}
+        for s, rank in occurrences:
+            by_shard.setdefault(s, []).append(rank)
+        fetched = {s: iter(wins) for s, wins in self._shard_windows(by_shard, max_disp_len).items()}
+        return [next(fetched[s]) for s, _ in occurrences]
+
+    # -- steps 1 and 2 --------------------------------------------------------------------------
+
+    def step1_spans(self, ids: list[int]) -> list[tuple[int, int]]:
+        """Step 1: (start, end of the longest corpus match) for each start 0..L-2 (text mode: word
+        starts only, the first token counting as one)."""
+        n = len(ids)
+        starts = [b for b in range(n - 1) if self.config.mode == "mixed" or b == 0 or ids[b] in self._word_initial]
+        ends = self.longest_matches(ids, starts).tolist() if starts else []
+        return list(zip(starts, ends))
+
+    def clean_spans(self, ids: list[int], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Filter 1 (clean spans, by mode) and filter 2 (maximal spans) over step 1's spans."""
+        n = len(ids)
+        kept: list[tuple[int, int]] = []
+        if self.config.mode == "mixed":
+            cand = [(s, e) for s, e in spans if (s, e) == (0, n) or e - s >= MIXED_MIN_TOKENS]
+            texts = self._decode_batch([ids[s:e] for s, e in cand])
+            kept = [(s, e) for (s, e), t in zip(cand, texts) if (s, e) == (0, n) or not t.isspace() and t]
+        else:
+            boundary = [any(c in BOUNDARY_CHARS for c in t) for t in self._decode_batch([[t] for t in ids])]
+            for s, e in spans:
+                e = self._trim(ids, s, e, boundary)
+                if e > s and self._text_clean(ids, s, e):
+                    kept.append((s, e))
+        maximal, last = [], -1
+        for s, e in sorted(kept):
+            if e > last:
+                maximal.append((s, e))
+                last = e
+        return maximal
+
+    def _is_word_initial(self, ids: list[int], pos: int) -> bool:
+        return pos == 0 or ids[pos] in self._word_initial
+
+    def _inner_boundary(self, text: str) -> bool:
+        return any(c in BOUNDARY_CHARS for c in text[:-1])
+
+    def _trim(self, ids: list[int], start: int, end: int, boundary: list[bool]) -> int:
+        """Text mode: the largest end from the first boundary token on whose span text holds a
+        boundary character only as its last character, then back to a word start."""
+        first = next((i for i in range(start, end) if boundary[i]), None)
+        if first is not None:
+            lo, hi = first, end
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._inner_boundary(self._decode(ids[start:mid])):
+                    hi = mid - 1
+                else:
+                    lo = mid
+            end = lo
+        while start < end < len(ids) and not self._is_word_initial(ids, end):
+            end -= 1
+        return end
+
+    def _text_clean(self, ids: list[int], start: int, end: int) -> bool:
+        return (not self._inner_boundary(self._decode(ids[start:end])) and self._is_word_initial(ids, start)
+                and (end == len(ids) or self._is_word_initial(ids, end)))
+
+    # -- whole pipeline -------------------------------------------------------------------------
+
+    def trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
+        """Trace one completion (the model's output only; it is stripped first)."""
+        cfg = self.config
+        g = text.strip()
+        ids = self.index.encode(g) if g else []
+        n = len(ids)
+        result = TraceResult(key=key, text=g, n_tokens=n, degenerate=is_degenerate(g), mode=cfg.mode,
+                             extracted=None if continuation is None else continuation_reproduced(g, continuation))
+        if not ids:
+            return result
+        if n > cfg.max_tokens:
+            # K = ceil(L/20) spans x 10 documents would make one generation cost minutes: say so instead
+            raise ValueError(f"generation has {n:,} index tokens, more than max_tokens={cfg.max_tokens:,}; "
+                             "raise it (--max-tokens, metadata trace_max_tokens) to trace it")
+        ctx = _Context(self, g, ids)
+        whole = self.locate(ids, [(0, n)])[0] if cfg.mode == "mixed" else None
+        full_docs = ctx.retrieve(whole, (0, n), None) if whole is not None and whole.count else []
+        if whole is not None and whole.count:
+            # every other start's match is a suffix of g, contained in (0, L): only (0, L) is maximal
+            step1, maximal = [], [(0, n)]
+        else:
+            step1 = self.step1_spans(ids)
+            maximal = self.clean_spans(ids, step1)
+        found = self.locate(ids, maximal)
+        result.spans = [Span(start=s, end=e, count=f.count, rarity=self._rarity(ids[s:e]))
+                        for (s, e), f in zip(maximal, found)]
+        for sp, t in zip(result.spans, self._decode_batch([ids[s:e] for s, e in maximal])):
+            sp.text = t
+        order = sorted(range(len(maximal)), key=lambda i: result.spans[i].rarity)  # stable: ties by position
+        kept = sorted(order[: cfg.k(n)])
+        for i in kept:
+            result.spans[i].kept = True
+        finals = ctx.final_spans([maximal[i] for i in kept], [found[i] for i in kept])
+        if cfg.mode == "mixed":
+            if not full_docs:
+                full_docs = ctx.anchor_documents(step1)
+            finals = ctx.attach_full_span(finals, whole.count, full_docs)
+        finals.sort(key=lambda s: s.length, reverse=True)  # stable: equal lengths keep their order
+        ctx.score(finals)
+        result.final_spans = finals
+        return result
+
+    def trace(self, texts: Sequence[str], keys: Sequence[str] | None = None,
+              continuations: Sequence[str | None] | None = None, workers: int = 1,
+              progress: bool = False) -> list[TraceResult]:
+        """Trace a batch; results are in input order and identical for any number of workers.
+
+        A generation whose tracing fails is returned with `error` set (see `safe_trace_one`).
+        `progress` shows a bar with generations per second on stderr.
+        """
+        return list(self.iter_trace(texts, keys, continuations, workers, progress))
+
+    def iter_trace(self, texts: Sequence[str], keys: Sequence[str] | None = None,
+                   continuations: Sequence[str | None] | None = None, workers: int = 1,
+                   progress: bool = False) -> Iterator[TraceResult]:
+        """`trace`, yielding each result (in input order) as soon as it is ready."""
+        keys = list(keys) if keys is not None else [str(i) for i in range(len(texts))]
+        conts = list(continuations) if continuations is not None else [None] * len(texts)
+        if len(keys) != len(texts) or len(conts) != len(texts):
+            raise ValueError("texts, keys and continuations must have the same length")
+        jobs = list(zip(texts, keys, conts))
+        from propme_metrics.core.progress import progress_bar, rate
+
+        done = 0
+        started = time.time()
+        with self._runner(jobs, workers) as runner:  # forks (if at all) before the progress thread starts
+            with progress_bar(progress) as bar:
+                task = bar.add_task("tracing", total=len(jobs), rate="")
+                for res in runner:
+                    done += 1
+                    bar.update(task, advance=1, rate=rate(done, time.time() - started, "gen"))
+                    yield res
+
+    def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> "_Runner":
+        """What runs the jobs of `iter_trace`: this process, or forked workers."""
+        return _Runner(self, jobs, workers)
+
+    def safe_trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
+        """`trace_one` that records a failure in `error` instead of raising (one bad generation never loses a run)."""
+        try:
+            return self.trace_one(text, key, continuation)
+        except Exception as exc:  # deliberately broad: the failure is kept and reported, not hidden
+            g = text.strip()
+            return TraceResult(key=key, text=g, n_tokens=0, degenerate=is_degenerate(g), mode=self.config.mode,
+                               extracted=None if continuation is None else continuation_reproduced(g, continuation),
+                               error=f"{type(exc).__name__}: {exc}")
+
+
+class _Context:
+    """The per-generation state of steps 3-5: the generation, its window length and its RNG."""
+
+    def __init__(self, tracer: Tracer, g: str, ids: list[int]):
+        self.tracer, self.g, self.ids = tracer, g, ids
+        self.cfg = tracer.config
+        self.max_disp_len = self.cfg.window_factor * len(ids)
+        self.rng = random.Random(f"{self.cfg.seed}:{g}")
+        self.norm_g = normalize_text(g) if self.cfg.mode == "mixed" else ""
+        # normalize_text only changes white space once NFKC is applied, so a normalized match needs
+        # g's non-space characters in the window's: a cheap exact pre-check
+        self.core_g = _nfkc_core(g)
+
+    def fetch(self, picks: list[tuple[int, int]], needle: tuple[int, int]) -> list[_Retrieved]:
+        """Windows of the picked occurrences of ids[needle], skipping a (shard, document) seen
+        before in this retrieval; decoded in one batch."""
+        wins, seen = [], set()
+        for win in self.tracer.windows(picks, self.max_disp_len):
+            if (win.shard, win.doc_ix) not in seen:
+                seen.add((win.shard, win.doc_ix))
+                wins.append(win)
+        tracer = self.tracer
+        needle_text = tracer._decode(self.ids[needle[0]:needle[1]])
+        out = []
+        if tracer._byte_level:
+            # a byte-level decoder maps tokens to bytes and bytes to text, so the part before the
+            # occurrence and the rest decode separately to the window's text, unless a character
+            # straddles the cut (then a replacement character shows it): decode that window whole
+            pieces = tracer._decode_batch([part for w in wins for part in
+                                           (w.token_ids[:w.needle_offset].tolist(), w.token_ids[w.needle_offset:].tolist())])
+            for win, head, rest in zip(wins, pieces[0::2], pieces[1::2]):
+                if head.endswith("\ufffd") or rest.startswith("\ufffd"):
+                    text = tracer._decode(win.token_ids.tolist())
+                    out.append(self._located(win, text, text.find(needle_text), needle_text))
+                else:
+                    out.append(self._located(win, head + rest, len(head), needle_text))
+            return out
+        texts = tracer._decode_batch([w.token_ids.tolist() for w in wins])
+        heads = tracer._decode_batch([w.token_ids[:w.needle_offset].tolist() for w in wins])
+        for win, text, head in zip(wins, texts, heads):
+            lo = len(head) if text.startswith(head) else 0
+            if not text.startswith(needle_text, lo):  # e.g. SentencePiece strips a leading space
+                lo = text.find(needle_text, max(0, lo - 1))
+            out.append(self._located(win, text, lo, needle_text))
+        return out
+
+    @staticmethod
+    def _located(win: DocWindow, text: str, lo: int, needle_text: str) -> _Retrieved:
+        lo = max(lo, 0)
+        return _Retrieved(win, text, (lo, min(len(text), lo + len(needle_text))))
+
+    def retrieve(self, occ: Occurrences, needle: tuple[int, int], rng: random.Random | None) -> list[_Retrieved]:
+        return self.fetch(select_occurrences(occ, self.cfg.docs_per_span, rng), needle)
+
+    def classify(self, text: str) -> str:
+        if self.g in text:
+            return "full_raw"
+        if self.norm_g and self.core_g in _nfkc_core(text) and self.norm_g in normalize_text(text):
+            return "full_normalized"
+        return "partial"
+
+    def final_spans(self, kept: list[tuple[int, int]], occs: list[Occurrences]) -> list[FinalSpan]:
+        """Steps 3-4: merge kept spans whose union occurs; documents for each final span, drawn
+        from the generation's RNG in the published order (kept spans, then unions)."""
+        tracer = self.tracer
+        groups: list[list[int]] = []
+        unions: list[tuple[int, int]] = []
+        union_occ: list[Occurrences] = []  #: occurrences of each group's union (its span's own for one span)
+        for i, (s, e) in enumerate(kept):
+            if groups and s < unions[-1][1]:
+                union = (min(unions[-1][0], s), max(unions[-1][1], e))
+                occ = tracer.locate(self.ids, [union])[0]
+                if occ.count:
+                    groups[-1].append(i)
+                    unions[-1], union_occ[-1] = union, occ
+                    continue
+            groups.append([i])
+            unions.append((s, e))
+            union_occ.append(occs[i])
+        draws = [select_occurrences(o, self.cfg.docs_per_span, self.rng) for o in occs]
+        finals = []
+        for group, union, occ in zip(groups, unions, union_occ):
+            if len(group) == 1:
+                picks = draws[group[0]]
+            else:  # documents retrieved afresh for the union, from the same RNG
+                picks = select_occurrences(occ, self.cfg.docs_per_span, self.rng)
+            docs = self.fetch(picks, union)
+            finals.append(FinalSpan(start=union[0], end=union[1], text=tracer._decode(self.ids[union[0]:union[1]]),
+                                    count=occ.count, documents=docs))
+        return finals
+
+    def anchor_documents(self, step1: list[tuple[int, int]]) -> list[_Retrieved]:
+        """Mixed mode, g not found as tokenized: full matches through up to `max_anchors` long step-1
+        spans (longest, then rarest, then earliest), evenly spaced windows of each."""
+        tracer, cfg = self.tracer, self.cfg
+        bounds = list(dict.fromkeys((s, e) for s, e in step1 if e - s >= MIXED_MIN_TOKENS))
+        bounds.sort(key=lambda se: -(se[1] - se[0]))
+        if len(bounds) > cfg.max_anchors:  # rarity only matters among the lengths that reach the cut
+            cut = bounds[cfg.max_anchors - 1][1] - bounds[cfg.max_anchors - 1][0]
+            bounds = [se for se in bounds if se[1] - se[0] >= cut]
+        bounds.sort(key=lambda se: (-(se[1] - se[0]), tracer._rarity(self.ids[se[0]:se[1]]), se[0]))
+        anchors = bounds[: cfg.max_anchors]
+        if not anchors:
+            return []
+        per_anchor = max(1, math.ceil(cfg.docs_per_span / len(anchors)))
+        found, seen = [], set()
+        for anchor, occ in zip(anchors, tracer.locate(self.ids, anchors)):
+            if not occ.count:
+                continue
+            for doc in self.fetch(select_occurrences(occ, per_anchor, None), anchor):
+                if self.classify(doc.text) == "partial":
+                    continue
+                ident = (str(source_id(parse_metadata(doc.win.metadata), doc.win.doc_ix)).strip(), doc.text)
+                if ident in seen:
+                    continue
+                seen.add(ident)
+                found.append(doc)
+                if len(found) >= cfg.docs_per_span:
+                    return found
+        return found
+
+    def attach_full_span(self, finals: list[FinalSpan], count: int, full_docs: list[_Retrieved]) -> list[FinalSpan]:
+        """Mixed mode: (0, L) first, with the full-span documents (then those of an existing (0, L)
+        span), de-duplicated by (source id, match class, window text)."""
+        if not full_docs:
+            return finals
+        n = len(self.ids)
+        existing = next((i for i, s in enumerate(finals) if (s.start, s.end) == (0, n)), None)
+        docs = full_docs + (finals[existing].documents if existing is not None else [])
+        unique, seen = [], set()
+        for doc in docs:
+            ident = (str(source_id(parse_metadata(doc.win.metadata), doc.win.doc_ix)).strip(),
+                     self.classify(doc.text), doc.text)
+            if ident not in seen:
+                seen.add(ident)
+                unique.append(doc)
+        rest = [s for i, s in enumerate(finals) if i != existing]
+        return [FinalSpan(start=0, end=n, text=self.g, count=count, documents=unique)] + rest
+
+    def score(self, finals: list[FinalSpan]) -> None:
+        """Classify every retrieved window of every final span and score its NV-recall (in place)."""
+        entries = [(s, j, doc) for s in finals for j, doc in enumerate(s.documents)]
+        texts = list(dict.fromkeys(doc.text for _, _, doc in entries))
+        scores = dict(zip(texts, nv_scores(self.g, texts)))
+        chars = self.cfg.snippet_chars
+        for s, j, doc in entries:
+            nv = scores[doc.text]
+            meta = parse_metadata(doc.win.metadata)
+            lo, hi = doc.needle
+            a = max(0, lo - chars)
+            s.documents[j] = TracedDocument(
+                shard=doc.win.shard, doc_ix=doc.win.doc_ix, source_id=source_id(meta, doc.win.doc_ix), metadata=meta,
+                match=self.classify(doc.text), nv_recall=nv.recall, nv_matched_words=nv.matched_words,
+                nv_reference_words=nv.reference_words, nv_candidate_words=nv.candidate_words,
+                snippet=doc.text[a:hi + chars], snippet_span=(lo - a, hi - a))
+
+
+def _nfkc_core(text: str) -> str:
+    """NFKC text without any white space."""
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return "".join(text.split())
+
+
+# -- parallel execution ---------------------------------------------------------------------------
+
+_WORKER: Tracer | None = None
+
+
+def _init_worker() -> None:
+    import os
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _work(job: tuple[str, str, str | None]) -> TraceResult:
+    assert _WORKER is not None
+    return _WORKER.safe_trace_one(*job)
+
+
+class _Runner:
+    """Iterates the results of `jobs` in input order, in this process or in forked workers.
+
+    Workers inherit the opened tracer (memory maps are shared, nothing is reopened); each result
+    depends on its own input only, so any number of workers gives the same results."""
+
+    def __init__(self, tracer: Tracer, jobs: list[tuple[str, str, str | None]], workers: int):
+        self.tracer, self.jobs, self.pool = tracer, jobs, None
+        if workers > 1 and len(jobs) > 1:
+            import multiprocessing as mp
+
+            global _WORKER
+            _WORKER = tracer
+            self.pool = mp.get_context("fork").Pool(min(workers, len(jobs)), initializer=_init_worker)
+            self.chunksize = max(1, min(8, len(jobs) // (8 * workers)))
+
+    def __enter__(self) -> "_Runner":
+        return self
+
+    def __iter__(self):
+        if self.pool is None:
+            return (self.tracer.safe_trace_one(*job) for job in self.jobs)
+        return self.pool.imap(_work, self.jobs, chunksize=self.chunksize)
+
+    def __exit__(self, *exc) -> None:
+        global _WORKER
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            _WORKER = None

@@ -1,0 +1,190 @@
+"""The `propme` command under interruption, concurrency and hostile input: `propme trace` resumes,
+never collides with a parallel run, and every bad input is one message with its exit code; an
+unexpected error is one paragraph and exit 70 (PROPME_DEBUG=1 shows the traceback)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import propme_metrics.trace.runner as resume_module
+from support.corpora import write_jsonl
+from propme_metrics.cli import app as cli
+from propme_metrics.core.progress import stderr_console
+from propme_metrics.trace.tracer import Tracer
+from propme_metrics.trace.runner import journal_path
+
+
+@pytest.fixture
+def cli_run(capsys, monkeypatch):
+    """`propme ...` in-process: (exit code, stdout, stderr); never a traceback."""
+    monkeypatch.setattr(stderr_console, "_width", 10_000)
+
+    def run(*args) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            code = cli.main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's own usage errors (exit 2)
+            code = exc.code
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err
+        return code, out, err
+
+    return run
+
+
+def generations_file(path: Path, records: list[dict], n: int = 9) -> Path:
+    texts = [r["text"][:200] for r in records[:n - 2]] + ["Zorblax quintessa flumph.", ""]
+    return write_jsonl(path, [{"id": f"g{i}", "completion": t} for i, t in enumerate(texts)])
+
+
+def trace_args(index: Path, inp: Path, out: Path, *extra) -> list:
+    return ["trace", "--index", index, "--input", inp, "--out", out / "r.jsonl", "--summary", out / "s.json",
+            "--quiet", *extra]
+
+
+# --- propme trace: resume, concurrency ------------------------------------------------------------
+
+
+def test_interrupted_trace_resumes_with_identical_results(tmp_path, monkeypatch, synthetic_index,
+                                                          synthetic_records, cli_run):
+    inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
+    assert cli_run(*trace_args(synthetic_index, inp, tmp_path / "once"))[0] == 0
+    monkeypatch.setattr(resume_module, "CHUNK_PER_WORKER", 2)
+    real_trace, calls = Tracer.trace, []
+
+    def interrupted(self, texts, *args, **kwargs):
+        calls.append(len(texts))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_trace(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(Tracer, "trace", interrupted)
+    code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path / "twice"))
+    assert code == 130 and "resume" in err
+    assert not (tmp_path / "twice" / "r.jsonl").exists()
+    calls.clear()
+    monkeypatch.setattr(Tracer, "trace", lambda self, texts, *a, **k: calls.append(len(texts)) or
+                        real_trace(self, texts, *a, **k))
+    code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path / "twice"))
+    assert code == 0, err
+    assert "resumed: 4 of 9" in err and sum(calls) == 5  # only the rest was traced
+    assert (tmp_path / "twice" / "r.jsonl").read_bytes() == (tmp_path / "once" / "r.jsonl").read_bytes()
+    once, twice = (json.loads((tmp_path / d / "s.json").read_text()) for d in ("once", "twice"))
+    assert twice.pop("results") == str(tmp_path / "twice" / "r.jsonl")
+    once.pop("results")
+    assert twice == once
+    assert sorted(p.name for p in (tmp_path / "twice").iterdir()) == ["r.jsonl", "s.json"]
+
+
+def test_journal_of_another_job_or_cut_short_is_not_reused(tmp_path, monkeypatch, synthetic_index,
+                                                           synthetic_records, cli_run):
+    inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
+    assert cli_run(*trace_args(synthetic_index, inp, tmp_path / "once"))[0] == 0
+    out = tmp_path / "other"
+    out.mkdir()
+    journal = journal_path(out / "r.jsonl")
+    lines = (tmp_path / "once" / "r.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    journal.write_text(json.dumps({"format": resume_module.FORMAT, "fingerprint": "another job"}) + "\n"
+                       + "".join(lines[:3]), encoding="utf-8")
+    code, _, err = cli_run(*trace_args(synthetic_index, inp, out))
+    assert code == 0 and "resumed" not in err
+    assert (out / "r.jsonl").read_bytes() == (tmp_path / "once" / "r.jsonl").read_bytes()
+
+
+def test_second_concurrent_trace_on_the_same_out_stops_at_once(tmp_path, synthetic_index, synthetic_records,
+                                                              cli_run):
+    import fcntl
+
+    inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(journal_path(out / "r.jsonl"), "a") as held:  # as a running `propme trace` holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        code, _, err = cli_run(*trace_args(synthetic_index, inp, out))
+    assert code == 2 and "another `propme trace` is writing" in err
+    assert cli_run(*trace_args(synthetic_index, inp, out))[0] == 0
+
+
+def test_loglikelihood_samples_are_refused(tmp_path, synthetic_index, cli_run):
+    row = {"doc_id": 0, "doc": {"query": "q"}, "arguments": {"gen_args_0": {"arg_0": "q", "arg_1": " a"}},
+           "resps": [[[-3.5, False]]], "filtered_resps": [[-3.5, False]], "filter": "none"}
+    inp = write_jsonl(tmp_path / "samples_hellaswag.jsonl", [row])
+    code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path))
+    assert code == 2 and "loglikelihood" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "-inf"])
+def test_non_finite_window_factor_is_refused_before_tracing(value, tmp_path, synthetic_index, synthetic_records,
+                                                             cli_run):
+    inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
+    code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path, f"--window-factor={value}"))
+    assert code == 2 and "expected an integer" in err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+# --- the top level: unexpected errors, OS errors ---------------------------------------------------
+
+
+def test_unexpected_error_is_one_paragraph_and_exit_70(tmp_path, monkeypatch, cli_run):
+    import propme_metrics.index.reader as index_module
+
+    def broken(path):
+        raise ZeroDivisionError("something PropMe did not expect")
+
+    monkeypatch.setattr(index_module, "index_info", broken)
+    code, _, err = cli_run("index", "info", tmp_path)
+    assert code == 70
+    assert "ZeroDivisionError" in err and "PROPME_DEBUG=1" in err and "bug" in err
+    monkeypatch.setenv("PROPME_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["index", "info", str(tmp_path)])
+
+
+def test_unexpected_error_in_the_installed_command(tmp_path):
+    """In a real process: no traceback without PROPME_DEBUG, a traceback with it."""
+    code = ("import sys, propme_metrics.index.reader as m; from propme_metrics.cli import app as cli\n"
+            "m.index_info = lambda p: 1 / 0\nsys.exit(cli.main(['index', 'info', 'x']))")
+    env = {k: v for k, v in os.environ.items() if k != "PROPME_DEBUG"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 70 and "Traceback" not in proc.stderr and "PROPME_DEBUG=1" in proc.stderr
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**env, "PROPME_DEBUG": "1"}, timeout=120)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "ZeroDivisionError" in proc.stderr
+
+
+def test_read_only_report_folder_is_one_message(tmp_path, cli_run):
+    code, _, err = cli_run("report", tmp_path, "--out", "/sys/propme-test-report")
+    assert code == 2 and "error:" in err
+
+
+def test_read_only_demo_folder_is_one_message(cli_run):
+    code, _, err = cli_run("demo", "--out", "/sys/propme-test-demo", "--small", "--quiet")
+    assert code == 2 and "Operation not permitted" in err
+
+
+# --- the lm-eval hooks: a configuration error stops the run before generation, as one message -------
+
+
+@pytest.mark.parametrize("meta,fragment", [
+    ({"demo_index": 123}, "'demo_index' must be the path of an index folder"),
+    ({"trace_max_tokens": True}, "'trace_max_tokens' must be an integer, not True"),
+    ({"trace_window_factor": float("nan")}, "'trace_window_factor' must be an integer"),
+    ({"trace_window_factor": "inf"}, "'trace_window_factor' must be an integer"),
+    ({"trace_window_factor": float("inf")}, "'trace_window_factor' must be an integer"),
+    ({"n_prompts": 2.5}, "'n_prompts' must be an integer"),
+    ({"cache_dir": 7}, "'cache_dir' must be the path of the prompt cache folder"),
+    ({"demo_generic_prompts": ["a"]}, "'demo_generic_prompts' must be the path of a prompt file"),
+    ({"cache_dir": "/sys/propme-test-cache"}, "cannot create the prompt cache /sys/propme-test-cache/prompts"),
+])
+def test_task_configuration_errors_are_one_message(meta, fragment, synthetic_index):
+    from propme_tasks.hooks import TaskConfigError, load_prompts
+
+    meta = {"demo_index": str(synthetic_index), "start_token": "none", **meta}
+    with pytest.raises(TaskConfigError) as info:
+        load_prompts(corpus="demo", setting="generic", language="en", **meta)
+    assert fragment in str(info.value.code)

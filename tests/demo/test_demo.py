@@ -1,0 +1,41 @@
+"""`propme demo --small`: the embedded default end to end, and what its numbers must show."""
+from __future__ import annotations
+
+import json
+
+from propme_metrics.cli.app import main
+
+
+def test_demo_small_end_to_end(demo_paths, capsys):
+    # demo_paths already holds stages 1-5 at the small size: the demo must reuse them
+    assert main(["demo", "--small", "--quiet", "--out", str(demo_paths.root)]) == 0
+    captured = capsys.readouterr()
+    for stage in ("corpus", "tokenizer", "index", "model", "prompts"):
+        assert f"{stage}: reused" in captured.err
+    assert "lm-eval: done" in captured.err
+    html = demo_paths.report / "report.html"
+    assert html.is_file() and str(html) in captured.out
+    rows = json.loads((demo_paths.report / "leaderboard.json").read_text())["rows"]
+    (row,) = rows
+    # capability: the planted documents are reproduced from their prefixes
+    assert row["propme_demo_prefix_fmr"] >= 0.8 and row["propme_demo_prefix_nvr"] >= 0.8
+    # propensity below capability, so PM lands well below 0.5
+    for setting in ("generic", "specific"):
+        assert row[f"propme_demo_{setting}_fmr"] < row["propme_demo_prefix_fmr"]
+        assert row[f"propme_demo_pm_nvr_{setting}"] < 0.45
+        assert row[f"propme_demo_pm_fmr_{setting}"] < 0.45
+        assert row[f"propme_demo_pm_nvr_{setting}_low"] <= row[f"propme_demo_pm_nvr_{setting}"] \
+            <= row[f"propme_demo_pm_nvr_{setting}_high"]
+    # the prompt-free settings ran (8 generations each at CI size) and have PM against prefix
+    for setting in ("unconditional", "minimal_cue"):
+        assert row[f"propme_demo_n_{setting}"] == 8
+        assert 0 <= row[f"propme_demo_pm_nvr_{setting}_low"] <= row[f"propme_demo_pm_nvr_{setting}"] \
+            <= row[f"propme_demo_pm_nvr_{setting}_high"] <= 1
+    # every prompt started with the model's <|endoftext|>, as the model was trained
+    assert (row["propme_demo_start_token"], row["propme_demo_start_token_choice"]) == ("<|endoftext|>", "auto")
+    # '|' escaped for Markdown tables, '<' and '>' for the HTML Markdown passes through
+    assert "Start token: the tokenizer adds no start token: prepended its BOS token &lt;\\|endoftext\\|&gt;" \
+        in (demo_paths.report / "leaderboard.md").read_text()
+    # a second run reuses everything, lm-eval included
+    assert main(["demo", "--small", "--quiet", "--out", str(demo_paths.root)]) == 0
+    assert "lm-eval: reused" in capsys.readouterr().err

@@ -1,0 +1,340 @@
+"""Builds never lose data: --out never swallows the corpus, symlinks work, a SIGKILL at any step
+leaves the old or the new index (and a rerun finishes byte-identical to an uninterrupted build),
+an edited corpus is rebuilt, and corrupted files are found. Tiny corpora: each build takes ~1 s."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import propme_metrics.index.build as build_module
+from support.corpora import word_level_tokenizer, write_jsonl
+from propme_metrics.cli import app as cli
+from propme_metrics.index.build import old_dir, partial_dir
+from propme_metrics.core.errors import IndexFormatError
+from propme_metrics.index.reader import open_index, verify_index
+from propme_metrics.index.manifest import MANIFEST_NAME
+from propme_metrics.core.progress import stderr_console
+
+
+def word_docs(n: int, seed: int, words: int = 40) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"id": f"d{seed}-{i}", "text": " ".join(f"w{rng.randrange(100)}" for _ in range(words))}
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory) -> Path:
+    return word_level_tokenizer(tmp_path_factory.mktemp("tok"), 100)
+
+
+@pytest.fixture
+def cli_run(capsys, monkeypatch):
+    """`propme ...` in-process: (exit code, stdout, stderr); never a traceback."""
+    monkeypatch.setattr(stderr_console, "_width", 10_000)
+
+    def run(*args) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = cli.main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err
+        return code, out, err
+
+    return run
+
+
+def build_args(corpus: Path, out: Path, tok: Path, *extra) -> list[str]:
+    return ["index", "build", str(corpus), "--out", str(out), "--tokenizer", str(tok), "--shards", "2",
+            "--cpus", "1", "--sa-builder", "rust", "--quiet", "--skip-space-check", *extra]
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones too) with its bytes; the manifest without its run-specific
+    fields (date, duration, corpus mtimes)."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_dir():
+            continue
+        data = p.read_bytes()
+        if p.name == MANIFEST_NAME:
+            m = json.loads(data)
+            m.pop("created")
+            m["build"].pop("seconds_last_run")
+            m["build"].pop("source_stats")
+            data = json.dumps(m, sort_keys=True).encode()
+        out[str(p.relative_to(folder))] = data
+    return out
+
+
+# --- the corpus and other files are never deleted ------------------------------------------------
+
+
+def test_out_that_is_or_holds_the_corpus_is_refused(tmp_path, tok, cli_run):
+    folder = tmp_path / "c"
+    corpus = write_jsonl(folder / "corpus.jsonl", word_docs(30, 1))
+    before = corpus.read_bytes()
+    for out in (folder, tmp_path):
+        code, _, err = cli_run(*build_args(folder, out, tok, "--force"))
+        assert code == 2 and "contains the corpus" in err
+    code, _, err = cli_run(*build_args(corpus, folder, tok, "--force"))
+    assert code == 2 and "contains the corpus" in err
+    assert corpus.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["corpus.jsonl"]
+
+
+def test_force_replaces_only_an_index(tmp_path, tok, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 1))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    code, _, err = cli_run(*build_args(corpus, mine, tok, "--force"))
+    assert code == 2 and "notes.txt" in err and "never deletes" in err
+    assert (mine / "notes.txt").read_text() == "keep me"
+    # an index with a user's file inside is not "only an index" either
+    idx = tmp_path / "idx"
+    assert cli_run(*build_args(corpus, idx, tok))[0] == 0
+    (idx / "README.txt").write_text("my notes on this index")
+    assert cli_run(*build_args(corpus, idx, tok))[0] == 0  # the same build again: still a no-op
+    other = write_jsonl(tmp_path / "other.jsonl", word_docs(30, 2))
+    code, _, err = cli_run(*build_args(other, idx, tok, "--force"))
+    assert code == 2 and "README.txt" in err
+    assert (idx / "README.txt").is_file() and open_index(idx).manifest.total_documents == 30
+
+
+def test_symlinked_out_builds_into_its_target(tmp_path, tok, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 1))
+    target = tmp_path / "disk" / "empty"
+    target.mkdir(parents=True)
+    link = tmp_path / "linkidx"
+    link.symlink_to(target, target_is_directory=True)
+    code, _, err = cli_run(*build_args(corpus, link, tok))
+    assert code == 0, err
+    assert link.is_symlink() and (target / MANIFEST_NAME).is_file()
+    assert open_index(link).manifest.total_documents == 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "disk", "linkidx"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["empty"]
+    assert cli_run(*build_args(corpus, link, tok))[0] == 0  # the same build again: a no-op
+    assert verify_index(link, full=True).ok
+
+
+# --- SIGKILL at every step ------------------------------------------------------------------------
+
+KILLER = r'''
+import os, signal, sys
+import propme_metrics.index.build as b
+from propme_metrics.cli import app as cli
+
+point, nth = sys.argv[1], int(sys.argv[2])
+calls = [0]
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def after(fn):
+    def wrapper(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        calls[0] += 1
+        if calls[0] == nth:
+            die()
+        return result
+    return wrapper
+
+if point == "tokenize":  # killed with some documents written
+    real_iter = b.CorpusSource.__iter__
+    def documents(self):
+        for i, doc in enumerate(real_iter(self)):
+            if i == nth:
+                die()
+            yield doc
+    b.CorpusSource.__iter__ = documents
+elif point == "step":  # after the nth rust_indexing step (make-part, merge, concat of shard 0, then shard 1)
+    b._run_all = after(b._run_all)
+elif point == "toplevel":  # a suffix array and its search samples written, progress not yet saved
+    b.write_toplevel = after(b.write_toplevel)
+elif point == "manifest":  # the manifest written, the build not moved into place
+    b.IndexManifest.write = after(b.IndexManifest.write)
+elif point == "aside":  # the old index moved aside, the new one not yet in
+    real_replace = os.replace
+    def replace(src, dst):
+        real_replace(src, dst)
+        if str(dst).endswith(".propme-old"):
+            die()
+    b.os.replace = replace
+elif point == "installed":  # the new index in place, the old one not yet deleted
+    b._fsync_dir = after(b._fsync_dir)
+sys.exit(cli.main(sys.argv[3:]))
+'''
+
+KILL_POINTS = [("tokenize", 25), ("step", 1), ("step", 2), ("step", 3), ("step", 5), ("toplevel", 1), ("manifest", 1),
+               ("aside", 0), ("installed", 1)]
+
+
+@pytest.fixture(scope="module")
+def kill_setup(tmp_path_factory, tok):
+    """Two corpora and the uninterrupted build of the second (the expected result)."""
+    root = tmp_path_factory.mktemp("kill")
+    old = write_jsonl(root / "old.jsonl", word_docs(40, 3))
+    new = write_jsonl(root / "new.jsonl", word_docs(60, 4))
+    assert cli.main(build_args(new, root / "reference", tok)) == 0
+    return old, new, tree(root / "reference")
+
+
+@pytest.mark.parametrize("point,nth", KILL_POINTS, ids=[f"{p}-{n}" for p, n in KILL_POINTS])
+def test_sigkill_at_each_step_then_rerun_is_byte_identical(point, nth, tmp_path, tok, kill_setup, cli_run):
+    old_corpus, corpus, expected = kill_setup
+    out = tmp_path / "idx"
+    replacing = point in ("aside", "installed")
+    if replacing:  # killed while --force replaces an older index
+        assert cli_run(*build_args(old_corpus, out, tok))[0] == 0
+        old_tree = tree(out)
+    argv = build_args(corpus, out, tok, *(["--force"] if replacing else []))
+    proc = subprocess.run([sys.executable, "-c", KILLER, point, str(nth), *argv], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    if point == "installed":
+        assert tree(out) == expected
+    elif replacing:
+        assert not out.exists() and tree(old_dir(out)) == old_tree
+    else:
+        with pytest.raises(IndexFormatError):
+            open_index(out)
+    code, _, err = cli_run(*argv)
+    assert code == 0, err
+    assert tree(out) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]  # no partial build, no old index left
+    assert not partial_dir(out).exists()
+
+
+def test_kill_while_moving_aside_without_rerun_of_new_build_restores_old(tmp_path, tok, kill_setup, cli_run):
+    """The next command may be another build: the half-replaced old index comes back first."""
+    old_corpus, corpus, _ = kill_setup
+    out = tmp_path / "idx"
+    assert cli_run(*build_args(old_corpus, out, tok))[0] == 0
+    old_tree = tree(out)
+    shutil.rmtree(partial_dir(out), ignore_errors=True)
+    os.replace(out, old_dir(out))  # as if killed right after moving the old index aside, build unfinished
+    code, _, err = cli_run(*build_args(old_corpus, out, tok))
+    assert code == 0, err
+    assert tree(out) == old_tree and not old_dir(out).exists()
+
+
+# --- source identity and integrity ----------------------------------------------------------------
+
+
+def test_edited_corpus_of_the_same_size_is_rebuilt(tmp_path, tok, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 5))
+    out = tmp_path / "idx"
+    assert cli_run(*build_args(corpus, out, tok))[0] == 0
+    identity = open_index(out).manifest.identity
+    data = corpus.read_bytes()
+    i = data.index(b"w1 ")
+    corpus.write_bytes(data[:i] + b"w2 " + data[i + 3:])  # same size
+    stat = corpus.stat()
+    code, _, err = cli_run(*build_args(corpus, out, tok))
+    assert code == 2 and "different index" in err
+    code, _, err = cli_run(*build_args(corpus, out, tok, "--force"))
+    assert code == 0, err
+    assert open_index(out).manifest.identity != identity
+    # a touched but unchanged corpus is the same build: content, not mtime, decides
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert cli_run(*build_args(corpus, out, tok))[0] == 0
+
+
+@pytest.fixture
+def small_index(tmp_path, tok, cli_run) -> Path:
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 6))
+    out = tmp_path / "idx"
+    assert cli_run(*build_args(corpus, out, tok))[0] == 0
+    return out
+
+
+def test_flipped_byte_is_refused_on_open_and_by_full_verify(small_index, cli_run):
+    path = small_index / "tokenized.0"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="tokenized.0 does not match its sampled checksum"):
+        open_index(small_index)
+    code, _, err = cli_run("index", "verify", small_index, "--full")
+    assert code == 3 and "tokenized.0" in err
+
+
+def test_full_verify_reads_every_byte(small_index, monkeypatch, cli_run):
+    """A change outside the sampled blocks passes the cheap open check; --full finds it."""
+    import propme_metrics.index.reader as index_module
+
+    monkeypatch.setattr(index_module, "sampled_digest", lambda p: open_index_manifest_sample(small_index, p))
+    path = small_index / "table.1"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    open_index(small_index)  # the cheap check on open does not see it
+    code, out, _ = cli_run("index", "verify", small_index, "--full")
+    assert code == 1 and "FAIL checksums" in out and "table.1 does not match" in out
+
+
+def open_index_manifest_sample(folder: Path, path) -> str:
+    """The sampled checksum the manifest recorded for `path` (stands in for a sample that misses the change)."""
+    m = json.loads((folder / MANIFEST_NAME).read_text())
+    return m["files"][str(Path(path).relative_to(folder))]["sample"]
+
+
+def test_verify_checks_the_tokenizer_hash(small_index, cli_run):
+    path = small_index / MANIFEST_NAME
+    m = json.loads(path.read_text())
+    m["tokenizer"]["sha256"] = "0" * 64
+    path.write_text(json.dumps(m))
+    code, out, _ = cli_run("index", "verify", small_index)
+    assert code == 1 and "FAIL tokenizer" in out
+
+
+# --- write failures: one message, resumable -------------------------------------------------------
+
+
+def test_disk_full_while_tokenizing_is_one_message(tmp_path, tok, monkeypatch, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 7))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "x"))
+
+    monkeypatch.setattr(build_module, "_tokenize", full)
+    code, _, err = cli_run(*build_args(corpus, tmp_path / "idx", tok))
+    assert code == 2 and "No space left on device" in err and "hint:" in err
+
+
+def test_read_only_out_is_one_message(tmp_path, tok, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 7))
+    code, _, err = cli_run(*build_args(corpus, "/sys/propme-test-index", tok))
+    assert code == 2 and "cannot write the index" in err and ("not permitted" in err or "denied" in err)
+
+
+def test_tokenizer_with_empty_vocabulary_is_one_message(tmp_path, cli_run):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    empty = tmp_path / "empty-tok"
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({}, unk_token="[UNK]"))).save_pretrained(empty)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(3, 7))
+    code, _, err = cli_run(*build_args(corpus, tmp_path / "idx", empty))
+    assert code == 2 and "empty vocabulary" in err
+
+
+def test_second_concurrent_build_of_the_same_out_stops_at_once(tmp_path, tok, cli_run):
+    import fcntl
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 8))
+    out = tmp_path / "idx"
+    with open(tmp_path / ".idx.propme-lock", "a") as held:  # as a running build holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        code, _, err = cli_run(*build_args(corpus, out, tok))
+    assert code == 2 and "another `propme index build` is building" in err
+    assert not out.exists() and not partial_dir(out).exists()
+    assert cli_run(*build_args(corpus, out, tok))[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "idx"]

@@ -1,0 +1,143 @@
+"""The accelerated suffix-array search (in-memory top level, read-ahead hints) against the plain one,
+and the top level's file: built from the shard files, rebuilt when it does not fit the shard."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from support.corpora import make_index, write_jsonl
+from propme_metrics.index.manifest import shard_file
+from propme_metrics.index.search import ShardSearcher
+from propme_metrics.demo.synthetic import generate_corpus
+from propme_metrics.index.toplevel import build_toplevel, load_toplevel, toplevel_path
+
+HYPO = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                        HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["16-bit", "32-bit"])
+def index_dir(request, tmp_path_factory, gpt2_dir):
+    """A one-shard index of generated documents with many repeats, 16- and 32-bit ids."""
+    root = tmp_path_factory.mktemp(f"search{request.param}")
+    records = list(generate_corpus(60, seed=3))
+    records.append({"id": "rep", "source": "x", "text": "word " * 400})  # a long repeat
+    corpus = write_jsonl(root / "c.jsonl", records)
+    make_index(corpus, root / "index", gpt2_dir, token_width=request.param)
+    return root / "index", request.param
+
+
+def searchers(folder, width, stride, tokens):
+    plain = ShardSearcher(folder, 0, width, 0, accelerate=False)
+    fast = ShardSearcher(folder, 0, width, 0)
+    fast.top = build_toplevel(folder, 0, width, stride=stride, tokens=tokens)
+    return plain, fast
+
+
+def random_queries(rng, ds: np.ndarray, n: int, sep: int, max_len: int = 40):
+    """Rows of one query array: copies of corpus stretches, some altered, some random, some short."""
+    rows = []
+    for _ in range(n):
+        kind = rng.integers(4)
+        length = int(rng.integers(1, max_len))
+        if kind < 3:
+            start = int(rng.integers(0, len(ds) - length))
+            q = ds[start:start + length].astype(np.int64)
+            q = q[q != sep] if (q == sep).any() else q
+            if kind == 1 and len(q) > 2:
+                q[int(rng.integers(len(q)))] = int(rng.integers(0, 50257))
+        else:
+            q = rng.integers(0, 50257, size=length)
+        rows.append(q if len(q) else np.asarray([int(rng.integers(0, 50257))]))
+    return rows
+
+
+@pytest.mark.parametrize("stride,tokens", [(1, 1), (3, 2), (7, 5), (64, 8), (1024, 8)])
+def test_accelerated_search_equals_plain(index_dir, stride, tokens):
+    folder, width = index_dir
+    plain, fast = searchers(folder, width, stride, tokens)
+    rng = np.random.default_rng(stride * 10 + tokens)
+    sep = (1 << (8 * width)) - 1
+    for _ in range(12):
+        rows = random_queries(rng, np.asarray(plain.ds), 30, sep)
+        arr = np.concatenate(rows)
+        lengths = np.asarray([len(r) for r in rows])
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        # every start of the concatenation, to its end (step 1), and each row alone (spans)
+        for qstart, qend in ((np.arange(len(arr)), np.full(len(arr), len(arr))), (starts, starts + lengths)):
+            for upper in (False, True):
+                up = np.full(len(qstart), upper)
+                a = plain.search(plain.keys(arr), qstart, qend, up)
+                b = fast.search(fast.keys(arr), qstart, qend, up)
+                for x, y in zip(a, b):
+                    np.testing.assert_array_equal(x, y)
+
+
+@HYPO
+@given(data=st.data())
+def test_accelerated_search_equals_plain_hypothesis(index_dir, data):
+    folder, width = index_dir
+    stride = data.draw(st.integers(1, 40))
+    tokens = data.draw(st.integers(1, 9))
+    plain, fast = searchers(folder, width, stride, tokens)
+    ds = np.asarray(plain.ds).astype(np.int64)
+    start = data.draw(st.integers(0, len(ds) - 2))
+    q = list(ds[start:start + data.draw(st.integers(1, 30))])
+    q = [t if t != (1 << (8 * width)) - 1 else 11 for t in q]
+    edits = data.draw(st.lists(st.tuples(st.integers(0, 29), st.integers(0, 50256)), max_size=3))
+    for i, t in edits:
+        if i < len(q):
+            q[i] = t
+    arr = np.asarray(q, dtype=np.int64)
+    n = len(arr)
+    qstart = np.concatenate((np.arange(n), np.arange(n)))
+    qend = np.concatenate((np.full(n, n), np.minimum(np.arange(n) + data.draw(st.integers(1, 10)), n)))
+    up = np.asarray(data.draw(st.lists(st.booleans(), min_size=2 * n, max_size=2 * n)))
+    a = plain.search(plain.keys(arr), qstart, qend, up)
+    b = fast.search(fast.keys(arr), qstart, qend, up)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_toplevel_samples_are_the_suffixes(index_dir):
+    folder, width = index_dir
+    s = ShardSearcher(folder, 0, width, 0, accelerate=False)
+    top = build_toplevel(folder, 0, width, stride=5, tokens=4)
+    assert len(top.keys) == -(-s.n // 5)
+    pos = s.ranks_to_token_pos(np.arange(0, s.n, 5))
+    for i, p in enumerate(pos.tolist()):
+        real = s.keys(s.ds[p:p + 4]).tolist()
+        assert top.lengths[i] == len(real)
+        assert top.keys[i, :len(real)].tolist() == real
+
+
+def test_toplevel_file_written_by_build_and_rebuilt_when_stale(index_dir, tmp_path):
+    folder, width = index_dir
+    assert toplevel_path(folder, 0).is_file()  # written by build_index
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    s = ShardSearcher(copy, 0, width, 0, accelerate=False)
+    good = load_toplevel(copy, 0, width, s.n, s._toplevel_ok)
+    # a file of the right size but from other data is detected by the spot check and replaced
+    np.savez(toplevel_path(copy, 0), keys=good.keys[::-1].copy(), lengths=good.lengths[::-1].copy(),
+             params=np.asarray([good.stride, s.n, width]))
+    assert not s._toplevel_ok(load_toplevel.__globals__["TopLevel"](good.stride, good.keys[::-1].copy(),
+                                                                      good.lengths[::-1].copy()))
+    again = load_toplevel(copy, 0, width, s.n, s._toplevel_ok)
+    np.testing.assert_array_equal(again.keys, good.keys)
+    # garbage and a missing file: rebuilt (and rewritten)
+    toplevel_path(copy, 0).write_bytes(b"not a zip")
+    np.testing.assert_array_equal(load_toplevel(copy, 0, width, s.n, s._toplevel_ok).keys, good.keys)
+    toplevel_path(copy, 0).unlink()
+    np.testing.assert_array_equal(load_toplevel(copy, 0, width, s.n, s._toplevel_ok).keys, good.keys)
+    assert toplevel_path(copy, 0).is_file()
+
+
+def test_toplevel_is_small(index_dir):
+    folder, width = index_dir
+    top = build_toplevel(folder, 0, width)
+    sizes = sum(shard_file(folder, k, 0).stat().st_size for k in ("tokenized", "table"))
+    assert top.nbytes <= max(0.01 * sizes, 64)

@@ -1,0 +1,66 @@
+"""Build estimates (disk, memory, time) printed before a build, and shards refused when they cannot
+fit in memory, with the option that fixes it."""
+from __future__ import annotations
+
+import pytest
+
+from support.corpora import write_jsonl
+from propme_metrics.cli import app as cli
+from propme_metrics.index.build import build_index, divsufsort_memory, partial_dir
+from propme_metrics.core.errors import ConfigError
+from propme_metrics.index.sizing import (RUST_TOKENS_PER_RAM_BYTE, TEXT_BYTES_PER_TOKEN, check_shard_memory,
+                                   estimate_build)
+from propme_metrics.index.sources import CorpusSource
+from propme_metrics.demo.synthetic import generate_corpus
+
+
+def test_estimate_counts_every_file():
+    e = estimate_build(10**9, "test", 4, 2, cpus=8, mem_bytes=16 * 2**30)
+    assert e.tokens_per_shard == 250_000_000
+    assert e.builder == "divsufsort"  # 500 MB of tokens x 5 fits in 16 GiB
+    # per shard: 2 bytes of tokens + 4-byte pointers (500 MB of tokens need 29 bits) + documents
+    assert e.disk_bytes == 4 * int(250_000_000 * (2 + 4) + 250_000_000 * 0.25)
+    assert e.memory_bytes == divsufsort_memory(500_000_000)
+    assert e.seconds > 0 and "GiB" in e.describe() and "divsufsort" in e.describe()
+    more = estimate_build(10**9, "test", 4, 2, cpus=16, mem_bytes=16 * 2**30)
+    assert more.seconds < e.seconds  # tokenization scales with cores
+    big = estimate_build(10**10, "test", 1, 2, cpus=8, mem_bytes=16 * 2**30)
+    assert big.builder == "rust" and big.memory_bytes <= 16 * 2**30
+
+
+def test_shard_too_large_for_divsufsort_is_refused_with_the_fix():
+    with pytest.raises(ConfigError) as err:
+        check_shard_memory(10**9, 2, 1, mem_bytes=4 * 2**30, ram_bytes=8 * 2**30, sa_builder="divsufsort")
+    assert "--shards 3" in err.value.hint and "--sa-builder auto" in err.value.hint
+    check_shard_memory(10**9 // 3, 2, 3, mem_bytes=4 * 2**30, ram_bytes=8 * 2**30, sa_builder="divsufsort")
+
+
+def test_shard_beyond_the_rust_rule_is_refused_with_the_fix():
+    ram = 8 * 2**30
+    limit = int(RUST_TOKENS_PER_RAM_BYTE * ram)
+    check_shard_memory(limit, 2, 1, mem_bytes=ram // 2, ram_bytes=ram)  # auto: rust, at the limit
+    with pytest.raises(ConfigError) as err:
+        check_shard_memory(limit + 1, 2, 2, mem_bytes=ram // 2, ram_bytes=ram)
+    assert "--shards 4" in err.value.hint
+
+
+def test_build_refuses_before_writing_anything(tmp_path, gpt2_dir):
+    corpus = write_jsonl(tmp_path / "c.jsonl", generate_corpus(200, seed=1))
+    with pytest.raises(ConfigError) as err:
+        build_index(CorpusSource(str(corpus)), tmp_path / "idx", tokenizer=str(gpt2_dir), progress=False,
+                    check_space=False, mem_bytes=1000, sa_builder="divsufsort")
+    assert "--shards" in err.value.hint
+    assert not (tmp_path / "idx").exists() and not partial_dir(tmp_path / "idx").exists()
+
+
+def test_cli_prints_the_estimate_first(tmp_path, gpt2_dir, capsys):
+    corpus = write_jsonl(tmp_path / "c.jsonl", generate_corpus(100, seed=2))
+    code = cli.main(["index", "build", str(corpus), "--out", str(tmp_path / "idx"), "--tokenizer", str(gpt2_dir),
+                     "--skip-space-check"])
+    err = capsys.readouterr().err
+    assert code == 0
+    lines = [x for x in err.splitlines() if x.startswith("estimate")]
+    assert len(lines) == 2, err
+    assert "from the corpus' file sizes" in lines[0] and "from the tokenized shards" in lines[1]
+    expected = int(corpus.stat().st_size / TEXT_BYTES_PER_TOKEN)
+    assert f"{expected:,} tokens" in lines[0]

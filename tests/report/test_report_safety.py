@@ -1,0 +1,132 @@
+"""`propme report` on hostile or incomplete input: undefined is not zero, --limit runs stay apart,
+damaged samples files are one message, and nothing written can inject HTML or spreadsheet formulas."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from propme_metrics.cli.app import main
+from propme_metrics.report.compute import IncompleteReportError
+from propme_metrics.report.build import build_report
+from support.runs import DFM, DATE1, DATE2, gen, setting_prompts, write_run
+
+
+def small_settings(n: int = 8) -> dict[str, list[list[dict]]]:
+    return {"generic": setting_prompts("generic", n, [(n, 10)], {0: 0.2}, set()),
+            "prefix": setting_prompts("prefix", n, [(n, 12)], {0: 0.5, 1: 0.4}, {0})}
+
+
+def csv_row(path: Path) -> dict[str, str]:
+    return next(csv.DictReader(path.open(encoding="utf-8")))
+
+
+def samples_file(run: Path, setting: str) -> Path:
+    return next(run.rglob(f"samples_propme_dynaword_{setting}_*.jsonl"))
+
+
+def test_nothing_counted_is_empty_not_zero_and_exits_2(tmp_path, capsys):
+    settings = small_settings()
+    settings["generic"] = [[gen(f"generic-{i}#0", error="ValueError: boom")] for i in range(8)]
+    run = write_run(tmp_path / "run", DFM, "", settings).parent
+    out = tmp_path / "rep"
+    with pytest.raises(IncompleteReportError) as info:
+        build_report([run], out, bootstrap=50)
+    assert "propme_dynaword_generic" in str(info.value)
+    row = csv_row(out / "leaderboard.csv")
+    p = "propme_dynaword"
+    for col in (f"{p}_pm_fmr_generic", f"{p}_pm_nvr_generic", f"{p}_generic_fmr", f"{p}_generic_nvr",
+                f"{p}_generic_als", f"{p}_generic_nvr_max"):
+        assert row[col] == "", col
+    assert row[f"{p}_failed_generic"] == "8" and row[f"{p}_generations_generic"] == "0"
+    assert float(row[f"{p}_prefix_fmr"]) == pytest.approx(1 / 8)  # the other setting is still reported
+    doc = json.loads((out / "leaderboard.json").read_text())
+    assert doc["rows"][0][f"{p}_pm_fmr_generic"] is None and doc["rows"][0][f"{p}_generic_fmr"] is None
+    md = (out / "leaderboard.md").read_text()
+    assert "no generation of propme_dynaword_generic was counted" in md and "not 0" in md
+    assert "undefined" in (out / "report.html").read_text()
+    assert main(["report", str(run), "--out", str(tmp_path / "rep2"), "--bootstrap", "50"]) == 2
+    assert "nothing was counted in propme_dynaword_generic" in capsys.readouterr().err
+
+
+def with_limit(run: Path, limit) -> Path:
+    for results in run.rglob("results_*.json"):
+        data = json.loads(results.read_text())
+        data["config"]["limit"] = limit
+        results.write_text(json.dumps(data))
+    return run
+
+
+def test_limit_run_never_replaces_the_full_run(tmp_path):
+    full = write_run(tmp_path / "full", DFM, "", small_settings(8), date=DATE1).parent
+    limited = with_limit(write_run(tmp_path / "lim", DFM, "", small_settings(2), date=DATE2).parent, 2)
+    alone = build_report([full], tmp_path / "alone", bootstrap=0, plots=False, html=False)
+    rep = build_report([full, limited], tmp_path / "both", bootstrap=0, plots=False, html=False)
+    row = rep.rows[0]
+    assert row["propme_dynaword_n_generic"] == 8
+    assert row["propme_dynaword_pm_nvr_generic"] == alone.rows[0]["propme_dynaword_pm_nvr_generic"]
+    assert row["propme_dynaword_limit2_n_generic"] == 2  # reported apart, and marked
+    assert any("--limit 2" in n and "not comparable" in n for n in rep.notes)
+    md = (tmp_path / "both" / "leaderboard.md").read_text()
+    assert "## dynaword_limit2" in md
+
+
+def test_bad_limit_is_one_message(tmp_path):
+    run = with_limit(write_run(tmp_path / "run", DFM, "", small_settings(2)).parent, "lots")
+    with pytest.raises(Exception, match="config.limit"):
+        build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+
+
+def test_nan_in_a_samples_file_is_one_message(tmp_path, capsys):
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    f = samples_file(run, "generic")
+    f.write_text(f.read_text().replace('"nv_recall": 0.2', '"nv_recall": NaN'))
+    assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "nv_recall is not a finite number" in err and "line 1" in err
+
+
+def test_lone_surrogates_in_samples_give_a_full_report(tmp_path):
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    f = samples_file(run, "generic")
+    f.write_text(f.read_text().replace("Indledning", "Indl\\ud800edning").replace('"id": "generic-000"',
+                                                                               '"id": "generic-000\\udfff"'))
+    rep = build_report([run], tmp_path / "rep", bootstrap=0)
+    page = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
+    assert "Indl\ufffdedning" in page and rep.rows[0]["propme_dynaword_n_generic"] == 8
+
+
+def test_model_names_cannot_inject_html_or_formulas(tmp_path):
+    model = "=HYPERLINK(\"http://x\")<img src=x onerror=alert(1)>"
+    run = write_run(tmp_path / "run", model, "", small_settings()).parent
+    build_report([run], tmp_path / "rep", bootstrap=0)
+    md = (tmp_path / "rep" / "leaderboard.md").read_text()
+    assert "<img" not in md and "&lt;img" in md
+    row = csv_row(tmp_path / "rep" / "leaderboard.csv")
+    assert row["model"].startswith("'=")
+
+
+def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
+    """README's recovery path: failed traces redone by `propme trace --input samples_...` replace the failures."""
+    settings = small_settings()
+    settings["generic"] = [[gen(f"generic-{i}#0", error="ValueError: boom")] for i in range(8)]
+    run = write_run(tmp_path / "run", DFM, "", settings).parent
+    good = small_settings()["generic"]
+    results = tmp_path / "retrace.jsonl"
+    results.write_text("".join(json.dumps({**g[0], "key": f"generic-{i:03d}#0"}) + "\n" for i, g in enumerate(good)))
+    summary = tmp_path / "retrace.json"
+    summary.write_text(json.dumps({"input": {"path": str(samples_file(run, "generic")), "format": "lm-eval-samples"},
+                                   "index": {"identity": "idx-dynaword-v1"}, "results": str(results)}))
+    reference = write_run(tmp_path / "ref", DFM, "", small_settings()).parent
+    expected = build_report([reference], tmp_path / "expected", bootstrap=0, plots=False, html=False)
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
+    assert rep.rows[0]["propme_dynaword_failed_generic"] == 0
+    assert rep.rows[0]["propme_dynaword_generic_nvr"] == expected.rows[0]["propme_dynaword_generic_nvr"]
+    assert any("8 generation(s) taken from the re-trace" in n for n in rep.notes)
+    other = tmp_path / "other.json"
+    other.write_text(summary.read_text().replace("idx-dynaword-v1", "idx-other"))
+    assert main(["report", str(run), "--out", str(tmp_path / "r2"), "--bootstrap", "0", "--no-html",
+                 "--retraced", str(other)]) == 2
+    assert "traced against" in capsys.readouterr().err

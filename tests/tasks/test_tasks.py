@@ -1,0 +1,232 @@
+"""The lm-eval side, through the real `lm_eval` command in subprocesses (CPU, offline)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
+from propme_tasks import hooks, task_manager
+from propme_tasks.discovery import tasks_path
+
+from support.lmeval import demo_metadata, model_args, run_lm_eval  # noqa: E402
+
+
+def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
+    """No --include_path: the installed start-up hook makes lm_eval find propme_demo."""
+    out = tmp_path / "runs"
+    proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_demo", "--gen_kwargs", "max_gen_toks=96",
+                        "--metadata", demo_metadata(demo_paths), "--log_samples", "--output_path", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results_file = next(out.rglob("results_*.json"))
+    results = json.loads(results_file.read_text())["results"]
+    for setting in ("generic", "specific", "prefix"):
+        task = results[f"propme_demo_{setting}"]
+        for metric in ("als", "fmr", "fmr_normalized", "nvr", "nvr_hits", "nvr_max", "r20", "r50", "trace"):
+            assert f"{metric},none" in task, (setting, metric)
+        assert task["trace,none"] == 0  # no tracing failure
+        assert "fmr_stderr,none" in task
+    prefix, generic = results["propme_demo_prefix"], results["propme_demo_generic"]
+    assert prefix["fmr,none"] > generic["fmr,none"]
+    assert prefix["fmr,none"] >= 0.8  # the model memorized the planted documents
+    assert prefix["extraction,none"] >= 0.8
+    assert "extraction,none" not in generic
+    for setting in ("unconditional", "minimal_cue"):  # the prompt-free settings run and are traced
+        task = results[f"propme_demo_{setting}"]
+        assert task["trace,none"] == 0 and "nvr,none" in task and "extraction,none" not in task
+        rows = [json.loads(line) for line in next(out.rglob(f"samples_propme_demo_{setting}_*.jsonl")).open()]
+        assert len(rows) == 8 and len({r["doc"]["id"] for r in rows}) == 8
+        assert all(r["arguments"]["gen_args_0"]["arg_0"].startswith("<|endoftext|>") for r in rows)
+    samples_file = next(out.rglob("samples_propme_demo_prefix_*.jsonl"))
+    samples = [json.loads(line) for line in samples_file.open()]
+    assert len(samples) == sum(1 for _ in open(demo_paths.prompts("prefix")))
+    for row in samples:
+        assert row["doc"]["start_token"] == "<|endoftext|>" and row["doc"]["start_token_choice"] == "auto"
+        assert row["arguments"]["gen_args_0"]["arg_0"] == "<|endoftext|>" + row["doc"]["prompt"]
+        trace = row["trace"]
+        gen = trace["generations"][0]
+        assert gen["text"] == row["resps"][0][0].strip()  # the completion is traced stripped
+        assert gen["final_spans"] and gen["longest_span"] > 0
+        assert trace["top_sources"][0]["source_id"].startswith("planted-")
+        planted = json.loads(row["doc"]["source_doc"])["metadata"]["id"]
+        assert any(d["source_id"] == planted for s in gen["final_spans"] for d in s["documents"])
+    # `propme trace` on the samples file redoes exactly what the hooks did (same keys, same documents)
+    from propme_metrics.cli.app import main
+
+    assert main(["trace", "--index", str(demo_paths.index), "--input", str(samples_file), "--quiet",
+                 "--out", str(tmp_path / "re.jsonl"), "--summary", str(tmp_path / "re.json")]) == 0
+    redone = [json.loads(line) for line in open(tmp_path / "re.jsonl")]
+    assert redone == [row["trace"]["generations"][0] for row in samples]
+    # one definition everywhere: lm-eval's table, `propme trace`'s summary and the report's pooled values
+    summary = json.loads((tmp_path / "re.json").read_text())
+    for metric, key in (("als", "als"), ("fmr", "fmr"), ("nvr", "nvr"), ("r20", "r20"), ("extraction", "extraction")):
+        assert prefix[f"{metric},none"] == pytest.approx(summary[key]), metric
+
+
+def test_missing_index_stops_before_generation(demo_paths, tmp_path):
+    proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_dynaword", "--limit", "1"], tmp_path)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "PropMe: no index for corpus 'dynaword'" in output
+    assert "PROPME_DYNAWORD_INDEX" in output and "dynaword_index" in output
+    assert "Traceback" not in output
+    assert "Running generate_until" not in output
+
+
+def test_dynaword_next_to_a_builtin_task(demo_paths, tmp_path, gpt2_dir):
+    """propme_dynaword (here on the demo index) and lm-eval's own ruler_cwe in one stock command."""
+    pytest.importorskip("wonderwords", reason="ruler_cwe needs wonderwords (pip install wonderwords)")
+    metadata = json.dumps({"max_seq_lengths": [1024], "tokenizer": str(gpt2_dir), "n_prompts": 3})
+    proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_dynaword,ruler_cwe", "--limit", "2",
+                        "--metadata", metadata, "--output_path", str(tmp_path / "runs")], tmp_path,
+                       PROPME_DYNAWORD_INDEX=str(demo_paths.index))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(next((tmp_path / "runs").rglob("results_*.json")).read_text())["results"]
+    assert "fmr,none" in results["propme_dynaword_generic"]
+    assert "fmr,none" in results["propme_dynaword_prefix"]
+    assert "ruler_cwe" in results
+
+
+def test_discovery_hook_and_switch(tmp_path):
+    code = ("from lm_eval.tasks import TaskManager; tm = TaskManager(include_defaults=False); "
+            "print('propme_dynaword' in tm.all_tasks, 'propme_common_pile_prefix' in tm.all_tasks)")
+    env = dict(os.environ)
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert on.stdout.split() == ["True", "True"], on.stderr[-2000:]
+    env["PROPME_LMEVAL_DISCOVERY"] = "0"
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert off.stdout.split() == ["False", "False"], off.stderr[-2000:]
+
+
+def test_python_api_helper():
+    tm = task_manager()
+    assert {"propme", "propme_dynaword", "propme_common_pile_specific", "propme_demo_prefix"} <= set(tm.all_tasks)
+    assert Path(tasks_path(), "_default_template_yaml").is_file()
+
+
+def test_loader_validates_before_generation(demo_paths, tmp_path, synthetic_index, monkeypatch):
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PROPME_DEMO_INDEX", raising=False)
+    base = {"corpus": "demo", "setting": "generic", "language": "da", "version": 1.0,
+            "pretrained": str(demo_paths.model)}
+    with pytest.raises(hooks.TaskConfigError, match="PROPME_DEMO_INDEX"):
+        hooks.load_prompts(**base)
+    with pytest.raises(hooks.TaskConfigError, match="cannot be used"):
+        hooks.load_prompts(**base, demo_index=str(tmp_path / "nowhere"))
+    # a prompt file built for another index is refused
+    other = build_prompt_set(str(synthetic_index), "generic", n=5, seed=1, language="da")
+    write_prompt_set(other, tmp_path / "other.jsonl")
+    with pytest.raises(hooks.TaskConfigError, match="built for index"):
+        hooks.load_prompts(**base, demo_index=str(demo_paths.index), demo_generic_prompts=str(tmp_path / "other.jsonl"))
+    with pytest.raises(hooks.TaskConfigError, match="unknown tracing parameter"):
+        hooks.load_prompts(**base, demo_index=str(demo_paths.index), trace_colour="red")
+    for bad, match in ((dict(n_prompts="abc"), "n_prompts' must be an integer"),
+                       (dict(generations_per_prompt=0), "must be at least 1"),
+                       (dict(trace_docs_per_span="ten"), "bad tracing parameters")):
+        with pytest.raises(hooks.TaskConfigError, match=match):
+            hooks.load_prompts(**base, demo_index=str(demo_paths.index), **bad)
+    # a prompt file of another setting is refused (swapped files would invert PM)
+    with pytest.raises(hooks.TaskConfigError, match="holds prefix prompts, not generic"):
+        hooks.load_prompts(**base, demo_index=str(demo_paths.index), demo_generic_prompts=str(demo_paths.prompts("prefix")))
+    # the index can also come from the environment; prompts are built once and cached
+    monkeypatch.setenv("PROPME_DEMO_INDEX", str(demo_paths.index))
+    ds = hooks.load_prompts(**base, n_prompts=5, generations_per_prompt=2, trace_mode="mixed")["test"]
+    assert len(ds) == 10 and sorted(set(ds["sample_ix"])) == [0, 1]
+    assert json.loads(ds[0]["trace_config"])["mode"] == "mixed"
+    assert len(list((tmp_path / "cache" / "prompts").glob("*.jsonl"))) == 1
+
+
+def test_process_results_traces_each_generation(demo_paths, monkeypatch, tmp_path):
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    doc = hooks.load_prompts(corpus="demo", setting="prefix", language=None, demo_index=str(demo_paths.index),
+                             demo_prefix_prompts=str(demo_paths.prompts("prefix")),
+                             pretrained=str(demo_paths.model))["test"][0]
+    copy = doc["continuation"]
+    items = hooks.process_results(doc, [[copy, "zzz qqq unrelated words", ""]])
+    gens = items["trace"]["generations"]
+    assert [g["key"] for g in gens] == [f"{doc['id']}#0.0", f"{doc['id']}#0.1", f"{doc['id']}#0.2"]
+    assert gens[0]["full_match"] and not gens[1]["full_match"] and gens[2]["n_tokens"] == 0
+    assert items["fmr"] == {"sum": 1.0, "n": 3} and hooks.agg_ratio([items["fmr"]]) == pytest.approx(1 / 3)
+    assert items["extraction"] == {"sum": 1.0, "n": 3}
+    assert items["trace"]["failed"] == 0
+    junk = hooks.process_results(doc, ["!!!!" * 300])
+    # a degenerate generation counts in no metric: every pooled item has a zero denominator
+    assert all(v["n"] == 0 for k, v in junk.items() if isinstance(v, dict) and "n" in v)
+    assert junk["nvr_max"] is None
+
+
+def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
+    """A leaderboard maintainer's corpus: `propme tasks-new` YAML, found through --include_path."""
+    from lm_eval.tasks import TaskManager
+
+    from propme_metrics.cli.app import main
+
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROPME_N_PROMPTS", "5")
+    folder = tmp_path / "my_tasks"
+    odd = tmp_path / "run #3: idx"  # YAML-significant characters in the path
+    odd.symlink_to(demo_paths.index, target_is_directory=True)
+    assert main(["tasks-new", "nordic", "--index", str(odd), "--language", "da",
+                 "--out", str(folder)]) == 0
+    tm = TaskManager(include_path=str(folder), include_defaults=False, metadata={"tokenizer": str(demo_paths.model)})
+    assert {"propme_nordic", "propme_nordic_generic", "propme_nordic_prefix", "propme_nordic_unconditional",
+            "propme_nordic_minimal_cue"} <= set(tm.all_tasks)
+    task = tm.load(["propme_nordic_generic"])["tasks"]["propme_nordic_generic"]
+    assert task.config.metadata["nordic_index"] == str(odd)
+    docs = list(task.test_docs())
+    assert len(docs) == 5 and {d["language"] for d in docs} == {"da"} and docs[0]["corpus"] == "nordic"
+    cue = tm.load(["propme_nordic_minimal_cue"])["tasks"]["propme_nordic_minimal_cue"]
+    assert cue.config.generation_kwargs["do_sample"] is True and cue.config.generation_kwargs["temperature"] == 0.7
+    assert all(d["model_prompt"].startswith("<|endoftext|>") for d in cue.test_docs())
+
+
+def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp_path):
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    doc = hooks.load_prompts(corpus="demo", setting="generic", language="da", demo_index=str(demo_paths.index),
+                             demo_generic_prompts=str(demo_paths.prompts("generic")),
+                             pretrained=str(demo_paths.model))["test"][0]
+    tracer = hooks._tracer(doc["index_path"], doc["trace_config"])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr(tracer, "trace_one", broken)
+    items = hooks.process_results(doc, ["a generation that cannot be traced"])
+    assert items["trace"]["failed"] == 1
+    (gen,) = items["trace"]["generations"]
+    assert gen["text"] == "a generation that cannot be traced" and "engine exploded" in gen["error"]
+    # counted as a failure, not as a zero: nothing enters any metric's numerator or denominator
+    assert all(v["n"] == 0 for k, v in items.items() if isinstance(v, dict) and "n" in v)
+    assert items["nvr_max"] is None
+    assert hooks.agg_trace_failures([items["trace"]]) == 1
+
+
+def test_lm_eval_items_pool_like_propme_trace(synthetic_index, synthetic_records):
+    """Several generations per prompt, one degenerate: the hooks' aggregations pool over generations
+    (2/3 here), as `propme trace` and the report do; a mean of per-prompt means would say 1/2."""
+    from propme_metrics.metrics.values import summarize
+    from propme_metrics.trace.result import TraceConfig, TraceResult
+
+    texts = [r["text"].split("\n\n")[0] for r in synthetic_records[:2]]
+    base = {"setting": "generic", "index_path": str(synthetic_index), "index_identity": "x",
+            "trace_config": json.dumps(TraceConfig().to_dict(), sort_keys=True)}
+    prompts = [({"id": "p1", **base}, [texts[0], texts[1], "!!!!" * 200]),
+               ({"id": "p2", **base}, ["Zorblax quintessa flumphed the grindlewort near Quaxxor."])]
+    items = [hooks.process_results(doc, [gens]) for doc, gens in prompts]
+    traces = [TraceResult.from_dict(g) for it in items for g in it["trace"]["generations"]]
+    summary = summarize(traces)
+    assert summary.n_counted == 3 and summary.n_degenerate == 1
+    fmr = hooks.agg_ratio([it["fmr"] for it in items])
+    assert fmr == pytest.approx(2 / 3) == pytest.approx(summary.fmr)
+    for metric, key in (("als", "als"), ("nvr", "nvr"), ("nvr_hits", "nvr_hits"), ("r20", "r20"),
+                        ("nvr_above_half", "nvr_above_half"), ("fmr_normalized", "fmr_normalized")):
+        assert hooks.agg_ratio([it[metric] for it in items]) == pytest.approx(getattr(summary, key)), metric
+    assert hooks.agg_max([it["nvr_max"] for it in items]) == summary.nvr_max
+    # a task where nothing counted is undefined, not 0
+    only_junk = hooks.process_results({"id": "p3", **base}, [["!!!!" * 200]])
+    assert math.isnan(hooks.agg_ratio([only_junk["fmr"]])) and math.isnan(hooks.agg_max([only_junk["nvr_max"]]))
