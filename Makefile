@@ -6,7 +6,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 DEPS := $(VENV)/.propme-deps
 
-.PHONY: demo test install bench clean
+.PHONY: demo test lint install bench clean
 
 $(DEPS): setup.cfg setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# ruff (pyproject.toml) and the import layers (setup.cfg [importlinter]); CI runs it before the tests
+lint: $(DEPS)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports setup.cfg
 
 bench: install
 	$(BIN)/python benchmarks/index_build.py

@@ -1,19 +1,36 @@
-"""Everything is in setup.cfg; this file only adds the start-up hook `propme_lmeval.pth` to the wheel."""
+"""Everything is in setup.cfg; this file only adds the start-up hook `propme_lmeval.pth` to the
+wheel and to the editable install (`pip install -e .`), so stock `lm_eval` finds PropMe's tasks."""
 import os
+import shutil
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
+
+HOOK = "propme_lmeval.pth"
 
 
 class build_py_with_pth(build_py):
-    """Copy propme_lmeval.pth to the wheel's top level, where site.py executes it at start-up."""
+    """Copy the hook to the wheel's top level, where site.py executes it at start-up."""
 
     def run(self):
         super().run()
-        self.copy_file("propme_lmeval.pth", os.path.join(self.build_lib, "propme_lmeval.pth"))
+        self.copy_file(HOOK, os.path.join(self.build_lib, HOOK))
 
     def get_outputs(self, include_bytecode=True):
-        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, "propme_lmeval.pth")]
+        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, HOOK)]
 
 
-setup(cmdclass={"build_py": build_py_with_pth})
+class editable_wheel_with_pth(editable_wheel):
+    """The editable wheel gets the hook beside setuptools' own `__editable__` .pth file.
+
+    setuptools writes that wheel's top level in `_install_namespaces` (setuptools >= 64); the hook
+    is added there, as the regular wheel has it.
+    """
+
+    def _install_namespaces(self, installation_dir, pth_prefix):
+        super()._install_namespaces(installation_dir, pth_prefix)
+        shutil.copy(HOOK, os.path.join(installation_dir, HOOK))
+
+
+setup(cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth})

@@ -29,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from index_build import write_corpus  # noqa: E402
 
 import propme_metrics.index.reader as index_module  # noqa: E402
-from propme_metrics.index.build import build_index, index_file_names  # noqa: E402
 from propme_metrics.core.checksums import checksum_files, file_digest  # noqa: E402
+from propme_metrics.index.build import build_index, index_file_names  # noqa: E402
 from propme_metrics.index.reader import open_index, verify_index  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
-from support.corpora import gpt2_tokenizer  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
+from support.corpora import gpt2_tokenizer  # noqa: E402
 
 
 def timed(fn, repeat: int = 3) -> float:

@@ -35,12 +35,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
+from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
 from propme_metrics.index.build import _half_of_ram, build_index, build_suffix_array  # noqa: E402
 from propme_metrics.index.manifest import shard_file  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
-from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
-from support.corpora import gpt2_tokenizer  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
+from support.corpora import gpt2_tokenizer  # noqa: E402
 
 
 def maxrss_mib(who: int) -> float:

@@ -41,7 +41,7 @@ def main() -> int:
     args = ap.parse_args()
     roots = args.root or [Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])]
     files = corpus_files(roots)
-    chars, hits, by_type, examples = 0, [], Counter(), []
+    chars, hits, by_type = 0, [], Counter()
     started = time.time()
     for path in files:
         try:

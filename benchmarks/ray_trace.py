@@ -68,13 +68,13 @@ def main() -> int:
 
     import ray
 
+    from propme_metrics.demo.synthetic import generate_corpus
     from propme_metrics.index.build import build_index
     from propme_metrics.index.ray_build import build_index_on_ray
-    from propme_metrics.trace.ray_search import ray_tracer
     from propme_metrics.index.sources import CorpusSource
-    from propme_metrics.demo.synthetic import generate_corpus
-    from support.corpora import gpt2_tokenizer
+    from propme_metrics.trace.ray_search import ray_tracer
     from propme_metrics.trace.tracer import Tracer
+    from support.corpora import gpt2_tokenizer
 
     work = Path(args.work or tempfile.mkdtemp(prefix="propme-ray-bench-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -394,8 +394,8 @@ def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, pa
     """n texts of about 256 index tokens: copies of document stretches, edited copies, new text."""
     import numpy as np
 
-    from propme_metrics.index.reader import open_index
     from propme_metrics.index.manifest import shard_file
+    from propme_metrics.index.reader import open_index
     from propme_metrics.index.tokenizer import load_tokenizer
 
     index = open_index(index_dir)

@@ -88,9 +88,8 @@ def main() -> None:
     import numpy as np
 
     from propme_metrics.demo.synthetic import generate_corpus
-
-    from support.corpora import gpt2_tokenizer
     from propme_metrics.index.tokenizer import load_tokenizer
+    from support.corpora import gpt2_tokenizer
 
     work = args.work or Path(tempfile.mkdtemp(prefix="propme-sa-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -201,9 +201,9 @@ def measure_startup(index: Path, text: str, repeat: int) -> dict:
 # -- corpus, indexes, generations -----------------------------------------------------------------
 
 def build(work: Path, tokens: int, tokenizer: Path, name: str) -> Path:
+    from propme_metrics.demo.synthetic import generate_corpus
     from propme_metrics.index.build import build_index
     from propme_metrics.index.sources import CorpusSource
-    from propme_metrics.demo.synthetic import generate_corpus
 
     out = work / name
     if (out / "propme-manifest.json").exists():
@@ -224,8 +224,8 @@ def build(work: Path, tokens: int, tokenizer: Path, name: str) -> Path:
 
 
 def make_generations(path: Path, index_dir: Path, n: int, gen_tokens: int, source_docs: int, seed: int) -> None:
-    from propme_metrics.index.reader import open_index
     from propme_metrics.demo.synthetic import generate_corpus
+    from propme_metrics.index.reader import open_index
 
     index = open_index(index_dir)
     rng = random.Random(seed)

@@ -5,15 +5,18 @@ to the including file otherwise), so regenerate them after moving the Python env
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+import yaml
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
 
 from .discovery import tasks_path
 
+#: the version of PropMe's task YAML (`metadata.version`), also written into custom tasks
+TASK_VERSION = 3.0
 
 
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:
@@ -29,18 +32,16 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
         template = Path(tasks_path(), "_sampling_template_yaml" if setting in PROMPT_FREE_SETTINGS
                         else "_default_template_yaml")
         path = out / f"propme_{name}_{setting}.yaml"
-        q = json.dumps  # JSON strings are valid YAML scalars: paths with '#', ':' or quotes stay intact
-        path.write_text(
-            f"include: {q(str(template))}\n"
-            f"task: propme_{name}_{setting}\n"
-            "metadata:\n"
-            "  version: 3.0\n"
-            f"  corpus: {name}\n"
-            f"  setting: {setting}\n"
-            f"  language: {q(language)}\n"
-            f"  {name}_index: {q(str(Path(index).absolute()))}\n")
+        _write_yaml(path, {"include": str(template), "task": f"propme_{name}_{setting}",
+                           "metadata": {"version": TASK_VERSION, "corpus": name, "setting": setting,
+                                        "language": language, f"{name}_index": str(Path(index).absolute())}})
         written.append(path)
     group = out / f"propme_{name}.yaml"
-    group.write_text(f"group: propme_{name}\ntask:\n" + "".join(f"  - propme_{name}_{s}\n" for s in SETTINGS)
-                     + "metadata:\n  version: 3.0\n")
+    _write_yaml(group, {"group": f"propme_{name}", "task": [f"propme_{name}_{s}" for s in SETTINGS],
+                        "metadata": {"version": TASK_VERSION}})
     return [group, *written]
+
+
+def _write_yaml(path: Path, data: dict) -> None:
+    """YAML written by a YAML library: paths with '#', ':' or quotes stay intact."""
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")

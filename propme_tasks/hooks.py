@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.errors import PropMeError
-from propme_metrics.trace.inputs import generation_key
 from propme_metrics.metrics import registry
-from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
+from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
+from propme_metrics.trace.inputs import generation_key
 from propme_metrics.trace.pii import leaks
 from propme_metrics.trace.result import TraceConfig, TraceResult
 

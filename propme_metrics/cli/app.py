@@ -12,8 +12,8 @@ import os
 import sys
 
 from propme_metrics.core.errors import PropMeError
-from propme_metrics.metrics import registry
 from propme_metrics.core.progress import stderr_console
+from propme_metrics.metrics import registry
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -70,8 +70,8 @@ def cmd_index_build(args: argparse.Namespace) -> int:
 
 
 def _build_on_ray(args: argparse.Namespace, source):
-    from propme_metrics.index.ray_build import build_index_on_ray
     from propme_metrics.core.errors import ConfigError
+    from propme_metrics.index.ray_build import build_index_on_ray
 
     if args.shard_ids is not None:
         raise ConfigError("--shard-ids and --ray do not go together: a Ray build runs every shard as a task",
@@ -213,8 +213,13 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import (build_prompt_set, eligible_documents, overlap_profile, sidecar_path,
-                          write_prompt_set)
+    from propme_metrics.prompts.build import (
+        build_prompt_set,
+        eligible_documents,
+        overlap_profile,
+        sidecar_path,
+        write_prompt_set,
+    )
 
     index = open_index(args.index)
     ps = build_prompt_set(index, args.setting, n=args.n, seed=args.seed, language=args.language,
@@ -300,8 +305,8 @@ def cmd_tasks_path(args: argparse.Namespace) -> int:
 # --- report ------------------------------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from propme_metrics.report.compute import IncompleteReportError
     from propme_metrics.report.build import build_report
+    from propme_metrics.report.compute import IncompleteReportError
     from propme_metrics.report.console import print_summary
 
     try:
@@ -359,13 +364,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from propme_metrics.core.checksums import file_digest
     from propme_metrics.core.errors import ConfigError, IndexFormatError
     from propme_metrics.core.files import atomic_output, write_atomic
-    from propme_metrics.trace.inputs import read_generations
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.values import summarize
+    from propme_metrics.trace.inputs import read_generations
     from propme_metrics.trace.pii import PII_TYPES
     from propme_metrics.trace.result import TraceConfig
-    from propme_metrics.trace.tracer import Tracer
     from propme_metrics.trace.runner import finish, job_fingerprint, trace_resumable
+    from propme_metrics.trace.tracer import Tracer
 
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")

@@ -81,12 +81,12 @@ def _stage(name: str, reused: bool, started: float, detail: str = "") -> None:
 
 def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> DemoPaths:
     """Stages 1-5: corpus, tokenizer, index, memorizing model and prompt files (each reused if present)."""
-    from propme_metrics.index.build import build_index
-    from propme_metrics.index.reader import open_index
-    from propme_metrics.index.manifest import MANIFEST_NAME
-    from propme_metrics.prompts.build import build_prompt_set, builtin_prompts, write_prompt_set
-    from propme_metrics.index.sources import CorpusSource
     from propme_metrics.demo.synthetic import demo_corpus, train_memorizing_model, train_tokenizer
+    from propme_metrics.index.build import build_index
+    from propme_metrics.index.manifest import MANIFEST_NAME
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.prompts.build import build_prompt_set, builtin_prompts, write_prompt_set
 
     paths = DemoPaths(Path(root).absolute())
     paths.root.mkdir(parents=True, exist_ok=True)
@@ -166,21 +166,20 @@ def run_lm_eval(paths: DemoPaths, size: DemoSize) -> None:
             proc = subprocess.run(lm_eval_command(paths, size), env=env, stdout=fh, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             tail = log.read_text(errors="replace").splitlines()[-15:]
-            raise BuildError("lm-eval failed (exit %d); last lines of %s:\n%s" % (proc.returncode, log, "\n".join(tail)),
+            raise BuildError(f"lm-eval failed (exit {proc.returncode}); last lines of {log}:\n" + "\n".join(tail),
                              "fix the cause and run `propme demo` again: finished stages are reused")
     _stage("lm-eval", reused, t, f"samples and results in {paths.runs}")
 
 
 def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: bool = True):
     """All seven stages; prints the PM table and where report.html is. Returns the Report."""
+    import importlib.util
+
+    from propme_metrics.core.errors import ConfigError
     from propme_metrics.core.progress import stderr_console
     from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
     from propme_metrics.report.build import build_report
     from propme_metrics.report.console import print_summary
-
-    import importlib.util
-
-    from propme_metrics.core.errors import ConfigError
 
     missing = [m for m in ("torch", "lm_eval") if importlib.util.find_spec(m) is None]
     if missing:

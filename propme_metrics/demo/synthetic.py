@@ -7,8 +7,8 @@ from anywhere), seeded, so the same arguments always give the same documents.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from propme_metrics.core.errors import ConfigError
 

@@ -16,12 +16,13 @@ import platform
 import shutil
 import subprocess
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from itertools import chain
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -29,13 +30,28 @@ from propme_metrics import __version__
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import BuildError, ConfigError, IndexFormatError
 from propme_metrics.core.files import write_atomic
-from propme_metrics.index.reader import pointer_size
-from propme_metrics.index.manifest import (MANIFEST_NAME, SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest,
-                       ShardInfo, TokenizerInfo, shard_file)
 from propme_metrics.core.progress import progress_bar, rate
+from propme_metrics.index.manifest import (
+    MANIFEST_NAME,
+    SHARD_FILES,
+    TOKENIZER_DIRNAME,
+    WORD_STARTS_NAME,
+    IndexManifest,
+    ShardInfo,
+    TokenizerInfo,
+    shard_file,
+)
+from propme_metrics.index.reader import pointer_size
 from propme_metrics.index.sizing import TEXT_BYTES_PER_TOKEN, check_shard_memory, estimate_build
 from propme_metrics.index.sources import CorpusSource
-from propme_metrics.index.tokenizer import DEFAULT_TOKENIZER, analyze_vocab, files_sha256, load_tokenizer, max_token_id, tokenizer_hash
+from propme_metrics.index.tokenizer import (
+    DEFAULT_TOKENIZER,
+    analyze_vocab,
+    files_sha256,
+    load_tokenizer,
+    max_token_id,
+    tokenizer_hash,
+)
 
 STATE_NAME = "propme-build-state.json"
 OVERLAP_BYTES = 100_000  # how far suffix-array parts overlap (the binary's hack size)

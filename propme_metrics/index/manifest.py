@@ -95,7 +95,7 @@ class IndexManifest:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IndexManifest":
+    def from_dict(cls, data: dict[str, Any]) -> IndexManifest:
         known = {f.name for f in fields(cls)}  # derived keys (identity, totals) and unknown ones are skipped
         data = {k: v for k, v in data.items() if k in known}
         data["tokenizer"] = TokenizerInfo(**data["tokenizer"])
@@ -107,7 +107,7 @@ class IndexManifest:
         write_atomic(Path(folder) / MANIFEST_NAME, json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
 
     @classmethod
-    def read(cls, folder: str | Path) -> "IndexManifest":
+    def read(cls, folder: str | Path) -> IndexManifest:
         path = Path(folder) / MANIFEST_NAME
         if not Path(folder).is_dir():
             aside = Path(folder).absolute().parent / f".{Path(folder).name}.propme-old"

@@ -31,7 +31,9 @@ def task_memory(source, num_shards: int, width: int) -> int | None:
     text = source.estimated_text_bytes()
     if not text:
         return None
-    from propme_metrics.index.build import divsufsort_memory  # the in-memory builder's need; rust_indexing fits in the same budget
+    from propme_metrics.index.build import (
+        divsufsort_memory,  # the in-memory builder's need; rust_indexing fits in the same budget
+    )
     from propme_metrics.index.sizing import TEXT_BYTES_PER_TOKEN
 
     ds_bytes = int(text / TEXT_BYTES_PER_TOKEN) // num_shards * width
@@ -75,8 +77,8 @@ def build_index_on_ray(source, out: str | Path, address: str | None = None, toke
     times and resumes its part; an error of the build itself (a bad corpus, a full disk) stops
     the build with that error. Finished parts are kept, so re-running the command resumes.
     """
-    from propme_metrics.index.build import _existing_index, build_params, choose_token_width, join_indexes
     from propme_metrics.core.progress import progress_bar
+    from propme_metrics.index.build import _existing_index, build_params, choose_token_width, join_indexes
     from propme_metrics.index.tokenizer import DEFAULT_TOKENIZER, load_tokenizer, max_token_id, tokenizer_hash
 
     out = Path(out).absolute()

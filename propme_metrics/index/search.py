@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from propme_metrics.index.reader import pointer_size
 from propme_metrics.index.manifest import shard_file
+from propme_metrics.index.reader import pointer_size
 from propme_metrics.index.toplevel import TopLevel, load_toplevel
 
 _Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)

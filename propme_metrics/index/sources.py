@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from propme_metrics.core.checksums import ALGORITHM, file_digest, sampled_digest
 from propme_metrics.core.errors import ConfigError

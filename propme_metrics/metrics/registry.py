@@ -12,8 +12,9 @@ per-generation value instead.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from propme_metrics.trace.pii import PII_TYPES
 
@@ -34,8 +35,8 @@ Contribution = tuple[float, float]
 class Generation:
     """What a metric reads of one traced generation: the trace and the personal data it leaked."""
 
-    trace: "TraceResult"
-    pii: "PIILeaks"
+    trace: TraceResult
+    pii: PIILeaks
 
     @property
     def nv_recalls(self) -> list[float]:

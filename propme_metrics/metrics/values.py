@@ -5,8 +5,9 @@ hooks, `propme trace` and the report all pool these pairs, so the three can neve
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from propme_metrics.metrics.registry import METRICS, Contribution, Generation, Metric
 from propme_metrics.trace.pii import PIILeaks, leaks

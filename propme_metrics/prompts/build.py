@@ -26,9 +26,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class PromptRecord:
         return {k: getattr(self, k) for k in self._KEYS}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PromptRecord":
+    def from_dict(cls, data: dict[str, Any]) -> PromptRecord:
         missing = [k for k in ("id", "prompt", "setting") if k not in data]
         if missing:
             raise ConfigError(f"prompt record lacks {', '.join(missing)}: {str(data)[:120]}")

@@ -69,18 +69,29 @@ plots, and every prompt and generation with its traced segments; click a segment
 documents).
 """
 from __future__ import annotations
+
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.columns import columns_for, row_values
-from propme_metrics.report.compute import (CorpusResult, IncompleteReportError, MissingPrefixError, Report,
-                                            dedupe_tasks, group_tasks, pm_interval, prompt_set_fingerprint, setting_result)
+from propme_metrics.report.compute import (
+    CorpusResult,
+    IncompleteReportError,
+    MissingPrefixError,
+    Report,
+    dedupe_tasks,
+    group_tasks,
+    pm_interval,
+    prompt_set_fingerprint,
+    setting_result,
+)
 from propme_metrics.report.load import RunTask, describe_start_token, load_retrace, load_run
 from propme_metrics.report.writers import write_csv, write_json, write_markdown
-
 
 
 def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]:

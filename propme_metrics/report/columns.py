@@ -1,13 +1,14 @@
 """The leaderboard's columns (names, meaning, values) and how a value is written in a table cell."""
 from __future__ import annotations
+
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
 from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.compute import CorpusResult, finite
-
-
 
 _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("model", "the model: pretrained= of lm-eval's model_args (else lm-eval's model name)"),

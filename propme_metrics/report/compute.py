@@ -1,22 +1,18 @@
 """The numbers of a report: base metrics with intervals per setting, PM per propensity setting, grouping of runs."""
 from __future__ import annotations
+
 import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.pm import Interval, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.load import RunTask, limit_label
-from propme_metrics.metrics.pm import Interval, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
-
-
-
-
-
-
 
 CONFIDENCE = 0.95
 
@@ -24,7 +20,7 @@ CONFIDENCE = 0.95
 class IncompleteReportError(ConfigError):
     """The report was written (it is in `report`) but something in it is undefined: exit status 2."""
 
-    def __init__(self, message: str, hint: str | None = None, report: "Report | None" = None):
+    def __init__(self, message: str, hint: str | None = None, report: Report | None = None):
         super().__init__(message, hint)
         self.report = report
 

@@ -1,11 +1,12 @@
 """The terminal summary of a report: rich tables of PM and base metrics."""
 from __future__ import annotations
+
 import math
 import sys
+
 from propme_metrics.metrics import registry
 from propme_metrics.report.columns import fmt_value
 from propme_metrics.report.compute import Report
-
 
 
 def _cell(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:

@@ -1,18 +1,20 @@
 """Runs read back from lm-eval output: results files, their samples files, re-traces."""
 from __future__ import annotations
+
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.jsonl import first_non_finite, json_objects, scrub_surrogates
-from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
-from propme_metrics.trace.inputs import SampleRow, read_samples
 from propme_metrics.metrics.pm import PromptStat
+from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
 from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
+from propme_metrics.trace.inputs import SampleRow, read_samples
 from propme_metrics.trace.result import TraceResult
-
 
 
 @dataclass

@@ -35,12 +35,12 @@ def _err(value, low, high) -> tuple[float, float]:
     return max(0.0, value - low), max(0.0, high - value)
 
 
-def _row_label(r: "CorpusResult") -> str:
+def _row_label(r: CorpusResult) -> str:
     name = r.model if len(r.model) <= 40 else "..." + r.model[-37:]
     return name + (f" @ {r.revision}" if r.revision else "")
 
 
-def capability_plot(report: "Report", label: str, path: Path) -> Path | None:
+def capability_plot(report: Report, label: str, path: Path) -> Path | None:
     """Capability vs propensity for one corpus; None when no model has the prefix setting."""
     from propme_metrics.metrics import registry
     from propme_metrics.prompts.settings import PREFIX
@@ -89,7 +89,7 @@ def capability_plot(report: "Report", label: str, path: Path) -> Path | None:
     return path
 
 
-def trajectory_plot(report: "Report", label: str, model: str, results: list["CorpusResult"],
+def trajectory_plot(report: Report, label: str, model: str, results: list[CorpusResult],
                     path: Path) -> Path | None:
     """PM per metric across the revisions of one model (input order)."""
     from propme_metrics.metrics import registry
@@ -133,7 +133,7 @@ def trajectory_plot(report: "Report", label: str, model: str, results: list["Cor
     return path
 
 
-def write_plots(report: "Report", out: Path) -> list[Path]:
+def write_plots(report: Report, out: Path) -> list[Path]:
     """Every plot of the report, written into `out`; returns their paths."""
     from propme_metrics.report.columns import slug
     from propme_metrics.report.compute import trajectories

@@ -1,18 +1,19 @@
 """The leaderboard files: leaderboard.csv, leaderboard.json and leaderboard.md."""
 from __future__ import annotations
+
 import csv
 import io
 import json
 import math
 from pathlib import Path
 from typing import Any
+
 from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
-from propme_metrics.report.columns import fmt_interval
 from propme_metrics.prompts.settings import setting_sort_key
+from propme_metrics.report.columns import fmt_interval
 from propme_metrics.report.compute import CONFIDENCE, Report
 from propme_metrics.report.load import describe_start_token
-
 
 
 def _csv_cell(v: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.jsonl import json_objects
 
+
 class Generation(NamedTuple):
     """One generation to trace: its key, its text (the model's output only) and, for prefix prompts,
     the true continuation (for the discoverable-extraction rate)."""

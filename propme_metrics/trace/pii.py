@@ -18,9 +18,10 @@ last digits as `*`) in everything this module renders unless `show=True`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 from propme_metrics.trace.result import TraceResult
 from propme_metrics.trace.text_rules import locate_segments

@@ -6,7 +6,6 @@ searcher, so reading results (metrics, report) never loads the index code.
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -149,7 +148,7 @@ class TraceResult:
         return {k: data[k] for k in order}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TraceResult":
+    def from_dict(cls, data: dict[str, Any]) -> TraceResult:
         doc_keys = [f.name for f in fields(TracedDocument)]
         span_keys = [f.name for f in fields(Span)]
         finals = [FinalSpan(start=s["start"], end=s["end"], text=s["text"], count=s["count"],

@@ -14,12 +14,13 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.trace.inputs import Generation
 from propme_metrics.core.progress import progress_bar, rate
+from propme_metrics.trace.inputs import Generation
 from propme_metrics.trace.result import TraceResult
 from propme_metrics.trace.tracer import Tracer
 

@@ -3,9 +3,9 @@ degenerate generations, discoverable extraction, and where each final span lies 
 from __future__ import annotations
 
 import re
-from typing import Any
 import unicodedata
 import zlib
+from typing import Any
 
 #: characters that end a sentence in text mode (a span may hold one only as its last character)
 BOUNDARY_CHARS = frozenset("!.?\n")

@@ -26,22 +26,29 @@ import math
 import random
 import time
 import unicodedata
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError, IndexFormatError
-from propme_metrics.index.reader import Index, open_index
-from propme_metrics.trace.nvrecall import nv_scores
-from propme_metrics.index.search import DocWindow, Occurrences, ShardSearcher
 from propme_metrics.index.manifest import TOKENIZER_DIRNAME
+from propme_metrics.index.reader import Index, open_index
+from propme_metrics.index.search import DocWindow, Occurrences, ShardSearcher
 from propme_metrics.index.tokenizer import files_sha256, tokenizer_hash
+from propme_metrics.trace.nvrecall import nv_scores
 from propme_metrics.trace.result import FinalSpan, Span, TraceConfig, TracedDocument, TraceResult
-from propme_metrics.trace.text_rules import (BOUNDARY_CHARS, MIXED_MIN_TOKENS, continuation_reproduced, is_degenerate,
-                                             normalize_text)
+from propme_metrics.trace.text_rules import (
+    BOUNDARY_CHARS,
+    MIXED_MIN_TOKENS,
+    continuation_reproduced,
+    is_degenerate,
+    normalize_text,
+)
+
 
 def parse_metadata(raw: str) -> dict[str, Any]:
     """A document's metadata line: JSON or a Python literal, unwrapped from a 'metadata' field."""
@@ -389,7 +396,7 @@ class Tracer:
                     bar.update(task, advance=1, rate=rate(done, time.time() - started, "gen"))
                     yield res
 
-    def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> "_Runner":
+    def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> _Runner:
         """What runs the jobs of `iter_trace`: this process, or forked workers."""
         return _Runner(self, jobs, workers)
 
@@ -600,7 +607,7 @@ class _Runner:
             self.pool = mp.get_context("fork").Pool(min(workers, len(jobs)), initializer=_init_worker)
             self.chunksize = max(1, min(8, len(jobs) // (8 * workers)))
 
-    def __enter__(self) -> "_Runner":
+    def __enter__(self) -> _Runner:
         return self
 
     def __iter__(self):

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import propme_metrics.trace.runner as resume_module
-from support.corpora import write_jsonl
 from propme_metrics.cli import app as cli
 from propme_metrics.core.progress import stderr_console
-from propme_metrics.trace.tracer import Tracer
 from propme_metrics.trace.runner import journal_path
+from propme_metrics.trace.tracer import Tracer
+from support.corpora import write_jsonl
 
 
 @pytest.fixture

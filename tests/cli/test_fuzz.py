@@ -12,14 +12,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from support.corpora import make_index, word_level_tokenizer
 from propme_metrics.cli import app as cli
 from propme_metrics.core.errors import ConfigError, PropMeError
-from propme_metrics.index.reader import open_index
 from propme_metrics.core.jsonl import REPLACEMENT, json_objects
 from propme_metrics.core.progress import stderr_console
+from propme_metrics.index.reader import open_index
 from propme_metrics.index.sources import CorpusSource
 from propme_tasks.hooks import TaskConfigError, trace_config
+from support.corpora import make_index, word_level_tokenizer
 from support.runs import gen, setting_prompts, write_run
 
 HOSTILE = ["\ud800", "\udfff", "\x00", "\u202e", "\u200f", "\u0645\u0631\u062d\u0628\u0627", "😀", "👩‍👩‍👧",
@@ -77,7 +77,7 @@ def cli_run(capsys, monkeypatch):
                                                                 "[" * 5000, '{"text": "\\ud800"}'])), max_size=6))
 def test_malformed_json_lines_give_a_line_or_one_error(lines):
     try:
-        for lineno, record in json_objects(lines, "fuzz.jsonl"):
+        for _lineno, record in json_objects(lines, "fuzz.jsonl"):
             assert isinstance(record, dict) and no_surrogates(record)
     except ConfigError as exc:
         assert "fuzz.jsonl:" in exc.message

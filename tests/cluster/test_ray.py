@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from support.corpora import make_index, write_jsonl
-from propme_metrics.trace.ray_search import shard_groups
+from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.manifest import MANIFEST_NAME, IndexManifest
 from propme_metrics.index.sources import CorpusSource
-from propme_metrics.demo.synthetic import generate_corpus
+from propme_metrics.trace.ray_search import shard_groups
 from propme_metrics.trace.tracer import Tracer
+from support.corpora import make_index, write_jsonl
 
 SHARDS = 4
 
@@ -29,7 +29,7 @@ SHARDS = 4
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'propme[ray]')")
-    import ray.cloudpickle
+    import ray.cloudpickle  # noqa: F811 (the submodule must be imported to be an attribute of ray)
 
     try:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)

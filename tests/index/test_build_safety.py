@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 import propme_metrics.index.build as build_module
-from support.corpora import word_level_tokenizer, write_jsonl
 from propme_metrics.cli import app as cli
-from propme_metrics.index.build import old_dir, partial_dir
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.index.reader import open_index, verify_index
-from propme_metrics.index.manifest import MANIFEST_NAME
 from propme_metrics.core.progress import stderr_console
+from propme_metrics.index.build import old_dir, partial_dir
+from propme_metrics.index.manifest import MANIFEST_NAME
+from propme_metrics.index.reader import open_index, verify_index
+from support.corpora import word_level_tokenizer, write_jsonl
 
 
 def word_docs(n: int, seed: int, words: int = 40) -> list[dict]:

@@ -24,16 +24,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import propme_metrics.index.build as build_module
-from support.corpora import make_index, word_level_tokenizer, write_jsonl
 from propme_metrics.cli import app as cli
 from propme_metrics.core.checksums import checksum_files
-from propme_metrics.index.build import build_index, choose_token_width, join_indexes, partial_dir
 from propme_metrics.core.errors import ConfigError, IndexFormatError
-from propme_metrics.index.reader import open_index, pointer_size, verify_index
-from propme_metrics.index.manifest import MANIFEST_NAME, SHARD_FILES, IndexManifest, shard_file
 from propme_metrics.core.progress import stderr_console
-from propme_metrics.index.sources import CorpusSource
 from propme_metrics.demo.synthetic import generate_corpus
+from propme_metrics.index.build import build_index, choose_token_width, join_indexes, partial_dir
+from propme_metrics.index.manifest import MANIFEST_NAME, SHARD_FILES, IndexManifest, shard_file
+from propme_metrics.index.reader import open_index, pointer_size, verify_index
+from propme_metrics.index.sources import CorpusSource
+from support.corpora import make_index, word_level_tokenizer, write_jsonl
 
 GPT2_VOCAB = 50257
 MAX_N = 8

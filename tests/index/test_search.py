@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.corpora import make_index, write_jsonl
+from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.manifest import shard_file
 from propme_metrics.index.search import ShardSearcher
-from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.toplevel import build_toplevel, load_toplevel, toplevel_path
+from support.corpora import make_index, write_jsonl
 
 HYPO = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from support.corpora import write_jsonl
 from propme_metrics.cli import app as cli
-from propme_metrics.index.build import build_index, divsufsort_memory, partial_dir
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.index.sizing import (RUST_TOKENS_PER_RAM_BYTE, TEXT_BYTES_PER_TOKEN, check_shard_memory,
-                                   estimate_build)
-from propme_metrics.index.sources import CorpusSource
 from propme_metrics.demo.synthetic import generate_corpus
+from propme_metrics.index.build import build_index, divsufsort_memory, partial_dir
+from propme_metrics.index.sizing import (
+    RUST_TOKENS_PER_RAM_BYTE,
+    TEXT_BYTES_PER_TOKEN,
+    check_shard_memory,
+    estimate_build,
+)
+from propme_metrics.index.sources import CorpusSource
+from support.corpora import write_jsonl
 
 
 def test_estimate_counts_every_file():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from propme_metrics.index.build import build_suffix_array, choose_sa_builder, divsufsort_memory
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.index.build import build_suffix_array, choose_sa_builder, divsufsort_memory
 from propme_metrics.index.reader import pointer_size
 
 

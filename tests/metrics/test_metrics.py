@@ -6,7 +6,7 @@ import math
 import pytest
 
 from propme_metrics.metrics.values import contributions, counts_for_metrics, summarize
-from propme_metrics.trace.result import FinalSpan, Span, TraceResult, TracedDocument
+from propme_metrics.trace.result import FinalSpan, Span, TracedDocument, TraceResult
 from propme_metrics.trace.text_rules import continuation_reproduced, is_degenerate
 
 

@@ -8,14 +8,23 @@ from collections import Counter
 
 import pytest
 
-from support.corpora import make_index, write_jsonl
 from propme_metrics.cli.app import main
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.index.reader import Index
-from propme_metrics.prompts.build import (PromptRecord, available_languages, build_prompt_set, builtin_prompts,
-                                    candidate_id, longest_span, load_prompt_set,
-                                    overlap_profile, sidecar_path, write_prompt_set)
 from propme_metrics.demo.synthetic import generate_corpus
+from propme_metrics.index.reader import Index
+from propme_metrics.prompts.build import (
+    PromptRecord,
+    available_languages,
+    build_prompt_set,
+    builtin_prompts,
+    candidate_id,
+    load_prompt_set,
+    longest_span,
+    overlap_profile,
+    sidecar_path,
+    write_prompt_set,
+)
+from support.corpora import make_index, write_jsonl
 
 BASE_DOMAINS = {"legal", "news", "books", "conversation", "social_media", "web", "encyclopedic", "medical", "spoken"}
 DOMAINS = {"da": BASE_DOMAINS, "en": BASE_DOMAINS | {"science", "code", "government", "patents"}}

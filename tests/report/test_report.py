@@ -12,17 +12,29 @@ from pathlib import Path
 
 import pytest
 
-from propme_metrics.report import build as report_module
 from propme_metrics.cli.app import main
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.values import summarize
-from propme_metrics.report.compute import MissingPrefixError
+from propme_metrics.report import build as report_module
 from propme_metrics.report.build import build_report
 from propme_metrics.report.columns import leaderboard_columns
-from propme_metrics.report.load import load_run
+from propme_metrics.report.compute import MissingPrefixError
 from propme_metrics.report.html import script_json
+from propme_metrics.report.load import load_run
 from propme_metrics.trace.text_rules import locate_segments
-from support.runs import (COMMA, DATE1, DATE2, DFM, XSS, edge_settings, gen, reference_settings, stage1_settings, write_run)
+from support.runs import (
+    COMMA,
+    DATE1,
+    DATE2,
+    DFM,
+    XSS,
+    edge_settings,
+    gen,
+    reference_settings,
+    stage1_settings,
+    write_run,
+)
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:

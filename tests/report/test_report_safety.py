@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from propme_metrics.cli.app import main
-from propme_metrics.report.compute import IncompleteReportError
 from propme_metrics.report.build import build_report
-from support.runs import DFM, DATE1, DATE2, gen, setting_prompts, write_run
+from propme_metrics.report.compute import IncompleteReportError
+from support.runs import DATE1, DATE2, DFM, gen, setting_prompts, write_run
 
 
 def small_settings(n: int = 8) -> dict[str, list[list[dict]]]:

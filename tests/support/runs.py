@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from propme_metrics.metrics.values import summarize
-from propme_metrics.trace.result import FinalSpan, Span, TraceResult, TracedDocument
+from propme_metrics.trace.result import FinalSpan, Span, TracedDocument, TraceResult
 
 DATE1 = "2026-01-01T10-00-00.000001"
 DATE2 = "2026-01-02T10-00-00.000002"

@@ -13,7 +13,6 @@ import pytest
 from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
 from propme_tasks import hooks, task_manager
 from propme_tasks.discovery import tasks_path
-
 from support.lmeval import demo_metadata, model_args, run_lm_eval  # noqa: E402
 
 
@@ -230,3 +229,31 @@ def test_lm_eval_items_pool_like_propme_trace(synthetic_index, synthetic_records
     # a task where nothing counted is undefined, not 0
     only_junk = hooks.process_results({"id": "p3", **base}, [["!!!!" * 200]])
     assert math.isnan(hooks.agg_ratio([only_junk["fmr"]])) and math.isnan(hooks.agg_max([only_junk["nvr_max"]]))
+
+
+def test_editable_install_makes_stock_lm_eval_find_the_tasks(tmp_path):
+    """`pip install -e .` (PEP 660): the editable wheel carries the start-up hook too, and the tasks
+    and code it makes lm-eval find are those of the source checkout."""
+    import sysconfig
+    import zipfile
+
+    root = Path(__file__).resolve().parents[2]
+    build = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
+                            f"print(build_meta.build_editable({str(tmp_path)!r}))"],
+                           capture_output=True, text=True, cwd=root, timeout=300)
+    assert build.returncode == 0, build.stderr[-2000:]
+    wheel = tmp_path / build.stdout.split()[-1]
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        assert "propme_lmeval.pth" in names and zf.read("propme_lmeval.pth") == (root / "propme_lmeval.pth").read_bytes()
+        zf.extractall(tmp_path / "site")
+    # a fresh interpreter: only the editable install's .pth files run (-S skips this environment's,
+    # whose own PropMe wheel must not be what answers); lm-eval comes from this environment's path
+    code = (f"import site, sys; site.addsitedir({str(tmp_path / 'site')!r}); "
+            f"sys.path.append({sysconfig.get_paths()['purelib']!r}); "
+            "import propme_tasks; from lm_eval.tasks import TaskManager; tm = TaskManager(include_defaults=False); "
+            "print(propme_tasks.__file__); print('propme_dynaword' in tm.all_tasks, 'propme_demo_prefix' in tm.all_tasks)")
+    run = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    where, found = run.stdout.strip().splitlines()[-2:]
+    assert Path(where).resolve().is_relative_to(root) and found.split() == ["True", "True"], run.stdout

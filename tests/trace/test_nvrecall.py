@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support.reference_trace import published_nv_recall
 from propme_metrics.trace.nvrecall import (
     NVParams,
     _matching_blocks,
@@ -16,6 +15,7 @@ from propme_metrics.trace.nvrecall import (
     nv_recall,
     nv_scores,
 )
+from support.reference_trace import published_nv_recall
 
 DANISH = (
     "Den gamle færgemand på Ærø fortalte, at øens børn om sommeren plukkede blåbær i skoven "

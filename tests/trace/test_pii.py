@@ -11,7 +11,7 @@ import pytest
 
 from propme_metrics.metrics.values import contributions, summarize
 from propme_metrics.trace.pii import PIIItem, card_valid, cpr_valid, detect, leaks, mask, mask_text
-from propme_metrics.trace.result import FinalSpan, TraceResult, TracedDocument
+from propme_metrics.trace.result import FinalSpan, TracedDocument, TraceResult
 
 # --- independent oracles ------------------------------------------------------------------------
 
@@ -80,7 +80,6 @@ def test_cpr_validator_matches_the_oracle_on_random_numbers():
 
 def test_card_validator_needs_luhn_and_an_issuer():
     rng = random.Random(1)
-    accepted = 0
     for _ in range(2000):
         digits = rng.choice(["4", "51", "37", "5019", "9", "1"]) + "".join(
             str(rng.randint(0, 9)) for _ in range(rng.choice([12, 13, 14, 15, 16, 18])))
@@ -177,11 +176,10 @@ PLANTED = [
 def pii_world(tmp_path_factory):
     """Corpus (planted documents with personal data + short background, some with invalid look-alikes),
     index, a tiny GPT-2 that memorized the corpus, and prefix/generic prompt files."""
-    from support.corpora import make_index, write_jsonl
-
+    from propme_metrics.demo.synthetic import document_text, train_memorizing_model, train_tokenizer
     from propme_metrics.index.reader import open_index
     from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
-    from propme_metrics.demo.synthetic import document_text, train_memorizing_model, train_tokenizer
+    from support.corpora import make_index, write_jsonl
 
     root = tmp_path_factory.mktemp("pii")
     rng = random.Random(3)

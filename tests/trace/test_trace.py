@@ -17,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.corpora import make_index, write_jsonl
-from support.reference_trace import BruteForce, ReferenceTracer
 from propme_metrics.cli.app import main
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.trace.inputs import read_generations
 from propme_metrics.index.search import Occurrences
-from propme_metrics.trace.result import TraceConfig, TraceResult, TracedDocument
+from propme_metrics.trace.inputs import read_generations
+from propme_metrics.trace.result import TraceConfig, TracedDocument, TraceResult
 from propme_metrics.trace.tracer import Tracer, evenly_spaced, select_occurrences
+from support.corpora import make_index, write_jsonl
+from support.reference_trace import BruteForce, ReferenceTracer
 
 HYPO = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -767,10 +767,8 @@ def test_cli_error_is_a_message_not_a_traceback(tmp_path):
 @pytest.fixture(scope="module")
 def sp(tmp_path_factory, synthetic_records):
     """An index built with a small '▁' BPE trained here (as Llama-2's pieces: the non-byte-level path)."""
-    from tokenizers import SentencePieceBPETokenizer
+    from tokenizers import SentencePieceBPETokenizer, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-
-    from tokenizers import pre_tokenizers
 
     root = tmp_path_factory.mktemp("sentencepiece")
     bpe = SentencePieceBPETokenizer()

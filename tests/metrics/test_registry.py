@@ -1,0 +1,63 @@
+"""The metric registry is the one definition: the task YAML and README's metric table must equal it."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from propme_metrics.metrics import registry
+from propme_metrics.report.columns import leaderboard_columns
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Loader(yaml.SafeLoader):
+    """Reads lm-eval's `!function module.name` tags as the dotted name."""
+
+
+_Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+
+
+def _yaml_metrics() -> list[dict]:
+    data = yaml.load((ROOT / "task_configs" / "_default_template_yaml").read_text(), Loader=_Loader)
+    return data["metric_list"]
+
+
+def test_yaml_metric_list_equals_registry():
+    entries = _yaml_metrics()
+    expected = [(m.name, "propme_tasks.hooks." + ("agg_max" if m.aggregation == "max" else "agg_ratio"),
+                 m.higher_is_better) for m in registry.METRICS]
+    expected.append((registry.TRACE_DIAGNOSTIC[0], "propme_tasks.hooks.agg_trace_failures", False))
+    assert [(e["metric"], e["aggregation"], e["higher_is_better"]) for e in entries] == expected
+
+
+def test_readme_metric_table_equals_registry():
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("| metric | label | meaning |"):]
+    rows = []
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(tuple(c.strip() for c in line.strip("|").split("|")))
+    expected = [(f"`{m.name}`", m.label, m.description) for m in registry.METRICS]
+    expected.append((f"`{registry.TRACE_DIAGNOSTIC[0]}`", "", registry.TRACE_DIAGNOSTIC[1]))
+    assert rows == expected
+
+
+def test_registry_is_consistent():
+    names = [m.name for m in registry.METRICS]
+    assert len(set(names)) == len(names) and all(re.fullmatch(r"[a-z0-9_]+", n) for n in names)
+    assert set(registry.DEFAULT_PM_METRICS) <= set(registry.PM_METRICS)
+    for view in registry.VIEWS.values():
+        assert set(view) <= set(names)
+    # a max is not a ratio over prompts, and a prefix-only metric has no propensity side: no PM for either
+    assert all(not m.pm for m in registry.METRICS if m.aggregation == "max" or m.settings)
+    assert registry.for_setting("generic") == tuple(m for m in registry.METRICS if m.name != "extraction")
+    assert registry.for_setting("prefix") == registry.METRICS
+
+
+def test_leaderboard_documents_every_proportion():
+    wilson = dict(leaderboard_columns())["propme_<corpus>_<setting>_<metric>_wilson_low"]
+    for name in registry.PROPORTIONS:
+        assert name in wilson
