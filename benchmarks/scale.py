@@ -439,7 +439,7 @@ def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, pa
 
 def evict(tracer) -> None:
     """Drop every page of the index from the page cache (the process's mappings first)."""
-    for shard in tracer._shards:
+    for shard in tracer.search.shards:
         for arr in (shard.ds, shard.sa, shard.offsets, shard.metaoff, shard.meta):
             base = arr.base
             while base is not None and not isinstance(base, mmap.mmap):  # array -> memoryview -> mmap
@@ -474,12 +474,12 @@ def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Pat
     t = time.perf_counter()
     tracer = Tracer(index_dir)
     if search == "plain":
-        tracer._shards = [ShardSearcher(tracer.index.path, s.id, s.width, s.doc_base, accelerate=False)
-                          for s in tracer._shards]
+        tracer.search.shards = [ShardSearcher(tracer.index.path, s.id, s.width, s.doc_base, accelerate=False)
+                          for s in tracer.search.shards]
     open_s = time.perf_counter() - t
-    accel_bytes = sum(s.top.nbytes for s in tracer._shards if s.top is not None)
+    accel_bytes = sum(s.top.nbytes for s in tracer.search.shards if s.top is not None)
     search_s = [0.0]
-    for shard in tracer._shards:  # time spent in suffix-array searches (what grows with more shards)
+    for shard in tracer.search.shards:  # time spent in suffix-array searches (what grows with more shards)
         def timed_search(*a, _inner=shard.search, **k):
             t0 = time.perf_counter()
             try:

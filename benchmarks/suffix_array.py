@@ -51,7 +51,7 @@ def misordered(ds: Path, table: Path, ranks, width: int = 2) -> int:
     """Adjacent pairs (r, r+1) among `ranks` whose suffixes are out of byte order."""
     import numpy as np
 
-    from propme_metrics.index.reader import pointer_size
+    from propme_metrics.index.format import pointer_size
 
     raw = ds.read_bytes()
     ptr = pointer_size(len(raw))

@@ -44,9 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # suppor
 # -- the baseline -------------------------------------------------------------------------------
 
 def baseline_tracer_class():
-    from propme_metrics.trace.tracer import DocWindow, Occurrences, Tracer
+    from propme_metrics.index.search import DocWindow, IndexSearch, Occurrences
+    from propme_metrics.trace.tracer import Tracer
 
-    class BaselineTracer(Tracer):
+    class EngineSearch(IndexSearch):
         """Step 1 and the lookups through infini-gram's engine, one call per start / span / document."""
 
         def longest_matches(self, ids, starts=None):
@@ -90,6 +91,12 @@ def baseline_tracer_class():
             return [DocWindow(shard=self.index.engine_shards[s], doc_ix=d["doc_ix"], doc_len=d["doc_len"],
                               token_ids=np.asarray(d["token_ids"]), needle_offset=d["needle_offset"],
                               metadata=d["metadata"]) for (s, _), d in zip(occurrences, docs)]
+
+    class BaselineTracer(Tracer):
+        """The tracer with the engine as its search path."""
+
+        def _open_search(self):
+            return EngineSearch(self.index)
 
     return BaselineTracer
 
@@ -235,7 +242,7 @@ def make_generations(path: Path, index_dir: Path, n: int, gen_tokens: int, sourc
     rng.shuffle(long_docs)
 
     def copied(doc_ix: int) -> str:
-        toks = index.document(doc_ix).token_ids
+        toks = index.document(doc_ix).token_ids.tolist()
         starts = [i for i in range(len(toks) - gen_tokens) if toks[i] in bow] or [0]
         s = rng.choice(starts)
         return index.decode(toks[s:s + gen_tokens]).strip()

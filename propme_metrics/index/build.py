@@ -31,6 +31,7 @@ from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import BuildError, ConfigError, IndexFormatError
 from propme_metrics.core.files import write_atomic
 from propme_metrics.core.progress import progress_bar, rate
+from propme_metrics.index.format import pointer_size
 from propme_metrics.index.manifest import (
     MANIFEST_NAME,
     SHARD_FILES,
@@ -41,7 +42,6 @@ from propme_metrics.index.manifest import (
     TokenizerInfo,
     shard_file,
 )
-from propme_metrics.index.reader import pointer_size
 from propme_metrics.index.sizing import TEXT_BYTES_PER_TOKEN, check_shard_memory, estimate_build
 from propme_metrics.index.sources import CorpusSource
 from propme_metrics.index.tokenizer import (
@@ -55,7 +55,7 @@ from propme_metrics.index.tokenizer import (
 
 STATE_NAME = "propme-build-state.json"
 OVERLAP_BYTES = 100_000  # how far suffix-array parts overlap (the binary's hack size)
-BYTES_PER_TOKEN_ON_DISK = 7  # rule of thumb of SPEC section 3, temporary space excluded
+BYTES_PER_TOKEN_ON_DISK = 7  # rule of thumb of docs/index-format.md (sizes on disk), temporary space excluded
 
 
 def partial_dir(out: Path) -> Path:

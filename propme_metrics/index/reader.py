@@ -7,8 +7,6 @@ substrings it uses to recognise shard files.
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -20,19 +18,9 @@ import numpy as np
 
 from propme_metrics.core.checksums import ALGORITHM, file_digest, sampled_digest
 from propme_metrics.core.errors import IndexFormatError
+from propme_metrics.index.format import document_lengths, pointer_size, pointers, read_unigrams, separator
 from propme_metrics.index.manifest import SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest, shard_file
-
-
-@dataclass
-class DocumentWindow:
-    """Part of a corpus document: its tokens around a match, and where the match starts."""
-
-    shard: int
-    doc_ix: int
-    doc_len: int
-    metadata: dict[str, Any]
-    token_ids: list[int]
-    needle_offset: int
+from propme_metrics.index.search import DocWindow, IndexSearch
 
 
 class Index:
@@ -55,7 +43,12 @@ class Index:
 
     @property
     def separator(self) -> int:
-        return (1 << (8 * self.token_width)) - 1
+        return separator(self.token_width)
+
+    @cached_property
+    def search(self) -> IndexSearch:
+        """The index's search path (numpy over the memory-mapped shards): what tracing and prompts use."""
+        return IndexSearch(self)
 
     @cached_property
     def tokenizer(self):
@@ -85,9 +78,8 @@ class Index:
         """Token id -> count over all shards, separator included (from the unigram files)."""
         counts: dict[int, int] = {}
         for sid in self.manifest.shard_ids:
-            for line in shard_file(self.path, "unigram", sid).read_text().splitlines():
-                tid, cnt = line.split()
-                counts[int(tid)] = counts.get(int(tid), 0) + int(cnt)
+            for tid, cnt in read_unigrams(shard_file(self.path, "unigram", sid)).tolist():
+                counts[tid] = counts.get(tid, 0) + cnt
         return counts
 
     @property
@@ -106,48 +98,25 @@ class Index:
         """Index-tokenizer ids of a text, no special tokens (as the HF tokenizer with add_special_tokens=False)."""
         return self.backend.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, clean_up_tokenization_spaces=False)
-
-    def count(self, ids: list[int]) -> int:
-        """Occurrences of a token sequence in the corpus."""
-        result = self.engine.count(input_ids=list(ids))
-        if "error" in result:
-            raise ValueError(result["error"])
-        return result["count"]
+    def decode(self, ids) -> str:
+        """Text of index-tokenizer ids (a list or an array, e.g. a window's `token_ids`)."""
+        return self.tokenizer.decode(ids.tolist() if hasattr(ids, "tolist") else list(ids),
+                                     clean_up_tokenization_spaces=False)
 
     @cached_property
     def document_lengths(self) -> np.ndarray:
         """Token count of every document, in the engine's document order (doc_ix)."""
-        lengths = []
-        for sid in self.engine_shards:
-            offsets = np.fromfile(shard_file(self.path, "offset", sid), dtype=np.uint64).astype(np.int64)
-            ends = np.append(offsets[1:], shard_file(self.path, "tokenized", sid).stat().st_size)
-            lengths.append((ends - offsets) // self.token_width - 1)
-        return np.concatenate(lengths)
+        shards = self.search.shards_by_id
+        return np.concatenate([document_lengths(shards[sid].offsets, shards[sid].n * self.token_width, self.token_width)
+                               for sid in self.engine_shards])
 
-    def document(self, doc_ix: int, max_tokens: int | None = None) -> DocumentWindow:
-        """The first `max_tokens` tokens (all if None) of document `doc_ix` with its metadata."""
-        limit = int(self.document_lengths[doc_ix]) if max_tokens is None else max_tokens
-        result = self.engine.get_doc_by_ix_2(doc_ix=int(doc_ix), max_ctx_len=limit)
-        return self._window(result, self._shard_of(doc_ix))
+    def count(self, ids: list[int]) -> int:
+        """Occurrences of a token sequence in the corpus."""
+        return self.search.count(ids)
 
-    def _shard_of(self, doc_ix: int) -> int:
-        for sid in self.engine_shards:
-            n = next(s.documents for s in self.manifest.shards if s.id == sid)
-            if doc_ix < n:
-                return sid
-            doc_ix -= n
-        raise IndexError(doc_ix)
-
-    @staticmethod
-    def _window(result: dict[str, Any], shard: int) -> DocumentWindow:
-        if "error" in result:
-            raise ValueError(result["error"])
-        meta = result["metadata"].strip()
-        return DocumentWindow(shard=shard, doc_ix=result["doc_ix"], doc_len=result["doc_len"],
-                              metadata=json.loads(meta) if meta else {}, token_ids=list(result["token_ids"]),
-                              needle_offset=result["needle_offset"])
+    def document(self, doc_ix: int, max_tokens: int | None = None) -> DocWindow:
+        """The first `max_tokens` tokens (all if None) of document `doc_ix` with its metadata (`.meta`)."""
+        return self.search.document(int(doc_ix), max_tokens)
 
     def _check_files(self) -> None:
         m = self.manifest
@@ -194,11 +163,6 @@ def checksum_mismatches(folder: Path, recorded: dict[str, dict[str, Any]], full:
         elif not full and sampled_digest(p) != rec.get("sample"):
             bad.append(f"{name} does not match its sampled checksum")
     return bad
-
-
-def pointer_size(ds_bytes: int) -> int:
-    """Bytes per suffix-array pointer for a `tokenized.N` of this size (SPEC section 3)."""
-    return max(1, math.ceil(math.log2(ds_bytes) / 8))
 
 
 def open_index(path: str | Path) -> Index:
@@ -276,10 +240,9 @@ def verify_index(path: str | Path, samples: int = 2000, seed: int = 0, full: boo
         sa = np.memmap(shard_file(index.path, "table", s.id), dtype=np.uint8, mode="r")
         ptr_size = pointer_size(s.ds_bytes)
         n = s.ds_bytes // width
-        weights = (256 ** np.arange(ptr_size)).astype(np.uint64)
 
         def ptr_at(rank: int) -> int:
-            return int(np.asarray(sa[rank * ptr_size:(rank + 1) * ptr_size], dtype=np.uint64) @ weights)
+            return int(pointers(np.asarray(sa[rank * ptr_size:(rank + 1) * ptr_size]), ptr_size)[0])
 
         ranks = np.arange(n - 1) if samples >= n - 1 else rng.choice(n - 1, size=samples, replace=False)
         for rank in ranks:
@@ -298,7 +261,7 @@ def verify_index(path: str | Path, samples: int = 2000, seed: int = 0, full: boo
             doc = index.document(int(doc_ix), max_tokens=2048)
             if index.separator in doc.token_ids:
                 failures.append(int(doc_ix))
-            index.decode(doc.token_ids)
+            index.decode(doc.token_ids.tolist())
         except Exception:  # a document that cannot be read or decoded is exactly what we report
             failures.append(int(doc_ix))
     report.checks.append(Check("documents decode", not failures,
@@ -308,7 +271,9 @@ def verify_index(path: str | Path, samples: int = 2000, seed: int = 0, full: boo
     total = sum(counts.values())
     ok = total == index.total_positions
     probe = rng.choice(sorted(counts), size=min(20, len(counts)), replace=False)
-    mismatched = [int(t) for t in probe if int(t) != index.separator and index.count([int(t)]) != counts[int(t)]]
+    # recounted by infini-gram's engine: an independent reader of the same files
+    mismatched = [int(t) for t in probe if int(t) != index.separator
+                  and index.engine.count(input_ids=[int(t)])["count"] != counts[int(t)]]
     report.checks.append(Check("unigram counts", ok and not mismatched,
                                f"sum {total:,} vs {index.total_positions:,} positions; "
                                f"{len(probe)} ids recounted through the engine"
@@ -326,5 +291,5 @@ def index_info(path: str | Path) -> dict[str, Any]:
         "manifest": index.manifest.to_dict(),
         "files": sizes,
         "bytes_total": sum(sizes.values()),
-        "sample_document": {"doc_ix": 0, "metadata": doc.metadata, "text_start": index.decode(doc.token_ids)},
+        "sample_document": {"doc_ix": 0, "metadata": doc.meta, "text_start": index.decode(doc.token_ids.tolist())},
     }

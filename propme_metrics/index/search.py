@@ -14,14 +14,28 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from propme_metrics.index.format import (
+    document_bounds,
+    metadata_line,
+    parse_metadata,
+    pointer_size,
+    pointer_weights,
+    read_unigrams,
+    separator,
+    token_dtype,
+)
 from propme_metrics.index.manifest import shard_file
-from propme_metrics.index.reader import pointer_size
 from propme_metrics.index.toplevel import TopLevel, load_toplevel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.index.reader import Index
 
 _Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)
 _DS_END = -3   #: key past the end of a shard's token array (the suffix is a prefix of the query)
@@ -39,14 +53,20 @@ class Occurrences(NamedTuple):
 
 
 class DocWindow(NamedTuple):
-    """A document window around an occurrence, as the engine's `get_doc_by_rank_2` returns it."""
+    """Part of a corpus document (a window around an occurrence, or its start), as the engine's
+    `get_doc_by_rank_2` / `get_doc_by_ix_2` return it."""
 
     shard: int            #: shard id (as in the manifest)
     doc_ix: int           #: document index over all shards in engine order
     doc_len: int
     token_ids: np.ndarray
     needle_offset: int
-    metadata: str
+    metadata: str         #: the stored metadata line
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The metadata line parsed (JSON as the build wrote it)."""
+        return parse_metadata(self.metadata)
 
 
 def _map(path: Path, dtype, random_access: bool = True) -> np.ndarray:
@@ -87,13 +107,13 @@ class ShardSearcher:
     def __init__(self, folder: Path, sid: int, width: int, doc_base: int, accelerate: bool = True):
         self.id = sid
         self.width = width
-        self.dtype = np.dtype("<u2" if width == 2 else "<u4")
+        self.dtype = token_dtype(width)
         ds_path, sa_path = shard_file(folder, "tokenized", sid), shard_file(folder, "table", sid)
         self.ds = _map(ds_path, self.dtype, accelerate)
         self.n = len(self.ds)  # suffixes (token positions, separators included)
         self.ptr_size = pointer_size(self.n * width)
         self.sa = _map(sa_path, np.uint8, accelerate)
-        self._weights = (256 ** np.arange(self.ptr_size, dtype=np.int64)).astype(np.int64)
+        self._weights = pointer_weights(self.ptr_size)
         self._ptr_cols = np.arange(self.ptr_size, dtype=np.int64)
         self.offsets = _map(shard_file(folder, "offset", sid), np.dtype("<u8"), accelerate)
         self.metaoff = _map(shard_file(folder, "metaoff", sid), np.dtype("<u8"), accelerate)
@@ -119,7 +139,7 @@ class ShardSearcher:
     def _first_token_blocks(self, unigram: Path):
         """Rank range of the suffixes starting with each token (counts from `unigram.N`, checked)."""
         try:
-            pairs = np.loadtxt(unigram, dtype=np.int64, ndmin=2)
+            pairs = read_unigrams(unigram)
         except (OSError, ValueError):
             return None
         if pairs.size == 0 or int(pairs[:, 1].sum()) != self.n:
@@ -287,19 +307,131 @@ class ShardSearcher:
     def windows(self, ranks: list[int], max_disp_len: int) -> list[DocWindow]:
         """Document windows of `max_disp_len` tokens around each occurrence, clipped to its document:
         tokens [p - floor(M/2), p + ceil(M/2)) for an occurrence at p (the engine's `get_doc_by_rank`)."""
-        w = self.width
         pos = self.ranks_to_token_pos(np.asarray(ranks, dtype=np.int64))
-        ptrs = (pos * w).astype(np.uint64)
-        local = np.searchsorted(self.offsets, ptrs, side="right").astype(np.int64) - 1
+        local = np.searchsorted(self.offsets, (pos * self.width).astype(np.uint64), side="right").astype(np.int64) - 1
         before, after = max_disp_len // 2, max_disp_len - max_disp_len // 2
         out = []
-        n_docs = len(self.offsets)
         for p, doc in zip(pos.tolist(), local.tolist()):
-            doc_start = int(self.offsets[doc]) // w + 1  # skip the separator
-            doc_end = int(self.offsets[doc + 1]) // w if doc + 1 < n_docs else self.n
-            start, end = max(doc_start, p - before), min(doc_end, p + after)
-            meta_end = int(self.metaoff[doc + 1]) if doc + 1 < n_docs else len(self.meta)
-            out.append(DocWindow(shard=self.id, doc_ix=self.doc_base + doc, doc_len=doc_end - doc_start,
-                                 token_ids=np.array(self.ds[start:end]), needle_offset=p - start,
-                                 metadata=bytes(self.meta[int(self.metaoff[doc]):meta_end]).decode("utf-8", "replace")))
+            doc_start, doc_end = document_bounds(self.offsets, self.n, self.width, doc)
+            out.append(self._window(doc, max(doc_start, p - before), min(doc_end, p + after), p))
         return out
+
+    def document(self, doc: int, max_tokens: int | None = None) -> DocWindow:
+        """The first `max_tokens` tokens (all if None) of local document `doc` (the engine's `get_doc_by_ix`)."""
+        start, end = document_bounds(self.offsets, self.n, self.width, doc)
+        return self._window(doc, start, end if max_tokens is None else min(end, start + max_tokens), start)
+
+    def _window(self, doc: int, start: int, end: int, needle: int) -> DocWindow:
+        doc_start, doc_end = document_bounds(self.offsets, self.n, self.width, doc)
+        return DocWindow(shard=self.id, doc_ix=self.doc_base + doc, doc_len=doc_end - doc_start,
+                         token_ids=np.array(self.ds[start:end]), needle_offset=needle - start,
+                         metadata=metadata_line(self.metaoff, self.meta, doc))
+
+
+class IndexSearch:
+    """The one search path over an index: every shard (in engine order) searched at once.
+
+    Tracing and prompt building both go through it. A cluster backend (`trace/ray_search.py`)
+    replaces `open_shards`, `search_shards` and `shard_windows`; the rest is shared.
+    """
+
+    def __init__(self, index: Index):
+        self.index = index
+        self.separator = separator(index.token_width)
+        self.shards = self.open_shards()
+
+    def open_shards(self) -> list[Any]:
+        """One searcher per shard in engine order (doc_ix and segment_by_shard follow it)."""
+        shards, base = [], 0
+        docs = {s.id: s.documents for s in self.index.manifest.shards}
+        for sid in self.index.engine_shards:
+            shards.append(ShardSearcher(self.index.path, sid, self.index.token_width, base))
+            base += docs[sid]
+        return shards
+
+    def search_shards(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> list:
+        """`ShardSearcher.search` of the query rows in every shard, in engine order."""
+        return [shard.search(shard.keys(arr), qstart, qend, upper) for shard in self.shards]
+
+    def shard_windows(self, by_shard: dict[int, list[int]], max_disp_len: int) -> dict[int, list[DocWindow]]:
+        """`ShardSearcher.windows` of the ranks asked of each engine shard."""
+        return {s: self.shards[s].windows(ranks, max_disp_len) for s, ranks in by_shard.items()}
+
+    def query(self, ids: Sequence[int]) -> np.ndarray:
+        arr = np.asarray(list(ids), dtype=np.int64)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.separator):
+            raise ValueError(f"token ids must lie in [0, {self.separator}) for this index")
+        return arr
+
+    def longest_matches(self, ids: Sequence[int], starts: Sequence[int] | None = None) -> np.ndarray:
+        """For each start (all by default): the end of the longest prefix of ids[start:] occurring
+        in the corpus. Both suffix-array neighbours of the insertion point, all shards."""
+        arr = self.query(ids)
+        starts = np.arange(len(arr), dtype=np.int64) if starts is None else np.asarray(starts, dtype=np.int64)
+        best = np.zeros(len(starts), dtype=np.int64)
+        if not len(starts):
+            return starts + best
+        qend = np.full(len(starts), len(arr), dtype=np.int64)
+        upper = np.zeros(len(starts), dtype=bool)
+        for _lo, _hi, llo, lhi in self.search_shards(arr, starts, qend, upper):
+            best = np.maximum(best, np.maximum(llo, lhi))
+        return starts + best
+
+    def longest_span(self, ids: Sequence[int]) -> tuple[int, int]:
+        """(start, end) of the longest sub-sequence of `ids` that occurs in the corpus, the leftmost
+        of equally long ones; (0, 0) when not even one token occurs."""
+        if not len(ids):
+            return 0, 0
+        ends = self.longest_matches(ids)
+        lengths = ends - np.arange(len(ends))
+        start = int(np.argmax(lengths))
+        return (start, int(ends[start])) if lengths[start] > 0 else (0, 0)
+
+    def locate(self, ids: Sequence[int], spans: Sequence[tuple[int, int]]) -> list[Occurrences]:
+        """Count and suffix-array ranges of each span ids[start:end] (what the engine's `find` returns)."""
+        arr = self.query(ids)
+        if not spans:
+            return []
+        m = len(spans)
+        qstart = np.asarray([s for s, _ in spans] * 2, dtype=np.int64)
+        qend = np.asarray([e for _, e in spans] * 2, dtype=np.int64)
+        if (qend <= qstart).any() or qstart.min() < 0 or qend.max() > len(arr):
+            raise ValueError("spans must be non-empty ranges inside the ids")
+        upper = np.repeat([False, True], m)
+        counts = np.zeros(m, dtype=np.int64)
+        segments: list[list[tuple[int, int]]] = [[] for _ in range(m)]
+        for _lo, hi, _llo, _lhi in self.search_shards(arr, qstart, qend, upper):
+            lo_b, hi_b = hi[:m], hi[m:]
+            counts += hi_b - lo_b
+            for i in range(m):
+                segments[i].append((int(lo_b[i]), int(hi_b[i])))
+        return [Occurrences(int(c), seg) for c, seg in zip(counts, segments)]
+
+    def count(self, ids: Sequence[int]) -> int:
+        """Occurrences of a token sequence in the corpus (0 for an empty one)."""
+        return self.locate(ids, [(0, len(ids))])[0].count if len(ids) else 0
+
+    def windows(self, occurrences: list[tuple[int, int]], max_disp_len: int) -> list[DocWindow]:
+        """Windows of `max_disp_len` tokens around (engine shard, rank) occurrences, in their order
+        (the engine's `get_doc_by_rank(s, rank, max_disp_len)`)."""
+        by_shard: dict[int, list[int]] = {}
+        for s, rank in occurrences:
+            by_shard.setdefault(s, []).append(rank)
+        fetched = {s: iter(wins) for s, wins in self.shard_windows(by_shard, max_disp_len).items()}
+        return [next(fetched[s]) for s, _ in occurrences]
+
+    def document(self, doc_ix: int, max_tokens: int | None = None) -> DocWindow:
+        """The first `max_tokens` tokens (all if None) of document `doc_ix` (engine order) with its metadata."""
+        base = 0
+        for sid in self.index.engine_shards:
+            n = next(s.documents for s in self.index.manifest.shards if s.id == sid)
+            if doc_ix < base + n:
+                return self.shards_by_id[sid].document(doc_ix - base, max_tokens)
+            base += n
+        raise IndexError(f"document {doc_ix} is not in the index ({base} documents)")
+
+    @cached_property
+    def shards_by_id(self) -> dict[int, ShardSearcher]:
+        """This process's searchers by shard id (documents are read here, also with a cluster backend)."""
+        local = all(isinstance(s, ShardSearcher) for s in self.shards)
+        return {s.id: s for s in (self.shards if local else IndexSearch.open_shards(self))}

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.index.reader import pointer_size
+from propme_metrics.index.format import pointer_size
 
 TEXT_BYTES_PER_TOKEN = 4.0        #: UTF-8 bytes of text per token, for estimates from file sizes
 DOC_BYTES_PER_TOKEN = 0.25        #: offset, metaoff and metadata bytes per token (about 80 per document)

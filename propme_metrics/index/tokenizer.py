@@ -13,7 +13,7 @@ from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError
 
-#: Default index tokenizer: an ungated copy of the 32,000-entry Llama-2 tokenizer (SPEC section 2).
+#: Default index tokenizer: an ungated copy of the 32,000-entry Llama-2 tokenizer (docs/configuration.md, the index tokenizer).
 DEFAULT_TOKENIZER = "hf-internal-testing/llama-tokenizer"
 
 DELIMITER_CHARS = frozenset(".!?\n")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from propme_metrics.index.format import pointer_size
 from propme_metrics.index.manifest import shard_file
-from propme_metrics.index.reader import pointer_size
 
 STRIDE = 1024        #: ranks between two samples
 TOKENS = 8           #: tokens kept per sample

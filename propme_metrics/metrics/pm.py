@@ -1,4 +1,4 @@
-"""The propensity transform PM and its confidence intervals (SPEC section 6)."""
+"""The propensity transform PM and its confidence intervals (docs/method.md, PM)."""
 
 from __future__ import annotations
 

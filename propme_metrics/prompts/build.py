@@ -1,4 +1,4 @@
-"""Prompt sets for the three settings of SPEC section 1: `generic`, `specific` and `prefix`.
+"""Prompt sets for the three prompted settings (docs/method.md, prompt settings): `generic`, `specific` and `prefix`.
 
 * `prefix` (capability): documents of at least `min_doc_tokens` (100) index tokens are sampled
   from the index with `numpy.random.default_rng(seed)`; the prompt is the decoded first
@@ -262,24 +262,15 @@ def _rejection(cid: str, line: int | None, prompt: str, reason: str, span: int |
 def longest_span(index, ids: Iterable[int]) -> tuple[int, int, list[int]]:
     """Longest contiguous sub-sequence of `ids` that occurs in the corpus: (length, count, ids).
 
-    Two pointers over the prompt, about 2 * len(ids) engine counts: if ids[i:j] occurs, so does
-    ids[i+1:j], so the end never moves back. Ties go to the leftmost span; (0, 0, []) when not even
-    one token occurs.
+    The tracer's search (`IndexSearch.longest_span`: the longest match at every start, all starts
+    in one vectorized search); ties go to the leftmost span; (0, 0, []) when not even one token occurs.
     """
     ids = [int(t) for t in ids]
-    best_len, best_start, end = 0, 0, 0
-    for start in range(len(ids)):
-        end = max(end, start)
-        while end < len(ids) and index.count(ids[start:end + 1]) > 0:
-            end += 1
-        if end - start > best_len:
-            best_len, best_start = end - start, start
-        if end == len(ids):
-            break  # later starts can only give shorter spans
-    if best_len == 0:
+    start, end = index.search.longest_span(ids)
+    if end == start:
         return 0, 0, []
-    span = ids[best_start:best_start + best_len]
-    return best_len, index.count(span), span
+    span = ids[start:end]
+    return end - start, index.count(span), span
 
 
 def _token_variants(index, prompt: str) -> list[list[int]]:
@@ -422,10 +413,10 @@ def _build_prefix(index, n, seed, language, prefix_tokens, continuation_tokens, 
         task = bar.add_task("prefix prompts", total=n, rate="")
         for doc_ix in chosen:
             doc = index.document(int(doc_ix), max_tokens=prefix_tokens + continuation_tokens)
-            ids = doc.token_ids
+            ids = doc.token_ids.tolist()
             prompt_ids, cont_ids = ids[:prefix_tokens], ids[prefix_tokens:prefix_tokens + continuation_tokens]
             prompt = index.decode(prompt_ids)
-            meta = doc.metadata
+            meta = doc.meta
             records.append(PromptRecord(
                 id=f"prefix-{identity}-{int(doc_ix)}", prompt=prompt, setting="prefix",
                 domain=meta.get("source"), language=language if language is not None else meta.get("language"),

@@ -51,7 +51,7 @@ metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` a
 | `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
 
-Metrics (SPEC section 5): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
+Metrics (docs/method.md, metrics): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
 generations with a `full_raw` document; `als` mean longest segment (index tokens);
 `fmr_normalized` the same as FMR after normalization; `nvr_hits` mean NV-recall over documents
 with NV-recall > 0; `nvr_max` the largest NV-recall; `nvr_above_half` share of generations with a

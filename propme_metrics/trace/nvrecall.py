@@ -1,4 +1,4 @@
-"""Near-verbatim recall (NV-recall) of a generation against a document window (SPEC section 5).
+"""Near-verbatim recall (NV-recall) of a generation against a document window (docs/method.md, NV-recall).
 
 The published definition: normalize both texts, take `difflib.SequenceMatcher(None, generation
 words, window words)`'s matching blocks (defaults, autojunk included), merge them in two passes and

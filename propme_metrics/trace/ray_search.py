@@ -14,6 +14,7 @@ import numpy as np
 
 from propme_metrics.core.cluster import _cause, connect
 from propme_metrics.core.errors import ConfigError, IndexFormatError, PropMeError
+from propme_metrics.index.search import IndexSearch
 
 
 class ShardHost:
@@ -45,6 +46,65 @@ def shard_groups(n_shards: int, n_actors: int) -> list[range]:
     return [range(a, b) for a, b in zip(bounds, bounds[1:])]
 
 
+class RaySearch(IndexSearch):
+    """The index's search path with its shards held by Ray actors: one request per actor per step."""
+
+    def __init__(self, index, ray, actors: int | None):
+        self._ray, self._n_actors = ray, actors
+        super().__init__(index)
+
+    def open_shards(self) -> list[_Group]:
+        ray = self._ray
+        index = self.index
+        docs = {s.id: s.documents for s in index.manifest.shards}
+        bases, base = [], 0
+        for sid in index.engine_shards:
+            bases.append(base)
+            base += docs[sid]
+        n_actors = self._n_actors or max(1, min(len(bases), int(ray.available_resources().get("CPU", 1))))
+        host = ray.remote(ShardHost).options(num_cpus=1, max_restarts=3, max_task_retries=3,
+                                             scheduling_strategy="SPREAD")
+        groups = [_Group(host.remote(str(index.path), r.start,
+                                     [(index.engine_shards[p], bases[p]) for p in r], index.token_width), r)
+                  for r in shard_groups(len(bases), n_actors)]
+        try:
+            ray.get([g.actor.__ray_ready__.remote() for g in groups])
+        except Exception as exc:
+            cause = _cause(exc)
+            raise IndexFormatError(f"a Ray actor cannot open the shards of {index.path}: "
+                                   f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1:]}",
+                                   "put the index on a file system every node mounts at the same path") from None
+        return groups
+
+    def _gather(self, refs: list) -> list:
+        try:
+            return self._ray.get(refs)
+        except Exception as exc:
+            cause = _cause(exc)
+            if isinstance(cause, (ValueError, PropMeError)):
+                raise cause from None
+            raise IndexFormatError(f"a Ray actor holding shards failed: {type(cause).__name__}: {cause}",
+                                   "check the cluster (`ray status`) and re-run") from None
+
+    def search_shards(self, arr, qstart, qend, upper) -> list:
+        refs = [g.actor.search.remote(arr, qstart, qend, upper) for g in self.shards]
+        return [r for part in self._gather(refs) for r in part]
+
+    def shard_windows(self, by_shard, max_disp_len):
+        calls = [(g, {p: r for p, r in by_shard.items() if p in g.positions}) for g in self.shards]
+        refs = [g.actor.windows.remote(asked, max_disp_len) for g, asked in calls if asked]
+        merged: dict[int, list] = {}
+        for part in self._gather(refs):
+            merged.update(part)
+        return merged
+
+    def close(self) -> None:
+        """Let the actors go (their CPUs return to the cluster)."""
+        for g in self.shards:
+            self._ray.kill(g.actor)
+        self.shards = []
+
+
 def _tracer_class():
     from propme_metrics.trace.tracer import Tracer, _Runner
 
@@ -61,59 +121,15 @@ def _tracer_class():
             super().__init__(index, config)
             _ = self._logprob  # computed once here, not raced by tracing threads
 
-        def _open_shards(self) -> list[_Group]:
-            ray = self._ray
-            index = self.index
-            docs = {s.id: s.documents for s in index.manifest.shards}
-            bases, base = [], 0
-            for sid in index.engine_shards:
-                bases.append(base)
-                base += docs[sid]
-            n_actors = self._n_actors or max(1, min(len(bases), int(ray.available_resources().get("CPU", 1))))
-            host = ray.remote(ShardHost).options(num_cpus=1, max_restarts=3, max_task_retries=3,
-                                                 scheduling_strategy="SPREAD")
-            groups = [_Group(host.remote(str(index.path), r.start,
-                                         [(index.engine_shards[p], bases[p]) for p in r], index.token_width), r)
-                      for r in shard_groups(len(bases), n_actors)]
-            try:
-                ray.get([g.actor.__ray_ready__.remote() for g in groups])
-            except Exception as exc:
-                cause = _cause(exc)
-                raise IndexFormatError(f"a Ray actor cannot open the shards of {index.path}: "
-                                       f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1:]}",
-                                       "put the index on a file system every node mounts at the same path") from None
-            return groups
-
-        def _gather(self, refs: list) -> list:
-            try:
-                return self._ray.get(refs)
-            except Exception as exc:
-                cause = _cause(exc)
-                if isinstance(cause, (ValueError, PropMeError)):
-                    raise cause from None
-                raise IndexFormatError(f"a Ray actor holding shards failed: {type(cause).__name__}: {cause}",
-                                       "check the cluster (`ray status`) and re-run") from None
-
-        def _search_shards(self, arr, qstart, qend, upper) -> list:
-            refs = [g.actor.search.remote(arr, qstart, qend, upper) for g in self._shards]
-            return [r for part in self._gather(refs) for r in part]
-
-        def _shard_windows(self, by_shard, max_disp_len):
-            calls = [(g, {p: r for p, r in by_shard.items() if p in g.positions}) for g in self._shards]
-            refs = [g.actor.windows.remote(asked, max_disp_len) for g, asked in calls if asked]
-            merged: dict[int, list] = {}
-            for part in self._gather(refs):
-                merged.update(part)
-            return merged
+        def _open_search(self) -> RaySearch:
+            return RaySearch(self.index, self._ray, self._n_actors)
 
         def _runner(self, jobs, workers):
             return _ThreadRunner(self, jobs, workers) if workers > 1 and len(jobs) > 1 else _Runner(self, jobs, 1)
 
         def close(self) -> None:
             """Let the actors go (their CPUs return to the cluster)."""
-            for g in self._shards:
-                self._ray.kill(g.actor)
-            self._shards = []
+            self.search.close()
 
     return RayTracer
 

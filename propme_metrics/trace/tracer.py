@@ -20,8 +20,6 @@ underflowing product, counts in the unigram table, the rank-0 neighbour); nothin
 """
 from __future__ import annotations
 
-import ast
-import json
 import math
 import random
 import time
@@ -35,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError, IndexFormatError
+from propme_metrics.index.format import parse_metadata
 from propme_metrics.index.manifest import TOKENIZER_DIRNAME
 from propme_metrics.index.reader import Index, open_index
-from propme_metrics.index.search import DocWindow, Occurrences, ShardSearcher
+from propme_metrics.index.search import DocWindow, IndexSearch, Occurrences
 from propme_metrics.index.tokenizer import files_sha256, tokenizer_hash
 from propme_metrics.trace.nvrecall import nv_scores
 from propme_metrics.trace.result import FinalSpan, Span, TraceConfig, TracedDocument, TraceResult
@@ -48,23 +47,6 @@ from propme_metrics.trace.text_rules import (
     is_degenerate,
     normalize_text,
 )
-
-
-def parse_metadata(raw: str) -> dict[str, Any]:
-    """A document's metadata line: JSON or a Python literal, unwrapped from a 'metadata' field."""
-    raw = raw.strip()
-    if not raw:
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        try:
-            parsed = ast.literal_eval(raw)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return {"raw": raw}
-    if isinstance(parsed, dict) and isinstance(parsed.get("metadata"), dict):
-        parsed = parsed["metadata"]
-    return parsed if isinstance(parsed, dict) else {"value": parsed}
 
 
 def source_id(metadata: dict[str, Any], doc_ix: int) -> Any:
@@ -129,6 +111,7 @@ class Tracer:
 
     def __init__(self, index: Index | str | Path, config: TraceConfig | None = None):
         self.index = index if isinstance(index, Index) else open_index(index)
+        self.search = self._open_search()
         self.config = config or TraceConfig()
         manifest = self.index.manifest
         try:
@@ -149,28 +132,13 @@ class Tracer:
         self._backend = backend
         self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
         self._word_initial = self._word_initial_ids(backend)
-        self._shards = self._open_shards()
 
-    def _open_shards(self) -> list:
-        """One searcher per shard in engine order (doc_ix and segment_by_shard follow it)."""
-        shards, base = [], 0
-        docs = {s.id: s.documents for s in self.index.manifest.shards}
-        for sid in self.index.engine_shards:
-            shards.append(ShardSearcher(self.index.path, sid, self.index.token_width, base))
-            base += docs[sid]
-        return shards
-
-    def _search_shards(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> list:
-        """`ShardSearcher.search` of the query rows in every shard, in engine order (the one place
-        the tracer searches; a cluster backend scatters it to its actors)."""
-        return [shard.search(shard.keys(arr), qstart, qend, upper) for shard in self._shards]
-
-    def _shard_windows(self, by_shard: dict[int, list[int]], max_disp_len: int) -> dict[int, list[DocWindow]]:
-        """`ShardSearcher.windows` of the ranks asked of each engine shard."""
-        return {s: self._shards[s].windows(ranks, max_disp_len) for s, ranks in by_shard.items()}
+    def _open_search(self) -> IndexSearch:
+        """Where the suffix arrays are searched: this process (a cluster backend overrides it)."""
+        return self.index.search
 
     def _word_initial_ids(self, backend) -> frozenset[int]:
-        """Ids whose surface form begins with the space marker (SPEC 4.8): the stored word starts
+        """Ids whose surface form begins with the space marker (docs/method.md, word starts): the stored word starts
         without the newline pieces (a newline is no space marker)."""
         newline = ("Ċ", "<0x0A>", "<0x0D>", "\n")
         return frozenset(i for i in self.index.word_start_ids
@@ -208,61 +176,6 @@ class Tracer:
     def _decode_batch(self, seqs: list[list[int]]) -> list[str]:
         return self._backend.decode_batch(seqs, skip_special_tokens=False) if seqs else []
 
-    # -- search primitives ----------------------------------------------------------------------
-
-    def _query(self, ids: Sequence[int]) -> np.ndarray:
-        arr = np.asarray(list(ids), dtype=np.int64)
-        if arr.size and (arr.min() < 0 or arr.max() >= self._separator):
-            raise ValueError(f"token ids must lie in [0, {self._separator}) for this index")
-        return arr
-
-    def longest_matches(self, ids: Sequence[int], starts: Sequence[int] | None = None) -> np.ndarray:
-        """For each start (all by default): the end of the longest prefix of ids[start:] occurring
-        in the corpus. Both suffix-array neighbours of the insertion point, all shards."""
-        arr = self._query(ids)
-        starts = np.arange(len(arr), dtype=np.int64) if starts is None else np.asarray(starts, dtype=np.int64)
-        best = np.zeros(len(starts), dtype=np.int64)
-        if not len(starts):
-            return starts + best
-        qend = np.full(len(starts), len(arr), dtype=np.int64)
-        upper = np.zeros(len(starts), dtype=bool)
-        for _lo, _hi, llo, lhi in self._search_shards(arr, starts, qend, upper):
-            best = np.maximum(best, np.maximum(llo, lhi))
-        return starts + best
-
-    def locate(self, ids: Sequence[int], spans: Sequence[tuple[int, int]]) -> list[Occurrences]:
-        """Count and suffix-array ranges of each span ids[start:end] (what the engine's `find` returns)."""
-        arr = self._query(ids)
-        if not spans:
-            return []
-        m = len(spans)
-        qstart = np.asarray([s for s, _ in spans] * 2, dtype=np.int64)
-        qend = np.asarray([e for _, e in spans] * 2, dtype=np.int64)
-        if (qend <= qstart).any() or qstart.min() < 0 or qend.max() > len(arr):
-            raise ValueError("spans must be non-empty ranges inside the ids")
-        upper = np.repeat([False, True], m)
-        counts = np.zeros(m, dtype=np.int64)
-        segments: list[list[tuple[int, int]]] = [[] for _ in range(m)]
-        for _lo, hi, _llo, _lhi in self._search_shards(arr, qstart, qend, upper):
-            lo_b, hi_b = hi[:m], hi[m:]
-            counts += hi_b - lo_b
-            for i in range(m):
-                segments[i].append((int(lo_b[i]), int(hi_b[i])))
-        return [Occurrences(int(c), seg) for c, seg in zip(counts, segments)]
-
-    def count(self, ids: Sequence[int]) -> int:
-        """Occurrences of a token sequence in the corpus (0 for an empty one)."""
-        return self.locate(ids, [(0, len(ids))])[0].count if len(ids) else 0
-
-    def windows(self, occurrences: list[tuple[int, int]], max_disp_len: int) -> list[DocWindow]:
-        """Windows of `max_disp_len` tokens around (engine shard, rank) occurrences, in their order
-        (the engine's `get_doc_by_rank(s, rank, max_disp_len)`)."""
-        by_shard: dict[int, list[int]] = {}
-        for s, rank in occurrences:
-            by_shard.setdefault(s, []).append(rank)
-        fetched = {s: iter(wins) for s, wins in self._shard_windows(by_shard, max_disp_len).items()}
-        return [next(fetched[s]) for s, _ in occurrences]
-
     # -- steps 1 and 2 --------------------------------------------------------------------------
 
     def step1_spans(self, ids: list[int]) -> list[tuple[int, int]]:
@@ -270,7 +183,7 @@ class Tracer:
         starts only, the first token counting as one)."""
         n = len(ids)
         starts = [b for b in range(n - 1) if self.config.mode == "mixed" or b == 0 or ids[b] in self._word_initial]
-        ends = self.longest_matches(ids, starts).tolist() if starts else []
+        ends = self.search.longest_matches(ids, starts).tolist() if starts else []
         return list(zip(starts, ends))
 
     def clean_spans(self, ids: list[int], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -338,7 +251,7 @@ class Tracer:
             raise ValueError(f"generation has {n:,} index tokens, more than max_tokens={cfg.max_tokens:,}; "
                              "raise it (--max-tokens, metadata trace_max_tokens) to trace it")
         ctx = _Context(self, g, ids)
-        whole = self.locate(ids, [(0, n)])[0] if cfg.mode == "mixed" else None
+        whole = self.search.locate(ids, [(0, n)])[0] if cfg.mode == "mixed" else None
         full_docs = ctx.retrieve(whole, (0, n), None) if whole is not None and whole.count else []
         if whole is not None and whole.count:
             # every other start's match is a suffix of g, contained in (0, L): only (0, L) is maximal
@@ -346,7 +259,7 @@ class Tracer:
         else:
             step1 = self.step1_spans(ids)
             maximal = self.clean_spans(ids, step1)
-        found = self.locate(ids, maximal)
+        found = self.search.locate(ids, maximal)
         result.spans = [Span(start=s, end=e, count=f.count, rarity=self._rarity(ids[s:e]))
                         for (s, e), f in zip(maximal, found)]
         for sp, t in zip(result.spans, self._decode_batch([ids[s:e] for s, e in maximal])):
@@ -428,7 +341,7 @@ class _Context:
         """Windows of the picked occurrences of ids[needle], skipping a (shard, document) seen
         before in this retrieval; decoded in one batch."""
         wins, seen = [], set()
-        for win in self.tracer.windows(picks, self.max_disp_len):
+        for win in self.tracer.search.windows(picks, self.max_disp_len):
             if (win.shard, win.doc_ix) not in seen:
                 seen.add((win.shard, win.doc_ix))
                 wins.append(win)
@@ -482,7 +395,7 @@ class _Context:
         for i, (s, e) in enumerate(kept):
             if groups and s < unions[-1][1]:
                 union = (min(unions[-1][0], s), max(unions[-1][1], e))
-                occ = tracer.locate(self.ids, [union])[0]
+                occ = tracer.search.locate(self.ids, [union])[0]
                 if occ.count:
                     groups[-1].append(i)
                     unions[-1], union_occ[-1] = union, occ
@@ -517,13 +430,13 @@ class _Context:
             return []
         per_anchor = max(1, math.ceil(cfg.docs_per_span / len(anchors)))
         found, seen = [], set()
-        for anchor, occ in zip(anchors, tracer.locate(self.ids, anchors)):
+        for anchor, occ in zip(anchors, tracer.search.locate(self.ids, anchors)):
             if not occ.count:
                 continue
             for doc in self.fetch(select_occurrences(occ, per_anchor, None), anchor):
                 if self.classify(doc.text) == "partial":
                     continue
-                ident = (str(source_id(parse_metadata(doc.win.metadata), doc.win.doc_ix)).strip(), doc.text)
+                ident = (str(source_id(parse_metadata(doc.win.metadata, unwrap=True), doc.win.doc_ix)).strip(), doc.text)
                 if ident in seen:
                     continue
                 seen.add(ident)
@@ -542,7 +455,7 @@ class _Context:
         docs = full_docs + (finals[existing].documents if existing is not None else [])
         unique, seen = [], set()
         for doc in docs:
-            ident = (str(source_id(parse_metadata(doc.win.metadata), doc.win.doc_ix)).strip(),
+            ident = (str(source_id(parse_metadata(doc.win.metadata, unwrap=True), doc.win.doc_ix)).strip(),
                      self.classify(doc.text), doc.text)
             if ident not in seen:
                 seen.add(ident)
@@ -558,7 +471,7 @@ class _Context:
         chars = self.cfg.snippet_chars
         for s, j, doc in entries:
             nv = scores[doc.text]
-            meta = parse_metadata(doc.win.metadata)
+            meta = parse_metadata(doc.win.metadata, unwrap=True)
             lo, hi = doc.needle
             a = max(0, lo - chars)
             s.documents[j] = TracedDocument(

@@ -112,7 +112,7 @@ def test_hostile_corpus_builds_an_index_that_opens(tmp_path_factory, tok, texts,
         return
     index = open_index(root / "idx")
     assert manifest.total_documents == len(records)
-    stored = [index.document(i).metadata["id"] for i in range(len(records))]
+    stored = [index.document(i).meta["id"] for i in range(len(records))]
     assert stored == [as_read(r["id"]) for r in records]
     assert index.decode(index.document(0).token_ids) == index.decode(index.encode(as_read(texts[0])))
 

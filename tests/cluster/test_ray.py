@@ -150,7 +150,7 @@ def test_ray_tracing_equals_local_tracing(ray_cluster, corpus_and_local):
     expected = [json.dumps(r.to_dict(), ensure_ascii=False) for r in Tracer(local).trace(texts)]
     tracer = ray_tracer(local, actors=2)
     try:
-        assert [list(g.positions) for g in tracer._shards] == [[0, 1], [2, 3]]  # 2 actors x 2 shards
+        assert [list(g.positions) for g in tracer.search.shards] == [[0, 1], [2, 3]]  # 2 actors x 2 shards
         for workers in (1, 3):
             got = [json.dumps(r.to_dict(), ensure_ascii=False) for r in tracer.trace(texts, workers=workers)]
             assert got == expected

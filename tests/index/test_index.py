@@ -1,4 +1,4 @@
-"""Index build, open, verify, info and join (SPEC section 3), checked against independent expectations.
+"""Index build, open, verify, info and join (docs/index-format.md), checked against independent expectations.
 
 Counts are compared with a brute-force count over token lists that these tests produce themselves
 (the same tokenizer, add_special_tokens=False), counting occurrences inside documents only.
@@ -30,8 +30,9 @@ from propme_metrics.core.errors import ConfigError, IndexFormatError
 from propme_metrics.core.progress import stderr_console
 from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.build import build_index, choose_token_width, join_indexes, partial_dir
+from propme_metrics.index.format import pointer_size
 from propme_metrics.index.manifest import MANIFEST_NAME, SHARD_FILES, IndexManifest, shard_file
-from propme_metrics.index.reader import open_index, pointer_size, verify_index
+from propme_metrics.index.reader import open_index, verify_index
 from propme_metrics.index.sources import CorpusSource
 from support.corpora import make_index, word_level_tokenizer, write_jsonl
 
@@ -314,10 +315,10 @@ def test_every_document_round_trips(synthetic_opened, synthetic_records, synthet
     seen = []
     for doc_ix in range(index.manifest.total_documents):
         doc = index.document(doc_ix)
-        i = position[doc.metadata["id"]]
+        i = position[doc.meta["id"]]
         record = synthetic_records[i]
-        assert doc.metadata == {"id": record["id"], "source": record["source"]}
-        assert doc.token_ids == synthetic_tokens[i]
+        assert doc.meta == {"id": record["id"], "source": record["source"]}
+        assert doc.token_ids.tolist() == synthetic_tokens[i]
         assert index.decode(doc.token_ids) == record["text"]
         assert doc.shard == i % 2  # round-robin assignment
         seen.append(record["id"])
@@ -361,7 +362,7 @@ def check_wide_index(out: Path, wide_tokenizer: Path, wide_records: list[dict]) 
     for doc_ix in range(len(wide_records)):
         doc = index.document(doc_ix)
         assert index.decode(doc.token_ids) == wide_records[doc_ix]["text"]
-        assert doc.metadata["id"] == wide_records[doc_ix]["id"]
+        assert doc.meta["id"] == wide_records[doc_ix]["id"]
     assert verify_index(out).ok
 
 
@@ -431,7 +432,7 @@ def test_interrupted_tokenization_restarts_cleanly(tmp_path, gpt2_dir, gpt2_tok)
     assert manifest.total_documents == 30 and manifest.total_tokens == bf.total_tokens
     index = open_index(out)
     assert_counts_match(index, bf, all_short_ngrams(bf, 2))
-    assert [index.document(i).metadata["id"] for i in range(30)] == [r["id"] for r in records[0::2] + records[1::2]]
+    assert [index.document(i).meta["id"] for i in range(30)] == [r["id"] for r in records[0::2] + records[1::2]]
 
 
 def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir, run_cli):
@@ -590,7 +591,7 @@ def test_force_replaces_an_index(tmp_path, gpt2_dir, gpt2_tok, run_cli):
     index = open_index(out)
     assert index.manifest.total_documents == len(DANISH_CORPUS)
     assert index.manifest.source["location"] == str(second.resolve())
-    assert sorted(index.document(i).metadata["id"] for i in range(len(DANISH_CORPUS))) == \
+    assert sorted(index.document(i).meta["id"] for i in range(len(DANISH_CORPUS))) == \
         sorted(r["id"] for r in DANISH_CORPUS)
     bf = BruteForce(tokenize_texts(gpt2_tok, [r["text"] for r in DANISH_CORPUS]))
     assert_counts_match(index, bf, all_short_ngrams(bf, 2))
@@ -685,7 +686,7 @@ def test_exclude_sources_and_keep_fields(tmp_path, gpt2_dir, gpt2_tok, run_cli):
     index = open_index(out)
     assert index.manifest.total_documents == len(kept)
     assert index.manifest.source["exclude_sources"] == sorted(excluded)
-    metas = [index.document(i).metadata for i in range(len(kept))]
+    metas = [index.document(i).meta for i in range(len(kept))]
     assert all(set(m) == {"id"} for m in metas)
     assert sorted(m["id"] for m in metas) == sorted(r["id"] for r in kept)
     bf = BruteForce(tokenize_texts(gpt2_tok, [r["text"] for r in kept]))
@@ -728,7 +729,7 @@ def test_shards_built_apart_and_joined(tmp_path, synthetic_corpus, synthetic_ind
     queries += [[rng.randrange(GPT2_VOCAB) for _ in range(rng.randint(1, 4))] for _ in range(100)]
     for q in queries:
         assert index.count(q) == synthetic_opened.count(q) == synthetic_bf.count(q)
-    assert index.document(7).metadata == synthetic_opened.document(7).metadata
+    assert index.document(7).meta == synthetic_opened.document(7).meta
     assert verify_index(joined).ok
 
     code, _, err = run_cli("index", "join", *parts, "--out", joined)
@@ -756,7 +757,7 @@ def test_index_under_path_with_engine_words(tmp_path, gpt2_dir, gpt2_tok):
         assert_counts_match(index, bf, [docs[1][:8], docs[0][-5:] + docs[1][:3]])
         for doc_ix, record in enumerate(DANISH_CORPUS):
             doc = index.document(doc_ix)
-            assert doc.metadata == {"id": record["id"], "source": record["source"]}
+            assert doc.meta == {"id": record["id"], "source": record["source"]}
             assert index.decode(doc.token_ids) == record["text"]
 
 
@@ -792,7 +793,7 @@ def test_manifest_from_a_newer_version_still_reads(synthetic_index, tmp_path):
 
 def test_engine_wrapper_has_word_starts_and_unigrams(synthetic_index, synthetic_records):
     """Index.engine gets the manifest's word-start ids and real unigram log-probabilities, so the
-    engine's own `attribute(..., enforce_bow=True)` works (SPEC section 3 pitfalls)."""
+    engine's own `attribute(..., enforce_bow=True)` works (docs/index-format.md, using the index with infini-gram's engine)."""
     index = open_index(synthetic_index)
     ids = index.encode(synthetic_records[0]["text"])[:60]
     result = index.engine.attribute(input_ids=ids, delim_ids=sorted(index.manifest.delimiter_ids), min_len=1,

@@ -7,7 +7,7 @@ import pytest
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.index.build import build_suffix_array, choose_sa_builder, divsufsort_memory
-from propme_metrics.index.reader import pointer_size
+from propme_metrics.index.format import pointer_size
 
 
 def write_ds(path, docs: list[list[int]], width: int):

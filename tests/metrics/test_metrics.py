@@ -1,4 +1,4 @@
-"""Metrics over hand-made traces (SPEC section 5): ALS, FMR, NVR and companions, filters, extraction."""
+"""Metrics over hand-made traces (docs/method.md, metrics): ALS, FMR, NVR and companions, filters, extraction."""
 from __future__ import annotations
 
 import math
@@ -86,7 +86,7 @@ def test_is_degenerate():
     prose = ("The council decided on the new bridge yesterday, and the editor of the local paper wrote a long "
              "report about it. Kommunen besluttede i går at bygge den nye bro over havnen i Ærøskøbing. ") * 3
     assert not is_degenerate(prose)
-    assert not is_degenerate("hello " * 300)  # repetitive but made of letters: kept (SPEC: both conditions)
+    assert not is_degenerate("hello " * 300)  # repetitive but made of letters: kept (both conditions must hold)
     assert not is_degenerate("")
     assert not is_degenerate("12 34")  # short: does not compress below 10%
 

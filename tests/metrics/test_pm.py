@@ -1,4 +1,4 @@
-"""Tests for the propensity transform and its intervals (SPEC sections 6 and 7)."""
+"""Tests for the propensity transform and its intervals (docs/method.md, PM)."""
 
 import math
 
@@ -53,7 +53,7 @@ def test_pm_spec_vector():
 
 
 def test_pm_reference_figures():
-    # SPEC section 6, DFM Decoder on Dynaword: NVR and FMR under generic/specific vs prefix.
+    # the published figures (docs/method.md), DFM Decoder on Dynaword: NVR and FMR under generic/specific vs prefix.
     assert round(pm(0.00086, 0.0367), 3) == 0.023
     assert round(pm(0.00081, 0.0367), 3) == 0.022
     assert pm(0.00, 0.08) == 0.0

@@ -1,4 +1,4 @@
-"""Tests for `propme report`: fake lm-eval output folders with hand-made traces (SPEC sections 5-6)."""
+"""Tests for `propme report`: fake lm-eval output folders with hand-made traces (docs/method.md, metrics and PM)."""
 from __future__ import annotations
 
 import csv
@@ -71,7 +71,7 @@ def test_reference_figures_reproduced(runs, tmp_path):
     assert row[f"{p}_generic_als"] == pytest.approx(15.68)
     assert row[f"{p}_specific_als"] == pytest.approx(17.37)
     assert row[f"{p}_prefix_als"] == pytest.approx(24.75)
-    # SPEC section 6: PM_NVR = 0.023 (generic) and 0.022 (specific), PM_FMR = 0 and 0.11
+    # the published figures: PM_NVR = 0.023 (generic) and 0.022 (specific), PM_FMR = 0 and 0.11
     assert round(row[f"{p}_pm_nvr_generic"], 3) == 0.023
     assert round(row[f"{p}_pm_nvr_specific"], 3) == 0.022
     assert row[f"{p}_pm_fmr_generic"] == 0.0

@@ -59,7 +59,7 @@ def setting_prompts(setting: str, n: int, lengths: list[tuple[int, int]], nv: di
 
 
 def reference_settings() -> dict[str, list[list[dict]]]:
-    """SPEC section 6: NVR 0.00086 / 0.00081 / 0.0367, FMR 0 / 0.01 / 0.08, ALS 15.68 / 17.37 / 24.75."""
+    """The published figures (docs/method.md): NVR 0.00086 / 0.00081 / 0.0367, FMR 0 / 0.01 / 0.08, ALS 15.68 / 17.37 / 24.75."""
     return {
         "generic": setting_prompts("generic", 100, [(68, 16), (32, 15)], {0: 0.086}, set()),
         "specific": setting_prompts("specific", 100, [(37, 18), (63, 17)], {1: 0.081}, {1}),

@@ -1,4 +1,4 @@
-"""Tests for near-verbatim recall (SPEC sections 5 and 7)."""
+"""Tests for near-verbatim recall (docs/method.md, NV-recall)."""
 
 import random
 from difflib import SequenceMatcher
@@ -34,7 +34,7 @@ def _random_text(n_words: int, seed: int) -> str:
 @pytest.mark.parametrize(
     ("n", "expected"),
     [
-        (10, (2, 4, 1, 1, 2, 1)),  # SPEC examples
+        (10, (2, 4, 1, 1, 2, 1)),  # the worked examples of docs/method.md
         (100, (15, 35, 2, 1, 8, 3)),
         (300, (20, 100, 6, 3, 12, 5)),
         (0, (2, 4, 1, 1, 2, 1)),  # everything clamped to lo
@@ -114,7 +114,7 @@ def test_one_word_in_fifty_changed_stays_close_to_one():
     words = _random_text(200, seed=4).split()
     for k in range(25, 200, 50):
         words[k] = "ændret"
-    # SPEC: stays close to 1. n = 200: gap1 = 4, so the four 1-word substitutions merge
+    # the definition: stays close to 1. n = 200: gap1 = 4, so the four 1-word substitutions merge
     # away and only they are missing: 196 / 200.
     assert nv_recall(_random_text(200, seed=4), " ".join(words)) == pytest.approx(0.98)
 
@@ -147,7 +147,7 @@ def test_merge_glues_single_word_blocks_and_respects_alignment():
 
 
 def test_generations_shorter_than_minimum_l2_score_zero():
-    # SPEC: l2 is clamped to at least 4 words, so a 1-3 word generation can never keep a block.
+    # the definition: l2 is clamped to at least 4 words, so a 1-3 word generation can never keep a block.
     for text in ["ja", "ja tak", "ja tak skal"]:
         assert nv_recall(text, text) == 0.0
     assert nv_recall("ja tak skal du", "ja tak skal du") == 1.0

@@ -127,7 +127,7 @@ def le_bytes(ids: list[int], width: int = 2) -> bytes:
 def test_oracle_tokenization_is_the_index(tracer, corpus_ids):
     for doc_ix in (0, 1, 57, 119):  # document i went to shard i % 2; engine order: shard 0 then shard 1
         global_ix = doc_ix // 2 + (0 if doc_ix % 2 == 0 else 60)
-        assert tracer.index.document(global_ix).token_ids == corpus_ids[doc_ix]
+        assert tracer.index.document(global_ix).token_ids.tolist() == corpus_ids[doc_ix]
 
 
 @st.composite
@@ -175,7 +175,7 @@ def reference_view(finals) -> list[tuple[int, int, list[tuple]]]:
 @given(data=st.data())
 def test_longest_matches_match_oracle(tracer, oracle, corpus_ids, data):
     q = data.draw(queries(corpus_ids))
-    ends = tracer.longest_matches(q).tolist()
+    ends = tracer.search.longest_matches(q).tolist()
     assert ends == [i + oracle.longest(q, i) for i in range(len(q))]
     assert [e for _, e in tracer.step1_spans(q)] == ends[: max(0, len(q) - 1)]
 
@@ -185,14 +185,14 @@ def test_longest_matches_match_oracle(tracer, oracle, corpus_ids, data):
 def test_span_counts_match_oracle_and_engine(tracer, oracle, corpus_ids, data):
     q = data.draw(queries(corpus_ids))
     spans = [(s, e) for s, e in tracer.step1_spans(q) if e > s]
-    for (s, e), occ in zip(spans, tracer.locate(q, spans)):
+    for (s, e), occ in zip(spans, tracer.search.locate(q, spans)):
         assert occ.count == oracle.count(q[s:e]) > 0
         found = tracer.index.engine.find(input_ids=q[s:e])
         assert occ.count == found["cnt"]
         assert occ.segment_by_shard == [tuple(x) for x in found["segment_by_shard"]]
     # absent sequences count 0 (and their empty ranges sit where the engine puts them)
     absent = q + [50256, 50256]
-    assert tracer.count(absent) == oracle.count(absent) == 0
+    assert tracer.search.count(absent) == oracle.count(absent) == 0
 
 
 def test_rank0_neighbour_is_checked(tiny_any):
@@ -218,7 +218,7 @@ def test_rank0_neighbour_is_checked(tiny_any):
         assert le_bytes(q, w) < suffixes[0], "the query must sort before every suffix"
         longest = orc.longest(q, 0)
         assert longest >= j
-        assert int(tr.longest_matches(q)[0]) == longest
+        assert int(tr.search.longest_matches(q)[0]) == longest
         hits += longest > 0
     assert hits >= 3
 
@@ -230,9 +230,9 @@ def test_queries_starting_with_the_smallest_token(tiny_any, data):
     present = sorted({int(t) for t in orc.flat if t >= 0}, key=lambda t: le_bytes([t], tr.index.token_width))
     first = data.draw(st.sampled_from([present[0], min(present)]))  # first in byte order, smallest id
     q = [first] + data.draw(st.lists(st.sampled_from(present + [256, 512, 2048]), min_size=0, max_size=12))
-    assert tr.longest_matches(q).tolist() == [i + orc.longest(q, i) for i in range(len(q))]
+    assert tr.search.longest_matches(q).tolist() == [i + orc.longest(q, i) for i in range(len(q))]
     spans = [(s, e) for s, e in tr.step1_spans(q) if e > s]
-    assert [o.count for o in tr.locate(q, spans)] == [orc.count(q[a:b]) for a, b in spans]
+    assert [o.count for o in tr.search.locate(q, spans)] == [orc.count(q[a:b]) for a, b in spans]
 
 
 def test_tiny_indexes_end_to_end(tiny_any):
@@ -242,10 +242,10 @@ def test_tiny_indexes_end_to_end(tiny_any):
     assert {d.source_id for d in r.documents} >= {"t1"}
     assert next(d for d in r.documents if d.source_id == "t1").nv_recall == 1.0
     ids = tr.index.encode(" although")
-    occ = tr.locate(ids, [(0, 1)])[0]
+    occ = tr.search.locate(ids, [(0, 1)])[0]
     assert occ.count == 2 == tr.index.count(ids)
     picks = [(0, r) for r in range(*occ.segment_by_shard[0])]
-    ours = tr.windows(picks, 5)
+    ours = tr.search.windows(picks, 5)
     theirs = [tr.index.engine.get_doc_by_rank(s=0, rank=r, max_disp_len=5) for _, r in picks]
     assert [(w.doc_ix, w.needle_offset, w.token_ids.tolist()) for w in ours] == \
            [(d["doc_ix"], d["needle_offset"], list(d["token_ids"])) for d in theirs]
@@ -255,11 +255,11 @@ def test_tiny_indexes_end_to_end(tiny_any):
 def test_windows_are_the_engines(tracer, max_disp_len):
     """Windows equal the engine's get_doc_by_rank(s, rank, max_disp_len=5L), odd lengths included."""
     rng = random.Random(max_disp_len)
-    for s, shard in enumerate(tracer._shards):
+    for s, shard in enumerate(tracer.search.shards):
         ranks = [rng.randrange(shard.n) for _ in range(60)]
         pos = shard.ranks_to_token_pos(np.asarray(ranks))
         ranks = [r for r, p in zip(ranks, pos) if shard.ds[p] != tracer.index.separator]  # occurrences of tokens
-        ours = tracer.windows([(s, r) for r in ranks], max_disp_len)
+        ours = tracer.search.windows([(s, r) for r in ranks], max_disp_len)
         for r, a in zip(ranks, ours):
             b = tracer.index.engine.get_doc_by_rank(s=s, rank=r, max_disp_len=max_disp_len)
             assert (a.doc_ix, a.doc_len, a.needle_offset, a.token_ids.tolist(), a.metadata) == \
@@ -268,9 +268,9 @@ def test_windows_are_the_engines(tracer, max_disp_len):
 
 
 def test_window_vector_of_the_spec(tiny):
-    """SPEC: an occurrence at token 7 of a 30-token document, L = 4: the window is tokens [0, 17)."""
+    """The worked example of docs/method.md (windows): an occurrence at token 7 of a 30-token document, L = 4: the window is tokens [0, 17)."""
     tr, _, _ = tiny
-    shard = tr._shards[0]
+    shard = tr.search.shards[0]
     doc = next(i for i in range(len(shard.offsets)) if shard.offsets[i] // 2 + 1 + 30 <= shard.n)
     start = int(shard.offsets[doc]) // 2 + 1
     rank = int(np.flatnonzero(shard.ranks_to_token_pos(np.arange(shard.n)) == start + 7)[0])
@@ -360,11 +360,11 @@ def test_final_spans_merge_verified_unions_only(tracer, synthetic_records):
     ids = copy + salad
     spans = [sp for sp in tracer.step1_spans(ids) if sp[0] >= 8 and sp[1] - sp[0] >= 2]
     x, y = next((p, q) for p, q in zip(spans, spans[1:]) if p[0] < q[0] < p[1] < q[1])
-    assert tracer.count(ids[0:8]) > 0 and tracer.count(ids[x[0]:y[1]]) == 0
+    assert tracer.search.count(ids[0:8]) > 0 and tracer.search.count(ids[x[0]:y[1]]) == 0
     kept = [(0, 5), (3, 8), x, y]
-    finals = _Context(tracer, tracer._decode(ids), ids).final_spans(kept, tracer.locate(ids, kept))
+    finals = _Context(tracer, tracer._decode(ids), ids).final_spans(kept, tracer.search.locate(ids, kept))
     assert [(f.start, f.end) for f in finals] == [(0, 8), x, y]
-    assert all(tracer.count(ids[f.start:f.end]) == f.count > 0 for f in finals)
+    assert all(tracer.search.count(ids[f.start:f.end]) == f.count > 0 for f in finals)
     assert all(len(f.documents) <= 10 for f in finals)
 
 
@@ -392,7 +392,7 @@ def test_anchors_find_a_copy_whose_end_tokenizes_differently(tmp_path, gpt2_dir)
     make_index(write_jsonl(tmp_path / "c.jsonl", docs), tmp_path / "idx", gpt2_dir, cpus=1)
     tr = Tracer(tmp_path / "idx")
     g = body[:body.index("exhausted") + 5]
-    assert tr.count(tr.index.encode(g)) == 0, "the generation's own tokenization must not occur"
+    assert tr.search.count(tr.index.encode(g)) == 0, "the generation's own tokenization must not occur"
     r = tr.trace_one(g, "anchor")
     assert (r.final_spans[0].start, r.final_spans[0].end, r.final_spans[0].count) == (0, r.n_tokens, 0)
     assert r.full_match and r.final_spans[0].documents[0].source_id == "target"
@@ -405,7 +405,7 @@ def test_blank_completions_have_no_spans(tracer):
         r = tracer.trace_one(text, "blank")
         assert (r.n_tokens, r.spans, r.final_spans, r.documents, r.longest_span, r.error) == (0, [], [], [], 0, None)
         assert not r.full_match and not r.degenerate
-    assert tracer.longest_matches([]).tolist() == [] and tracer.step1_spans([]) == []
+    assert tracer.search.longest_matches([]).tolist() == [] and tracer.step1_spans([]) == []
 
 
 def test_completion_is_stripped(tracer, synthetic_records):
@@ -615,7 +615,7 @@ def test_results_identical_for_any_worker_count(tracer, synthetic_records):
 
 
 def test_failures_are_recorded_not_raised(tracer, monkeypatch):
-    monkeypatch.setattr(tracer, "locate", lambda ids, spans: 1 / 0)
+    monkeypatch.setattr(tracer.search, "locate", lambda ids, spans: 1 / 0)
     r = tracer.trace(["some text"], ["x"])[0]
     assert r.error.startswith("ZeroDivisionError") and r.final_spans == []
 
@@ -805,7 +805,7 @@ def test_sentencepiece_tokenizer(sp, synthetic_records):
         doc = orc.flat[: orc.size]
         a = int(rng.integers(0, orc.size - 30))
         q = [int(t) if t >= 0 else 3 for t in doc[a:a + 25]] + [int(t) for t in rng.integers(3, 1200, 5)]
-        assert tr.longest_matches(q).tolist() == [i + orc.longest(q, i) for i in range(len(q))]
+        assert tr.search.longest_matches(q).tolist() == [i + orc.longest(q, i) for i in range(len(q))]
 
 
 def test_too_long_generation_is_reported_not_traced(synthetic_index):
