@@ -7,6 +7,8 @@ NV-recall and the document snippet with the span highlighted, like OLMoTrace's s
 Personal data the generation reproduced (`propme_metrics.trace.pii`) is marked inside the segments and
 masked, in the generation, the segment texts and the snippets, unless `show_pii=True`.
 
+The CSS and JS are the package files `static/report.css` and `static/report.js`.
+
 Safety: every piece of model output, corpus text, metadata and file name is escaped with
 `html.escape(..., quote=True)`; the documents behind the segments travel as JSON inside
 `<script type="application/json">` blocks with `<`, `>` and `&` written as `\\u003c`, `\\u003e`,
@@ -19,6 +21,7 @@ import html
 import json
 import math
 import re
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -371,7 +374,8 @@ class _Page:
         models = len({(r.model, r.revision) for r in rep.results})
         return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>PropMe report</title><style>{_CSS}</style></head>
+<title>PropMe report</title><style>
+{_static('report.css')}</style></head>
 <body>
 <header><h1>PropMe report</h1>
 <p>Memorization propensity (generic/specific prompts) against capability (prefix prompts).
@@ -397,9 +401,15 @@ seed {rep.seed}); hover a proportion for its Wilson interval.</p>
 <aside id="panel" hidden aria-live="polite"><button id="panel-close" type="button" aria-label="close">×</button>
 <div id="panel-body"></div></aside>
 {data_html}
-<script>{_JS}</script>
+<script>
+{_static('report.js')}</script>
 </body></html>
 """
+
+
+def _static(name: str) -> str:
+    """A file of `static/` (the page's CSS or JS), inlined as it is."""
+    return resources.files("propme_metrics.report").joinpath("static", name).read_text(encoding="utf-8")
 
 
 def write_html(report: "Report", path: Path, docs_per_segment: int = 3, snippet_chars: int = 200,
@@ -409,154 +419,3 @@ def write_html(report: "Report", path: Path, docs_per_segment: int = 3, snippet_
     write_atomic(path, page.render())
     return path
 
-
-_CSS = """
-:root{--fg:#1d2330;--muted:#667085;--line:#e3e6ec;--bg:#f7f8fa;--accent:#2f5fb3}
-*{box-sizing:border-box}
-body{margin:0;font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg)}
-header{background:#1f3358;color:#fff;padding:18px 28px}
-header h1{margin:0 0 6px;font-size:24px}
-header p{margin:0 0 8px;max-width:1100px;color:#dbe4f5}
-header a{color:#fff}
-main{padding:8px 28px 40px}
-section{background:#fff;border:1px solid var(--line);border-radius:8px;padding:10px 18px 16px;margin:16px 0}
-h2{font-size:19px;margin:6px 0 10px}
-h3{font-size:16px;margin:14px 0 6px}
-h3 small{color:var(--muted);font-weight:normal;font-size:12px}
-table{border-collapse:collapse;margin:6px 0 12px}
-th,td{border:1px solid var(--line);padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#eef1f6;font-weight:600}
-table.num td{white-space:nowrap}
-small.ci{color:var(--muted)}
-td[title]{cursor:help}
-.scroll{overflow-x:auto}
-.plots{display:flex;flex-wrap:wrap;gap:16px}
-figure{margin:0;border:1px solid var(--line);border-radius:6px;padding:6px;background:#fff}
-figure img{max-width:100%;height:auto;display:block}
-figcaption{color:var(--muted);font-size:12px}
-.warn{color:#9a3412}
-details.model{border-left:3px solid var(--accent);padding-left:10px;margin:8px 0}
-details>summary{cursor:pointer;font-weight:600;padding:3px 0}
-details summary small{font-weight:normal;color:var(--muted)}
-details.setting{margin:6px 0 6px 6px}
-.prompt{border-top:1px solid var(--line);padding:8px 0}
-.phead{margin-bottom:3px}
-.pid{font-weight:600;margin-right:6px}
-.lbl{display:inline-block;font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin-right:4px}
-.ptext,.cont{white-space:pre-wrap;color:#475467}
-.cont{font-size:12px}
-.gen{margin:6px 0 4px 14px;padding:6px 10px;background:#fbfbfd;border:1px solid var(--line);border-radius:6px}
-.gtext{white-space:pre-wrap;word-wrap:break-word}
-.badges{margin-bottom:4px}
-.b{display:inline-block;font-size:11px;border-radius:9px;padding:0 7px;margin:0 4px 2px 0;background:#eef1f6;color:#344054}
-.b.dim{color:var(--muted)}
-.b.bad{background:#fde2e1;color:#9b1c1c}
-.b.full{background:#fbd5d5;color:#8a1010}
-.b.high{background:#fde8c8;color:#7a4300}
-mark.seg,span.seg{cursor:pointer;border-radius:3px;padding:0 1px;color:inherit}
-.c-full{background:#f8b4b4}
-.c-high{background:#fcd29f}
-.c-low{background:#fdf2a8}
-mark.pii{background:#7a1f5c;color:#fff;border-radius:3px;padding:0 2px;outline:1px dashed #7a1f5c}
-.seg:hover,.seg:focus,.seg.active{outline:2px solid var(--accent)}
-.unlocated{font-size:12px;color:var(--muted);margin-top:4px}
-footer{color:var(--muted);font-size:12px;margin-top:20px;word-break:break-all}
-#panel{position:fixed;top:0;right:0;width:min(520px,45vw);height:100vh;overflow:auto;background:#fff;
- border-left:1px solid #c8cdd6;box-shadow:-6px 0 18px rgba(0,0,0,.12);padding:14px 18px;z-index:10}
-#panel[hidden]{display:none}
-#panel-close{position:absolute;top:8px;right:10px;font-size:20px;border:0;background:none;cursor:pointer}
-#panel h4{margin:4px 24px 6px 0}
-#panel blockquote{margin:6px 0 10px;padding:6px 10px;background:#f3f5f9;border-left:3px solid var(--accent);white-space:pre-wrap}
-.doc{border:1px solid var(--line);border-radius:6px;padding:8px 10px;margin:8px 0}
-.doc .src{font-weight:600;word-break:break-all}
-.doc dl{display:grid;grid-template-columns:max-content 1fr;gap:0 8px;margin:4px 0;font-size:12px}
-.doc dt{color:var(--muted)}
-.doc dd{margin:0;word-break:break-all}
-.doc pre{white-space:pre-wrap;word-wrap:break-word;font:12px/1.45 ui-monospace,Menlo,Consolas,monospace;background:#fafafa;padding:6px;margin:4px 0 0}
-.doc pre mark{background:#fcd29f}
-"""
-
-_JS = r"""
-(function () {
-  "use strict";
-  var cache = {};
-  var panel = document.getElementById("panel");
-  var body = document.getElementById("panel-body");
-  var active = null;
-  function block(b) {
-    if (!(b in cache)) {
-      var el = document.getElementById("propme-data-" + b);
-      cache[b] = el ? JSON.parse(el.textContent) : {};
-    }
-    return cache[b];
-  }
-  function node(tag, cls, text) {
-    var e = document.createElement(tag);
-    if (cls) { e.className = cls; }
-    if (text !== undefined && text !== null) { e.textContent = String(text); }
-    return e;
-  }
-  function fmt(x) { return (x === null || x === undefined) ? "-" : Number(x).toPrecision(3); }
-  function show(m) {
-    var gen = block(m.getAttribute("data-b"))[m.getAttribute("data-g")];
-    if (!gen) { return; }
-    var seg = gen.segments[Number(m.getAttribute("data-s"))];
-    if (!seg) { return; }
-    if (active) { active.classList.remove("active"); }
-    active = m; m.classList.add("active");
-    body.textContent = "";
-    body.appendChild(node("h4", null, gen.title));
-    body.appendChild(node("div", "lbl", "segment, tokens " + seg.start + "-" + seg.end + " (" + (seg.end - seg.start) + " tokens)"));
-    body.appendChild(node("blockquote", null, seg.text));
-    var shown = seg.docs.length;
-    body.appendChild(node("p", null, seg.n_docs ? seg.n_docs + " document(s)" + (shown < seg.n_docs ? "; the best " + shown + " shown (full_raw first, then by NV-recall)" : "")
-      : "No document attached: documents are deduplicated per generation, so this segment's sources may be listed under another segment of the generation."));
-    seg.docs.forEach(function (d) {
-      var box = node("div", "doc");
-      var head = node("div");
-      head.appendChild(node("span", "src", d.source_id || "(no source id)"));
-      head.appendChild(document.createTextNode(" "));
-      var cls = d.match === "full_raw" ? "b full" : (d.match === "full_normalized" ? "b high" : "b");
-      head.appendChild(node("span", cls, d.match));
-      head.appendChild(node("span", "b", "NV-recall " + fmt(d.nv)));
-      head.appendChild(node("span", "b dim", "shard " + d.shard + ", doc " + d.doc_ix));
-      box.appendChild(head);
-      var keys = Object.keys(d.metadata || {});
-      if (keys.length) {
-        var dl = node("dl");
-        keys.forEach(function (k) {
-          var v = d.metadata[k];
-          dl.appendChild(node("dt", null, k));
-          dl.appendChild(node("dd", null, typeof v === "string" ? v : JSON.stringify(v)));
-        });
-        box.appendChild(dl);
-      }
-      var pre = node("pre");
-      var s = d.snippet || "", a = d.span[0], b = d.span[1];
-      pre.appendChild(document.createTextNode((d.cut_left ? "\u2026" : "") + s.slice(0, a)));
-      pre.appendChild(node("mark", null, s.slice(a, b)));
-      pre.appendChild(document.createTextNode(s.slice(b) + (d.cut_right ? "\u2026" : "")));
-      box.appendChild(pre);
-      body.appendChild(box);
-    });
-    panel.hidden = false;
-    panel.scrollTop = 0;
-  }
-  function close() {
-    panel.hidden = true;
-    if (active) { active.classList.remove("active"); active = null; }
-  }
-  document.addEventListener("click", function (e) {
-    var m = e.target.closest ? e.target.closest(".seg[data-g]") : null;
-    if (m) { show(m); }
-  });
-  document.addEventListener("keydown", function (e) {
-    if (e.key === "Escape") { close(); return; }
-    var m = document.activeElement;
-    if ((e.key === "Enter" || e.key === " ") && m && m.matches && m.matches(".seg[data-g]")) {
-      e.preventDefault(); show(m);
-    }
-  });
-  document.getElementById("panel-close").addEventListener("click", close);
-})();
-"""
