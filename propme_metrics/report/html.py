@@ -7,10 +7,15 @@ NV-recall and the document snippet with the span highlighted, like OLMoTrace's s
 Personal data the generation reproduced (`propme_metrics.trace.pii`) is marked inside the segments and
 masked, in the generation, the segment texts and the snippets, unless `show_pii=True`.
 
-Safety: every piece of model output, corpus text, metadata and file name is escaped with
-`html.escape(..., quote=True)`; the documents behind the segments travel as JSON inside
-`<script type="application/json">` blocks with `<`, `>` and `&` written as `\\u003c`, `\\u003e`,
-`\\u0026`, and the script builds the panel with `textContent` only (never `innerHTML`).
+This module only prepares plain data (the dataclasses below); the Jinja2 templates in `templates/`
+lay it out, and `static/report.css` and `static/report.js` are inlined into the page.
+
+Safety: the templates are rendered with autoescape, and every value they print goes through
+`_escape` (`html.escape(..., quote=True)`), so model output, corpus text, metadata and file names
+can only ever appear as text; nothing is marked safe but the package's own CSS and JS and the JSON
+blocks. The documents behind the segments travel as JSON inside `<script type="application/json">`
+blocks with `<`, `>` and `&` written as `\\u003c`, `\\u003e`, `\\u0026`, and the script builds the
+panel with `textContent` only (never `innerHTML`).
 """
 from __future__ import annotations
 
@@ -19,11 +24,20 @@ import html
 import json
 import math
 import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import jinja2
+from markupsafe import Markup
+
 from propme_metrics.core.files import write_atomic
+from propme_metrics.metrics import registry
 from propme_metrics.metrics.registry import NV_HIT_THRESHOLD
+from propme_metrics.prompts.settings import setting_sort_key
+from propme_metrics.report.columns import fmt_value
 from propme_metrics.trace.pii import PIIItem, detect, leaks, mask_text
 from propme_metrics.trace.text_rules import locate_segments
 
@@ -33,15 +47,243 @@ if TYPE_CHECKING:  # pragma: no cover
 _MATCH_RANK = {"full_raw": 0, "full_normalized": 1, "partial": 2}
 
 
-def esc(value: Any) -> str:
-    """Text for HTML content or attribute values."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
 def script_json(data: Any) -> str:
     """JSON that is safe inside a <script> element: no '<', '>' or '&' characters at all."""
     text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+# --- the view model: what the templates print --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A table cell: the value, its interval (low, high) on a second line, a background, a tooltip."""
+
+    text: str
+    ci: tuple[str, str] | None = None
+    style: str = ""
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class PMRow:
+    model: str
+    revision: str
+    cells: list[Cell]
+
+
+@dataclass(frozen=True)
+class PMTable:
+    """PM per model for one corpus label; no `heads` when no PM could be computed."""
+
+    label: str
+    indexes: str
+    heads: list[tuple[str, str]]  #: (metric label, setting)
+    rows: list[PMRow]
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    model: str
+    revision: str
+    setting: str
+    prompts: int
+    counted: int
+    degenerate: int
+    failed: int
+    cells: list[Cell]
+
+
+@dataclass(frozen=True)
+class MetricTable:
+    label: str
+    heads: list[str]
+    rows: list[MetricRow]
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str
+    data: str  #: the PNG, base64 (only A-Z, a-z, 0-9, '+', '/', '=': nothing to escape)
+
+
+@dataclass(frozen=True)
+class TextRun:
+    """A piece of shown text; `pii` is the type of the leaked personal-data item it is, if any."""
+
+    text: str
+    pii: str | None = None
+
+
+@dataclass(frozen=True)
+class SegMark:
+    """A clickable traced segment: which JSON block, generation and segment the panel shows."""
+
+    tag: str  #: "mark" inside the generation text, "span" in the list of overlapping spans
+    cls: str
+    block: int
+    gen: str
+    seg: int
+    title: str
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Text runs, inside a segment mark or not."""
+
+    runs: list[TextRun]
+    mark: SegMark | None = None
+
+
+@dataclass(frozen=True)
+class Badge:
+    cls: str
+    text: str
+
+
+@dataclass(frozen=True)
+class GenView:
+    badges: list[Badge]
+    pieces: list[Piece]
+    listed: list[Piece]  #: spans overlapping a marked one, or not found in the text
+
+
+@dataclass(frozen=True)
+class PromptView:
+    n: int
+    id: str
+    meta: list[str]
+    prompt: str
+    continuation: str | None
+    gens: list[GenView]
+
+
+@dataclass(frozen=True)
+class SettingView:
+    setting: str
+    n_prompts: int
+    n_counted: int
+    nvr: str
+    fmr: str
+    als: str
+    pii: str | None
+    prompts: list[PromptView]
+
+
+@dataclass(frozen=True)
+class ModelView:
+    model: str
+    revision: str
+    settings: list[SettingView]
+
+
+@dataclass(frozen=True)
+class Group:
+    label: str
+    models: list[ModelView]
+
+
+@dataclass(frozen=True)
+class Page:
+    models: int
+    labels: str
+    bootstrap: str
+    seed: int
+    pm_tables: list[PMTable]
+    metric_tables: list[MetricTable]
+    plots: list[Plot]
+    problems: list[str]
+    notes: list[str]
+    show_pii: bool
+    groups: list[Group]
+    data: list[Markup]
+    version: str
+    sources: str
+    css: Markup
+    js: Markup
+
+
+# --- tables and plots --------------------------------------------------------------------------
+
+
+def _cell(value: float | None, low: float | None, high: float | None, metric: str = "", style: str = "",
+          title: str = "") -> Cell:
+    """A value with its interval (none when undefined)."""
+    ci = None
+    if not (low is None or high is None or (isinstance(low, float) and math.isnan(low))):
+        ci = (fmt_value(low, metric), fmt_value(high, metric))
+    return Cell(fmt_value(value, metric), ci, style, title)
+
+
+def _pm_colour(v: float | None) -> str:
+    """The background of a PM cell: 0 blue, 0.5 white, 1 red ("" when undefined)."""
+    if v is None or math.isnan(v):
+        return ""
+    v = min(max(v, 0.0), 1.0)
+    if v < 0.5:
+        t = v / 0.5
+        r, g, b = (int(200 + 55 * t), int(222 + 33 * t), 255)
+    else:
+        t = (v - 0.5) / 0.5
+        r, g, b = (255, int(255 - 55 * t), int(255 - 55 * t))
+    return f"background:rgb({r},{g},{b})"
+
+
+def pm_tables(rep: "Report") -> list[PMTable]:
+    tables = []
+    for label in rep.labels:
+        results = [r for r in rep.results if r.label == label]
+        keys = sorted({k for r in results for k in r.pm},
+                      key=lambda k: (rep.pm_metrics.index(k[0]), setting_sort_key(k[1])))
+        rows = []
+        for r in results:
+            cells = []
+            for k in keys:
+                iv = r.pm.get(k)
+                cells.append(Cell("-") if iv is None else
+                             _cell(iv.estimate, iv.low, iv.high, style=_pm_colour(iv.estimate)))
+            rows.append(PMRow(r.model, r.revision or "-", cells))
+        tables.append(PMTable(label, ", ".join(sorted({str(r.index_identity) for r in results})),
+                              [(registry.LABELS[m], s) for m, s in keys], rows))
+    return tables
+
+
+def metric_tables(rep: "Report") -> list[MetricTable]:
+    shown = registry.VIEWS["html"]
+    tables = []
+    for label in rep.labels:
+        rows = []
+        for r in (x for x in rep.results if x.label == label):
+            for s, sr in r.settings.items():
+                cells = []
+                for m in shown:
+                    mr = sr.metrics.get(m)
+                    if mr is None:
+                        cells.append(Cell("-"))
+                        continue
+                    title = ""
+                    if m in registry.PROPORTIONS and mr.wilson_low is not None:
+                        title = f"Wilson 95%: [{fmt_value(mr.wilson_low)}, {fmt_value(mr.wilson_high)}]"
+                    cells.append(_cell(mr.value, mr.low, mr.high, m, title=title))
+                c = sr.counts
+                rows.append(MetricRow(r.model, r.revision or "-", s, c["prompts"], c["counted"], c["degenerate"],
+                                      c["failed"], cells))
+        tables.append(MetricTable(label, [registry.LABELS[m] for m in shown], rows))
+    return tables
+
+
+def plots(rep: "Report") -> list[Plot]:
+    out = []
+    for p in rep.plots:
+        try:
+            out.append(Plot(p.name, base64.b64encode(Path(p).read_bytes()).decode("ascii")))
+        except OSError:
+            continue
+    return out
+
+
+# --- generations -------------------------------------------------------------------------------
 
 
 def _seg_class(docs: list[dict[str, Any]]) -> str:
@@ -86,30 +328,6 @@ def _doc_json(doc: dict[str, Any], chars: int, masked: tuple[PIIItem, ...] | Non
             "snippet": snippet, "span": span, "cut_left": cut_left, "cut_right": cut_right}
 
 
-def _cell_html(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
-    """A value with its interval on a second, smaller line."""
-    from propme_metrics.report.columns import fmt_value
-
-    text = esc(fmt_value(value, metric))
-    if low is None or high is None or (isinstance(low, float) and math.isnan(low)):
-        return text
-    return f'{text}<br><small class="ci">[{esc(fmt_value(low, metric))}, {esc(fmt_value(high, metric))}]</small>'
-
-
-def _pm_colour(v: float | None) -> str:
-    if v is None or math.isnan(v):
-        return ""
-    v = min(max(v, 0.0), 1.0)
-    # 0 -> blue, 0.5 -> white, 1 -> red
-    if v < 0.5:
-        t = v / 0.5
-        r, g, b = (int(200 + 55 * t), int(222 + 33 * t), 255)
-    else:
-        t = (v - 0.5) / 0.5
-        r, g, b = (255, int(255 - 55 * t), int(255 - 55 * t))
-    return f' style="background:rgb({r},{g},{b})"'
-
-
 class _PIIView:
     """A generation's text as shown: leaked items masked (unless shown) and where they now sit."""
 
@@ -144,24 +362,46 @@ class _PIIView:
                 break
         return p + shift
 
-    def html(self, a: int, b: int) -> str:
-        """Shown text [a, b) escaped, leaked items wrapped in a mark."""
+    def runs(self, a: int, b: int) -> list[TextRun]:
+        """Shown text [a, b), the leaked items in it as runs of their own."""
         out, cur = [], a
         for lo, hi, it in self.ranges:
             lo, hi = max(lo, a), min(hi, b)
             if lo >= hi:
                 continue
-            out.append(esc(self.text[cur:lo]))
-            out.append(f'<mark class="pii" title="{esc(f"leaked {it.type} (personal data from the corpus)")}">'
-                       f"{esc(self.text[lo:hi])}</mark>")
+            out += [TextRun(self.text[cur:lo]), TextRun(self.text[lo:hi], it.type)]
             cur = hi
-        out.append(esc(self.text[cur:b]))
-        return "".join(out)
+        out.append(TextRun(self.text[cur:b]))
+        return [r for r in out if r.text]
 
 
-class _Page:
-    def __init__(self, report: "Report", docs_per_segment: int, snippet_chars: int, show_pii: bool = False):
-        self.report = report
+def _badges(gen: dict[str, Any], leaked: list[PIIItem], n_segments: int, n_docs: int) -> list[Badge]:
+    badges = []
+    if gen.get("error") is not None:
+        badges.append(Badge("b bad", f"tracing failed (excluded): {gen.get('error')}"))
+    if gen.get("degenerate"):
+        badges.append(Badge("b bad", "degenerate (excluded)"))
+    badges.append(Badge("b", f"longest span {gen.get('longest_span', 0)} tok"))
+    nvmax = gen.get("nv_recall_max")
+    if isinstance(nvmax, (int, float)):
+        badges.append(Badge("b", f"NV-recall max {nvmax:.3g}"))
+    if gen.get("full_match"):
+        badges.append(Badge("b full", "full match"))
+    elif gen.get("full_match_normalized"):
+        badges.append(Badge("b high", "normalized full match"))
+    if gen.get("extracted") is True:
+        badges.append(Badge("b full", "continuation extracted"))
+    if leaked:
+        kinds = ", ".join(sorted({it.type for it in leaked}))
+        badges.append(Badge("b full", f"personal data leaked: {len(leaked)} ({kinds})"))
+    badges.append(Badge("b dim", f"{n_segments} final span(s), {n_docs} document entries"))
+    return badges
+
+
+class _Explorer:
+    """The generations section, in page order, and the JSON blocks (one per setting) its panel reads."""
+
+    def __init__(self, docs_per_segment: int, snippet_chars: int, show_pii: bool):
         self.show_pii = show_pii
         self.docs_per_segment = max(1, docs_per_segment)
         self.snippet_chars = max(0, snippet_chars)
@@ -171,111 +411,14 @@ class _Page:
         """Corpus or model text with every detected personal-data item masked (unless shown)."""
         return text if self.show_pii else mask_text(text, detect(text))
 
-    # -- tables ---------------------------------------------------------------------------------
-
-    def pm_tables(self) -> str:
-        from propme_metrics.metrics import registry
-        from propme_metrics.prompts.settings import setting_sort_key
-
-        rep = self.report
-        parts = []
-        for label in rep.labels:
-            results = [r for r in rep.results if r.label == label]
-            keys = sorted({k for r in results for k in r.pm},
-                          key=lambda k: (rep.pm_metrics.index(k[0]), setting_sort_key(k[1])))
-            idents = ", ".join(sorted({str(r.index_identity) for r in results}))
-            parts.append(f'<h3>{esc(label)} <small>index {esc(idents)}</small></h3>')
-            if not keys:
-                parts.append('<p class="warn">No PM: the prefix setting (or every propensity setting) is missing.</p>')
-                continue
-            head = "".join(f"<th>PM {esc(registry.LABELS[m])}<br><small>{esc(s)} vs prefix</small></th>" for m, s in keys)
-            rows = []
-            for r in results:
-                cells = []
-                for k in keys:
-                    iv = r.pm.get(k)
-                    if iv is None:
-                        cells.append("<td>-</td>")
-                    else:
-                        cells.append(f"<td{_pm_colour(iv.estimate)}>{_cell_html(iv.estimate, iv.low, iv.high)}</td>")
-                rows.append(f"<tr><td>{esc(r.model)}</td><td>{esc(r.revision or '-')}</td>{''.join(cells)}</tr>")
-            parts.append(f'<div class="scroll"><table class="num"><thead><tr><th>model</th><th>revision</th>{head}'
-                         f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
-        return "".join(parts)
-
-    def metric_tables(self) -> str:
-        from propme_metrics.metrics import registry
-        from propme_metrics.report.columns import fmt_value
-
-        shown = registry.VIEWS["html"]
-        parts = []
-        for label in self.report.labels:
-            results = [r for r in self.report.results if r.label == label]
-            head = "".join(f"<th>{esc(registry.LABELS[m])}</th>" for m in shown)
-            rows = []
-            for r in results:
-                for s, sr in r.settings.items():
-                    cells = []
-                    for m in shown:
-                        mr = sr.metrics.get(m)
-                        if mr is None:
-                            cells.append("<td>-</td>")
-                            continue
-                        title = ""
-                        if m in registry.PROPORTIONS and mr.wilson_low is not None:
-                            title = (f' title="Wilson 95%: [{esc(fmt_value(mr.wilson_low))}, '
-                                     f'{esc(fmt_value(mr.wilson_high))}]"')
-                        cells.append(f"<td{title}>{_cell_html(mr.value, mr.low, mr.high, m)}</td>")
-                    c = sr.counts
-                    extra = f"{c['counted']}" + (f" <small>({c['degenerate']} degen., {c['failed']} failed)</small>"
-                                                 if c["degenerate"] or c["failed"] else "")
-                    rows.append(f"<tr><td>{esc(r.model)}</td><td>{esc(r.revision or '-')}</td><td>{esc(s)}</td>"
-                                f"<td>{c['prompts']}</td><td>{extra}</td>{''.join(cells)}</tr>")
-            parts.append(f"<h3>{esc(label)}</h3><div class=\"scroll\"><table class=\"num\"><thead><tr><th>model</th>"
-                         f"<th>revision</th><th>setting</th><th>prompts</th><th>generations</th>{head}</tr></thead>"
-                         f"<tbody>{''.join(rows)}</tbody></table></div>")
-        return "".join(parts)
-
-    def plots(self) -> str:
-        figs = []
-        for p in self.report.plots:
-            try:
-                data = base64.b64encode(Path(p).read_bytes()).decode("ascii")
-            except OSError:
-                continue
-            figs.append(f'<figure><img alt="{esc(p.name)}" src="data:image/png;base64,{data}">'
-                        f'<figcaption>{esc(p.name)}</figcaption></figure>')
-        return "".join(figs) or "<p>No plots.</p>"
-
-    # -- generations ----------------------------------------------------------------------------
-
-    def generation(self, gen: dict[str, Any], block: dict[str, Any], title: str) -> str:
+    def generation(self, gen: dict[str, Any], block: dict[str, Any], title: str) -> GenView:
+        """The generation's badges and text, its segments marked; their documents go into `block`."""
         text = str(gen.get("text") or "")
         segments = [s for s in (gen.get("final_spans") or []) if isinstance(s, dict)]
-        n_docs = sum(len(s.get("documents") or []) for s in segments)
-        badges = []
-        if gen.get("error") is not None:
-            badges.append(f'<span class="b bad">tracing failed (excluded): {esc(gen.get("error"))}</span>')
-        if gen.get("degenerate"):
-            badges.append('<span class="b bad">degenerate (excluded)</span>')
-        badges.append(f'<span class="b">longest span {esc(gen.get("longest_span", 0))} tok</span>')
-        nvmax = gen.get("nv_recall_max")
-        if isinstance(nvmax, (int, float)):
-            badges.append(f'<span class="b">NV-recall max {esc(f"{nvmax:.3g}")}</span>')
-        if gen.get("full_match"):
-            badges.append('<span class="b full">full match</span>')
-        elif gen.get("full_match_normalized"):
-            badges.append('<span class="b high">normalized full match</span>')
-        if gen.get("extracted") is True:
-            badges.append('<span class="b full">continuation extracted</span>')
         view = _PIIView(text, gen, self.show_pii)
-        if view.leaked:
-            kinds = ", ".join(sorted({it.type for it in view.leaked}))
-            badges.append(f'<span class="b full">personal data leaked: {len(view.leaked)} ({esc(kinds)})</span>')
-        badges.append(f'<span class="b dim">{len(segments)} final span(s), {n_docs} document entries</span>')
+        badges = _badges(gen, view.leaked, len(segments), sum(len(s.get("documents") or []) for s in segments))
         if not segments:
-            return (f'<div class="gen"><div class="badges">{"".join(badges)}</div>'
-                    f'<div class="gtext">{view.html(0, len(view.text))}</div></div>')
+            return GenView(badges, [Piece(view.runs(0, len(view.text)))], [])
 
         gid = str(len(block))
         seg_data, classes = [], []
@@ -290,12 +433,11 @@ class _Page:
                                       for d in docs[: self.docs_per_segment]]})
         block[gid] = {"title": title, "segments": seg_data}
 
-        def mark(k: int, inner: str, tag: str = "mark") -> str:
+        def mark(k: int, runs: list[TextRun], tag: str = "mark") -> Piece:
             seg = segments[k]
             length = (seg.get("end") or 0) - (seg.get("start") or 0)
             tip = f"span {k + 1}: {length} tokens, {seg_data[k]['n_docs']} document(s); click for sources"
-            return (f'<{tag} class="seg {classes[k]}" tabindex="0" role="button" data-b="{len(self.blocks)}" '
-                    f'data-g="{gid}" data-s="{k}" title="{esc(tip)}">{inner}</{tag}>')
+            return Piece(runs, SegMark(tag, classes[k], len(self.blocks), gid, k, tip))
 
         located = locate_segments(text, segments)
         pieces, cur, listed = [], 0, []
@@ -306,257 +448,84 @@ class _Page:
             if a < cur:
                 listed.append(k)
                 continue
-            pieces.append(view.html(cur, a))
-            pieces.append(mark(k, view.html(a, b)))
+            pieces += [Piece(view.runs(cur, a)), mark(k, view.runs(a, b))]
             cur = b
-        pieces.append(view.html(cur, len(view.text)))
+        pieces.append(Piece(view.runs(cur, len(view.text))))
         listed += [k for k, r in enumerate(located) if r is None]
-        tail = ""
-        if listed:
-            tail = ('<div class="unlocated">more spans: '
-                    + " ".join(mark(k, esc(seg_data[k]["text"] or f"span {k + 1}"), "span") for k in listed)
-                    + "</div>")
-        return (f'<div class="gen"><div class="badges">{"".join(badges)}</div>'
-                f'<div class="gtext">{"".join(pieces)}</div>{tail}</div>')
+        return GenView(badges, pieces,
+                       [mark(k, [TextRun(seg_data[k]["text"] or f"span {k + 1}")], "span") for k in listed])
 
-    def setting_block(self, r: "CorpusResult", setting: str) -> str:
-        from propme_metrics.report.columns import fmt_value
-
+    def setting(self, r: "CorpusResult", setting: str) -> SettingView:
         sr = r.settings[setting]
         block: dict[str, Any] = {}
         who = f"{r.model}" + (f" @ {r.revision}" if r.revision else "")
-        items = []
+        prompts = []
         for n, prompt in enumerate(sr.task.prompts, 1):
             title = f"{who} · {r.label} · {setting} · prompt {prompt.id}"
-            gens = "".join(self.generation(g, block, title) for g in prompt.generations)
-            meta = " ".join(f'<span class="b dim">{esc(v)}</span>' for v in (prompt.domain, prompt.language) if v)
+            gens = [self.generation(g, block, title) for g in prompt.generations]
             # the prompt and true continuation are corpus text: personal data in them is masked too
-            cont = ""
-            if prompt.continuation:
-                cont = (f'<div class="cont"><span class="lbl">true continuation</span> '
-                        f'{esc(self._mask(prompt.continuation))}</div>')
-            items.append(f'<div class="prompt"><div class="phead"><span class="pid">#{n} {esc(prompt.id)}</span>'
-                         f'{meta}</div><div class="ptext"><span class="lbl">prompt</span> '
-                         f'{esc(self._mask(prompt.prompt))}</div>{cont}{gens}</div>')
-        m = sr.metrics
-        summary = (f"{esc(setting)} <small>{sr.counts['prompts']} prompts, {sr.counts['counted']} generations counted"
-                   f" · NVR {esc(fmt_value(m['nvr'].value))} · FMR {esc(fmt_value(m['fmr'].value))}"
-                   f" · ALS {esc(fmt_value(m['als'].value, 'als'))}"
-                   + (f" · PII {esc(fmt_value(m['pii'].value))}" if "pii" in m else "") + "</small>")
+            prompts.append(PromptView(n, prompt.id, [v for v in (prompt.domain, prompt.language) if v],
+                                      self._mask(prompt.prompt),
+                                      self._mask(prompt.continuation) if prompt.continuation else None, gens))
         self.blocks.append(block)
-        return f'<details class="setting"><summary>{summary}</summary>{"".join(items)}</details>'
+        m = sr.metrics
+        return SettingView(setting, sr.counts["prompts"], sr.counts["counted"], fmt_value(m["nvr"].value),
+                           fmt_value(m["fmr"].value), fmt_value(m["als"].value, "als"),
+                           fmt_value(m["pii"].value) if "pii" in m else None, prompts)
 
-    def explorer(self) -> str:
-        parts = []
-        for label in self.report.labels:
-            parts.append(f"<h3>{esc(label)}</h3>")
-            for r in (x for x in self.report.results if x.label == label):
-                who = esc(r.model) + (f" <small>revision {esc(r.revision)}</small>" if r.revision else "")
-                settings = "".join(self.setting_block(r, s) for s in r.settings)
-                parts.append(f'<details class="model" open><summary>{who}</summary>{settings}</details>')
-        return "".join(parts)
+    def groups(self, rep: "Report") -> list[Group]:
+        return [Group(label, [ModelView(r.model, r.revision, [self.setting(r, s) for s in r.settings])
+                              for r in rep.results if r.label == label])
+                for label in rep.labels]
 
-    def render(self) -> str:
-        from propme_metrics import __version__
 
-        rep = self.report
-        sources = sorted({str(s.task.results_path) for r in rep.results for s in r.settings.values()})
-        problems = "".join(f'<li class="warn">{esc(p)}</li>' for p in rep.problems)
-        notes = "".join(f"<li>{esc(n)}</li>" for n in rep.notes)
-        notes_html = f"<ul>{problems}{notes}</ul>" if problems or notes else "<p>None.</p>"
-        pm_html, metric_html, plots_html = self.pm_tables(), self.metric_tables(), self.plots()
-        explorer_html = self.explorer()
-        data_html = "".join(f'<script type="application/json" id="propme-data-{i}">{script_json(b)}</script>'
-                            for i, b in enumerate(self.blocks))
-        models = len({(r.model, r.revision) for r in rep.results})
-        return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>PropMe report</title><style>{_CSS}</style></head>
-<body>
-<header><h1>PropMe report</h1>
-<p>Memorization propensity (generic/specific prompts) against capability (prefix prompts).
-{models} model revision(s), corpora: {esc(", ".join(rep.labels))}. PM = p / (p + c): 0 leaks only under attack,
-0.5 the same, 1 leaks more unprompted. 95% percentile-bootstrap intervals over prompts (B = {rep.bootstrap:,},
-seed {rep.seed}); hover a proportion for its Wilson interval.</p>
-<nav><a href="#pm">PM</a> · <a href="#metrics">base metrics</a> · <a href="#plots">plots</a> ·
-<a href="#notes">notes</a> · <a href="#explorer">generations</a></nav></header>
-<main>
-<section id="pm"><h2>Propensity scores (PM)</h2>{pm_html}</section>
-<section id="metrics"><h2>Base metrics per setting</h2>{metric_html}</section>
-<section id="plots"><h2>Plots</h2><div class="plots">{plots_html}</div></section>
-<section id="notes"><h2>Notes</h2>{notes_html}</section>
-<section id="explorer"><h2>Generations and traced segments</h2>
-<p class="legend">Highlighted: traced segments (verbatim spans found in the corpus).
-<mark class="seg c-full">a full_raw document</mark> <mark class="seg c-high">NV-recall above 0.5</mark>
-<mark class="seg c-low">partial matches</mark>. Click a segment for its source documents.
-<mark class="pii">Personal data</mark> the generation reproduced from a training document
-({"shown unmasked (--show-pii)" if self.show_pii else "masked; --show-pii shows the values"}).</p>
-{explorer_html}</section>
-<footer>propme {esc(__version__)} · inputs: {esc("; ".join(sources))}</footer>
-</main>
-<aside id="panel" hidden aria-live="polite"><button id="panel-close" type="button" aria-label="close">×</button>
-<div id="panel-body"></div></aside>
-{data_html}
-<script>{_JS}</script>
-</body></html>
-"""
+# --- the page ----------------------------------------------------------------------------------
+
+
+def _escape(value: Any) -> Any:
+    """Jinja's `finalize`: every printed value as `html.escape(quote=True)` writes it ('' for None).
+
+    The same characters as markupsafe's escaping, spelled as the report always spelled them
+    (`&quot;`, `&#x27;`), so the page stays byte for byte what it was; values already marked safe
+    (macro output, the few `Markup` values of `Page`) pass through.
+    """
+    if hasattr(value, "__html__"):
+        return value
+    return Markup(html.escape("" if value is None else str(value), quote=True))
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("propme_metrics.report", "templates"),
+                              autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              finalize=_escape)
+
+
+def _static(name: str) -> Markup:
+    """A file of `static/`, inlined as it is: the package's own CSS or JS, never data."""
+    return Markup(resources.files("propme_metrics.report").joinpath("static", name).read_text(encoding="utf-8"))
+
+
+def render(report: "Report", docs_per_segment: int = 3, snippet_chars: int = 200, show_pii: bool = False) -> str:
+    """The page's HTML (the same report and options give the same text)."""
+    from propme_metrics import __version__
+
+    explorer = _Explorer(docs_per_segment, snippet_chars, show_pii)
+    groups = explorer.groups(report)
+    page = Page(
+        models=len({(r.model, r.revision) for r in report.results}), labels=", ".join(report.labels),
+        bootstrap=f"{report.bootstrap:,}", seed=report.seed, pm_tables=pm_tables(report),
+        metric_tables=metric_tables(report), plots=plots(report), problems=list(report.problems),
+        notes=list(report.notes), show_pii=show_pii, groups=groups,
+        # script_json leaves no '<', '>' or '&' in the text: it cannot end the <script> element
+        data=[Markup(script_json(b)) for b in explorer.blocks], version=__version__,
+        sources="; ".join(sorted({str(s.task.results_path) for r in report.results for s in r.settings.values()})),
+        css=_static("report.css"), js=_static("report.js"))
+    return _environment().get_template("report.html.j2").render(page=page)
 
 
 def write_html(report: "Report", path: Path, docs_per_segment: int = 3, snippet_chars: int = 200,
                show_pii: bool = False) -> Path:
     """Write the self-contained HTML report to `path` (leaked personal data masked unless `show_pii`)."""
-    page = _Page(report, docs_per_segment, snippet_chars, show_pii)
-    write_atomic(path, page.render())
+    write_atomic(path, render(report, docs_per_segment, snippet_chars, show_pii))
     return path
-
-
-_CSS = """
-:root{--fg:#1d2330;--muted:#667085;--line:#e3e6ec;--bg:#f7f8fa;--accent:#2f5fb3}
-*{box-sizing:border-box}
-body{margin:0;font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg)}
-header{background:#1f3358;color:#fff;padding:18px 28px}
-header h1{margin:0 0 6px;font-size:24px}
-header p{margin:0 0 8px;max-width:1100px;color:#dbe4f5}
-header a{color:#fff}
-main{padding:8px 28px 40px}
-section{background:#fff;border:1px solid var(--line);border-radius:8px;padding:10px 18px 16px;margin:16px 0}
-h2{font-size:19px;margin:6px 0 10px}
-h3{font-size:16px;margin:14px 0 6px}
-h3 small{color:var(--muted);font-weight:normal;font-size:12px}
-table{border-collapse:collapse;margin:6px 0 12px}
-th,td{border:1px solid var(--line);padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#eef1f6;font-weight:600}
-table.num td{white-space:nowrap}
-small.ci{color:var(--muted)}
-td[title]{cursor:help}
-.scroll{overflow-x:auto}
-.plots{display:flex;flex-wrap:wrap;gap:16px}
-figure{margin:0;border:1px solid var(--line);border-radius:6px;padding:6px;background:#fff}
-figure img{max-width:100%;height:auto;display:block}
-figcaption{color:var(--muted);font-size:12px}
-.warn{color:#9a3412}
-details.model{border-left:3px solid var(--accent);padding-left:10px;margin:8px 0}
-details>summary{cursor:pointer;font-weight:600;padding:3px 0}
-details summary small{font-weight:normal;color:var(--muted)}
-details.setting{margin:6px 0 6px 6px}
-.prompt{border-top:1px solid var(--line);padding:8px 0}
-.phead{margin-bottom:3px}
-.pid{font-weight:600;margin-right:6px}
-.lbl{display:inline-block;font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin-right:4px}
-.ptext,.cont{white-space:pre-wrap;color:#475467}
-.cont{font-size:12px}
-.gen{margin:6px 0 4px 14px;padding:6px 10px;background:#fbfbfd;border:1px solid var(--line);border-radius:6px}
-.gtext{white-space:pre-wrap;word-wrap:break-word}
-.badges{margin-bottom:4px}
-.b{display:inline-block;font-size:11px;border-radius:9px;padding:0 7px;margin:0 4px 2px 0;background:#eef1f6;color:#344054}
-.b.dim{color:var(--muted)}
-.b.bad{background:#fde2e1;color:#9b1c1c}
-.b.full{background:#fbd5d5;color:#8a1010}
-.b.high{background:#fde8c8;color:#7a4300}
-mark.seg,span.seg{cursor:pointer;border-radius:3px;padding:0 1px;color:inherit}
-.c-full{background:#f8b4b4}
-.c-high{background:#fcd29f}
-.c-low{background:#fdf2a8}
-mark.pii{background:#7a1f5c;color:#fff;border-radius:3px;padding:0 2px;outline:1px dashed #7a1f5c}
-.seg:hover,.seg:focus,.seg.active{outline:2px solid var(--accent)}
-.unlocated{font-size:12px;color:var(--muted);margin-top:4px}
-footer{color:var(--muted);font-size:12px;margin-top:20px;word-break:break-all}
-#panel{position:fixed;top:0;right:0;width:min(520px,45vw);height:100vh;overflow:auto;background:#fff;
- border-left:1px solid #c8cdd6;box-shadow:-6px 0 18px rgba(0,0,0,.12);padding:14px 18px;z-index:10}
-#panel[hidden]{display:none}
-#panel-close{position:absolute;top:8px;right:10px;font-size:20px;border:0;background:none;cursor:pointer}
-#panel h4{margin:4px 24px 6px 0}
-#panel blockquote{margin:6px 0 10px;padding:6px 10px;background:#f3f5f9;border-left:3px solid var(--accent);white-space:pre-wrap}
-.doc{border:1px solid var(--line);border-radius:6px;padding:8px 10px;margin:8px 0}
-.doc .src{font-weight:600;word-break:break-all}
-.doc dl{display:grid;grid-template-columns:max-content 1fr;gap:0 8px;margin:4px 0;font-size:12px}
-.doc dt{color:var(--muted)}
-.doc dd{margin:0;word-break:break-all}
-.doc pre{white-space:pre-wrap;word-wrap:break-word;font:12px/1.45 ui-monospace,Menlo,Consolas,monospace;background:#fafafa;padding:6px;margin:4px 0 0}
-.doc pre mark{background:#fcd29f}
-"""
-
-_JS = r"""
-(function () {
-  "use strict";
-  var cache = {};
-  var panel = document.getElementById("panel");
-  var body = document.getElementById("panel-body");
-  var active = null;
-  function block(b) {
-    if (!(b in cache)) {
-      var el = document.getElementById("propme-data-" + b);
-      cache[b] = el ? JSON.parse(el.textContent) : {};
-    }
-    return cache[b];
-  }
-  function node(tag, cls, text) {
-    var e = document.createElement(tag);
-    if (cls) { e.className = cls; }
-    if (text !== undefined && text !== null) { e.textContent = String(text); }
-    return e;
-  }
-  function fmt(x) { return (x === null || x === undefined) ? "-" : Number(x).toPrecision(3); }
-  function show(m) {
-    var gen = block(m.getAttribute("data-b"))[m.getAttribute("data-g")];
-    if (!gen) { return; }
-    var seg = gen.segments[Number(m.getAttribute("data-s"))];
-    if (!seg) { return; }
-    if (active) { active.classList.remove("active"); }
-    active = m; m.classList.add("active");
-    body.textContent = "";
-    body.appendChild(node("h4", null, gen.title));
-    body.appendChild(node("div", "lbl", "segment, tokens " + seg.start + "-" + seg.end + " (" + (seg.end - seg.start) + " tokens)"));
-    body.appendChild(node("blockquote", null, seg.text));
-    var shown = seg.docs.length;
-    body.appendChild(node("p", null, seg.n_docs ? seg.n_docs + " document(s)" + (shown < seg.n_docs ? "; the best " + shown + " shown (full_raw first, then by NV-recall)" : "")
-      : "No document attached: documents are deduplicated per generation, so this segment's sources may be listed under another segment of the generation."));
-    seg.docs.forEach(function (d) {
-      var box = node("div", "doc");
-      var head = node("div");
-      head.appendChild(node("span", "src", d.source_id || "(no source id)"));
-      head.appendChild(document.createTextNode(" "));
-      var cls = d.match === "full_raw" ? "b full" : (d.match === "full_normalized" ? "b high" : "b");
-      head.appendChild(node("span", cls, d.match));
-      head.appendChild(node("span", "b", "NV-recall " + fmt(d.nv)));
-      head.appendChild(node("span", "b dim", "shard " + d.shard + ", doc " + d.doc_ix));
-      box.appendChild(head);
-      var keys = Object.keys(d.metadata || {});
-      if (keys.length) {
-        var dl = node("dl");
-        keys.forEach(function (k) {
-          var v = d.metadata[k];
-          dl.appendChild(node("dt", null, k));
-          dl.appendChild(node("dd", null, typeof v === "string" ? v : JSON.stringify(v)));
-        });
-        box.appendChild(dl);
-      }
-      var pre = node("pre");
-      var s = d.snippet || "", a = d.span[0], b = d.span[1];
-      pre.appendChild(document.createTextNode((d.cut_left ? "\u2026" : "") + s.slice(0, a)));
-      pre.appendChild(node("mark", null, s.slice(a, b)));
-      pre.appendChild(document.createTextNode(s.slice(b) + (d.cut_right ? "\u2026" : "")));
-      box.appendChild(pre);
-      body.appendChild(box);
-    });
-    panel.hidden = false;
-    panel.scrollTop = 0;
-  }
-  function close() {
-    panel.hidden = true;
-    if (active) { active.classList.remove("active"); active = null; }
-  }
-  document.addEventListener("click", function (e) {
-    var m = e.target.closest ? e.target.closest(".seg[data-g]") : null;
-    if (m) { show(m); }
-  });
-  document.addEventListener("keydown", function (e) {
-    if (e.key === "Escape") { close(); return; }
-    var m = document.activeElement;
-    if ((e.key === "Enter" || e.key === " ") && m && m.matches && m.matches(".seg[data-g]")) {
-      e.preventDefault(); show(m);
-    }
-  });
-  document.getElementById("panel-close").addEventListener("click", close);
-})();
-"""
