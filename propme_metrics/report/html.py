@@ -230,7 +230,7 @@ def _pm_colour(v: float | None) -> str:
     return f"background:rgb({r},{g},{b})"
 
 
-def pm_tables(rep: "Report") -> list[PMTable]:
+def pm_tables(rep: Report) -> list[PMTable]:
     tables = []
     for label in rep.labels:
         results = [r for r in rep.results if r.label == label]
@@ -249,7 +249,7 @@ def pm_tables(rep: "Report") -> list[PMTable]:
     return tables
 
 
-def metric_tables(rep: "Report") -> list[MetricTable]:
+def metric_tables(rep: Report) -> list[MetricTable]:
     shown = registry.VIEWS["html"]
     tables = []
     for label in rep.labels:
@@ -273,7 +273,7 @@ def metric_tables(rep: "Report") -> list[MetricTable]:
     return tables
 
 
-def plots(rep: "Report") -> list[Plot]:
+def plots(rep: Report) -> list[Plot]:
     out = []
     for p in rep.plots:
         try:
@@ -353,7 +353,7 @@ class _PIIView:
     def pos(self, p: int) -> int:
         """Where character p of the original text is in the shown text (inside an item: its end)."""
         shift = 0
-        for a, b, na, nb in self._shifts:
+        for a, b, _na, nb in self._shifts:
             if p >= b:
                 shift = nb - b
             elif p > a:
@@ -455,7 +455,7 @@ class _Explorer:
         return GenView(badges, pieces,
                        [mark(k, [TextRun(seg_data[k]["text"] or f"span {k + 1}")], "span") for k in listed])
 
-    def setting(self, r: "CorpusResult", setting: str) -> SettingView:
+    def setting(self, r: CorpusResult, setting: str) -> SettingView:
         sr = r.settings[setting]
         block: dict[str, Any] = {}
         who = f"{r.model}" + (f" @ {r.revision}" if r.revision else "")
@@ -473,7 +473,7 @@ class _Explorer:
                            fmt_value(m["fmr"].value), fmt_value(m["als"].value, "als"),
                            fmt_value(m["pii"].value) if "pii" in m else None, prompts)
 
-    def groups(self, rep: "Report") -> list[Group]:
+    def groups(self, rep: Report) -> list[Group]:
         return [Group(label, [ModelView(r.model, r.revision, [self.setting(r, s) for s in r.settings])
                               for r in rep.results if r.label == label])
                 for label in rep.labels]
@@ -506,7 +506,7 @@ def _static(name: str) -> Markup:
     return Markup(resources.files("propme_metrics.report").joinpath("static", name).read_text(encoding="utf-8"))
 
 
-def render(report: "Report", docs_per_segment: int = 3, snippet_chars: int = 200, show_pii: bool = False) -> str:
+def render(report: Report, docs_per_segment: int = 3, snippet_chars: int = 200, show_pii: bool = False) -> str:
     """The page's HTML (the same report and options give the same text)."""
     from propme_metrics import __version__
 
@@ -524,7 +524,7 @@ def render(report: "Report", docs_per_segment: int = 3, snippet_chars: int = 200
     return _environment().get_template("report.html.j2").render(page=page)
 
 
-def write_html(report: "Report", path: Path, docs_per_segment: int = 3, snippet_chars: int = 200,
+def write_html(report: Report, path: Path, docs_per_segment: int = 3, snippet_chars: int = 200,
                show_pii: bool = False) -> Path:
     """Write the self-contained HTML report to `path` (leaked personal data masked unless `show_pii`)."""
     write_atomic(path, render(report, docs_per_segment, snippet_chars, show_pii))
