@@ -191,7 +191,7 @@ class Pass:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Pass":
+    def from_dict(cls, d: dict) -> Pass:
         return cls(**{**d, "steps": Steps(**d["steps"])})
 
 

@@ -40,8 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ray_study import (build_on_ray, driver_limit, print_driver_limit, project, ray_call_cost,  # noqa: E402
-                       timed_pass)
+from ray_study import build_on_ray, driver_limit, print_driver_limit, project, ray_call_cost, timed_pass  # noqa: E402
 
 
 def make_generations(records: list[dict], n: int, seed: int = 1) -> list[str]:

@@ -53,8 +53,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ray_study import (Pass, RayCall, Steps, build_on_ray, compute_ms, count_steps, driver_limit,  # noqa: E402
-                       print_driver_limit, project, ray_call_cost, timed_pass)
+from ray_study import (  # noqa: E402
+    Pass,
+    RayCall,
+    Steps,
+    build_on_ray,
+    compute_ms,
+    count_steps,
+    driver_limit,
+    print_driver_limit,
+    project,
+    ray_call_cost,
+    timed_pass,
+)
 
 GEN_TOKENS = 256
 
