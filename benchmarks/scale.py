@@ -562,14 +562,16 @@ def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Pat
 
 # -- tracing on Ray (own process) ------------------------------------------------------------------
 
-def _drop_host_mappings(host) -> None:
-    """Run inside a Ray actor (`__ray_call__`): drop the mappings of the shards it holds."""
+def _evict_in_actor(host, folder: str) -> None:
+    """Run inside a Ray actor (`__ray_call__`): `evict` on the node it runs on, for the shards it holds."""
     drop_mappings(host.searchers)
+    drop_page_cache(Path(folder))
 
 
 def evict_on_ray(tracer) -> None:
-    """`evict` for a Ray tracer on this machine: each actor drops its mappings, then the page cache."""
-    tracer._ray.get([g.actor.__ray_call__.remote(_drop_host_mappings) for g in tracer._shards])
+    """`evict` for a Ray tracer: in every actor (on its node), then on the driver's node."""
+    folder = str(tracer.index.path)
+    tracer._ray.get([g.actor.__ray_call__.remote(_evict_in_actor, folder) for g in tracer._shards])
     drop_page_cache(tracer.index.path)
 
 
