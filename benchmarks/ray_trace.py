@@ -10,17 +10,22 @@ What it does:
      wall times and their ratio;
   2. makes --generations texts (a third copies of corpus passages, a third with words shuffled,
      a third new text) and traces them with the local Tracer (one process: the baseline) and
-     with the Ray tracer for each number of actors in --actors (2 driver threads per actor),
-     checks that every result equals the local one, and prints generations/s and the ratio.
+     with the Ray tracer for each number of actors in --actors, with one driver thread and with
+     two per actor, checks that every result equals the local one, and prints generations/s and
+     the ratio;
+  3. the driver limit (`ray_study.py`): search steps and actor calls per generation, the
+     tracer's own CPU (which the driver spends whatever the backend), the round trip per step,
+     the driver's and the actors' CPU per actor call, the driver's CPU per generation and the
+     generations per second one driver core can sustain at that cost; then, labelled as an
+     extrapolation, the actor count at which the driver becomes the bound.
 
 Start-up (cluster start, actor creation) is excluded from the tracing rates and reported apart.
-The figures hold for this machine only: on a laptop-sized machine Ray's per-call overhead is the
-cost, on a cluster the shards' memory and disks are what it buys.
+The rates hold for this machine only (the driver, the actors and Ray share its cores); the CPU
+costs per generation and per call are what carries over to a cluster.
 """
 from __future__ import annotations
 
 import argparse
-import filecmp
 import json
 import os
 import random
@@ -34,6 +39,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ray_study import build_on_ray, driver_limit, print_driver_limit, project, ray_call_cost, timed_pass  # noqa: E402
 
 
 def make_generations(records: list[dict], n: int, seed: int = 1) -> list[str]:
@@ -68,9 +76,9 @@ def main() -> int:
 
     import ray
 
+    from propme_metrics.core.cluster import connect
     from propme_metrics.demo.synthetic import generate_corpus
     from propme_metrics.index.build import build_index
-    from propme_metrics.index.ray_build import build_index_on_ray
     from propme_metrics.index.sources import CorpusSource
     from propme_metrics.trace.ray_search import ray_tracer
     from propme_metrics.trace.tracer import Tracer
@@ -88,7 +96,7 @@ def main() -> int:
         shutil.rmtree(work / name, ignore_errors=True)
 
     started = time.time()
-    ray.init(address=args.address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    connect(args.address)
     cluster_cpus = int(ray.cluster_resources().get("CPU", 0))
     ray_start = time.time() - started
 
@@ -99,54 +107,51 @@ def main() -> int:
                            progress=False, check_space=False)
     local_build = time.time() - t
     say("Ray build")
-    t = time.time()
-    build_index_on_ray(CorpusSource(str(corpus)), work / "ray", tokenizer=str(tok), num_shards=args.shards,
-                       cpus_per_task=args.cpus_per_task, progress=False, check_space=False)
-    ray_build = time.time() - t
-    identical = all(filecmp.cmp(p, work / "ray" / p.name, shallow=False)
-                    for p in (work / "local").iterdir() if p.is_file() and p.name != "propme-manifest.json")
+    built = build_on_ray(corpus, work / "local", work / "ray", tok, args.shards, args.address, args.cpus_per_task)
 
     say("local tracing")
-    texts = make_generations(records, args.generations)
+    rows = [{"key": str(i), "text": text} for i, text in enumerate(make_generations(records, args.generations))]
     local = Tracer(work / "local")
-    local.trace(texts[:3])  # warm the page cache and lazy tables
-    t = time.time()
-    expected = [json.dumps(r.to_dict()) for r in local.trace(texts)]
-    local_rate = len(texts) / (time.time() - t)
+    local.trace([r["text"] for r in rows[:3]])  # warm the page cache and lazy tables
+    baseline = timed_pass(local, rows)
 
-    rows = []
+    runs = []
     for n_actors in [int(x) for x in args.actors.split(",")]:
         say(f"Ray tracing, {n_actors} actor(s)")
         t = time.time()
         tracer = ray_tracer(work / "local", actors=n_actors)
-        tracer.trace(texts[:3], workers=2)
+        tracer.trace([r["text"] for r in rows[:3]], workers=2)
         setup = time.time() - t
-        workers = 2 * n_actors
-        t = time.time()
-        got = [json.dumps(r.to_dict()) for r in tracer.trace(texts, workers=workers)]
-        rate = len(texts) / (time.time() - t)
-        rows.append((n_actors, workers, rate, setup, got == expected))
+        seq = timed_pass(tracer, rows)
+        conc = timed_pass(tracer, rows, threads=2 * n_actors)
+        runs.append((n_actors, setup, seq, conc, driver_limit(baseline, seq, conc, n_actors)))
         tracer.close()
+    call = ray_call_cost()
     ray.shutdown()
 
     print(f"\nPropMe on Ray, this machine: {os.cpu_count()} CPUs, Ray cluster of {cluster_cpus} CPUs "
-          f"(started in {ray_start:.1f} s)")
+          f"(started in {ray_start:.1f} s); 1-min load average now {os.getloadavg()[0]:.2f}")
     print(f"index: {manifest.total_tokens:,} tokens, {manifest.total_documents:,} documents, {args.shards} shards\n")
     print("| build | wall s | ratio to local | byte-identical shards |")
     print("|---|---|---|---|")
     print(f"| local (`build_index`, {os.cpu_count()} CPUs) | {local_build:.1f} | 1.00 | - |")
-    print(f"| Ray, {args.shards} tasks x {args.cpus_per_task} CPU | {ray_build:.1f} | {ray_build / local_build:.2f} | "
-          f"{'yes' if identical else 'NO'} |")
-    print(f"\n| tracing ({len(texts)} generations of ~180 words) | driver threads | gen/s | ratio to local | "
+    print(f"| Ray, {built.tasks} tasks x {built.cpus_per_task} CPU | {built.seconds:.1f} | "
+          f"{built.seconds / local_build:.2f} | {'yes' if built.identical else 'NO'} |")
+    print(f"\n| tracing ({len(rows)} generations of ~180 words) | driver threads | gen/s | ratio to local | "
           "actor start-up s | identical results |")
     print("|---|---|---|---|---|---|")
-    print(f"| local Tracer, 1 process | 1 | {local_rate:.2f} | 1.00 | - | - |")
-    for n_actors, workers, rate, setup, same in rows:
-        print(f"| Ray, {n_actors} actor(s) | {workers} | {rate:.2f} | {rate / local_rate:.2f} | {setup:.1f} | "
-              f"{'yes' if same else 'NO'} |")
+    print(f"| local Tracer, 1 process | 1 | {baseline.gen_per_s:.2f} | 1.00 | - | - |")
+    same = [built.identical]
+    for n_actors, setup, seq, conc, _ in runs:
+        for p in (seq, conc):
+            same.append(p.lines == baseline.lines)
+            print(f"| Ray, {n_actors} actor(s) | {p.threads} | {p.gen_per_s:.2f} | "
+                  f"{p.gen_per_s / baseline.gen_per_s:.2f} | {setup:.1f} | {'yes' if same[-1] else 'NO'} |")
+    limits = [run[4] for run in runs]
+    print_driver_limit(limits, call, {f"this index ({args.shards} shards)": project(limits, limits[0].compute_ms)})
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
-    return 0 if identical and all(r[4] for r in rows) else 1
+    return 0 if all(same) else 1
 
 
 if __name__ == "__main__":

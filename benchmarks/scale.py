@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py [--sizes 10M,100M,1B] [--work DIR] [--generations 45] [--keep]
     python benchmarks/scale.py --sizes 10M --skip-build   # reuse the indexes already in --work
+    python benchmarks/scale.py --sizes 10M --ray [ADDRESS] --actors 1,2   # the same study on Ray as well
 
 Per size it builds (or reuses) an index of a generated corpus: words drawn from GPT-2's
 vocabulary with a Zipf-like distribution (id order stands for frequency, as in BPE), sentences of
@@ -19,6 +20,17 @@ third lightly edited copies, a third new text), one worker, per generation:
 for the plain search (today's: no accelerator) and the accelerated one (top level in memory,
 random-access mappings, batched read-ahead); both must give identical results, which is checked.
 The last table gives the growth per 10x tokens of each figure.
+
+With --ray (ADDRESS or RAY_ADDRESS; none: a local cluster on this machine) each index has --shards
+shards (default: the largest --actors count) and the same study runs on Ray in the same run: the
+same corpus built with `build_index_on_ray` (checked byte-identical to the local build, timed
+against it), and the same generations traced with the Ray tracer for each actor count, warm with
+one driver thread and with two per actor, cold with one (each actor drops its mappings, then the
+page cache is dropped), every result checked equal to the local tracer's; gen/s and ratios are
+against the local accelerated tracer (one process) measured in the same run. Then the driver
+limit (`ray_study.py`): steps and actor calls per generation, the driver's and actors' CPU per
+call, the generations per second one driver core sustains, and, labelled as an extrapolation,
+the actor count at which one driver becomes the bound for this index and for the Common Pile.
 """
 from __future__ import annotations
 
@@ -33,12 +45,28 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ray_study import (  # noqa: E402
+    Pass,
+    RayCall,
+    Steps,
+    build_on_ray,
+    compute_ms,
+    count_steps,
+    driver_limit,
+    print_driver_limit,
+    project,
+    ray_call_cost,
+    timed_pass,
+)
 
 GEN_TOKENS = 256
 
@@ -241,7 +269,10 @@ def write_corpus(path: Path, tokenizer, target_tokens: int, seed: int) -> dict:
 
 # -- build (own process) -------------------------------------------------------------------------
 
-def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_builder: str) -> dict:
+def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_builder: str, shards: int = 1,
+                  ray_address: str | None = None) -> dict:
+    """Build the index of a generated corpus of `size` tokens in `shards` shards, timed by phase;
+    with `ray_address` ("" for a local cluster) the same corpus is then built on Ray and compared."""
     import propme_metrics.index.build as build_mod
     from propme_metrics.index.sources import CorpusSource
     from propme_metrics.index.tokenizer import load_tokenizer
@@ -272,13 +303,12 @@ def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_buil
     build_mod.build_suffix_array = timed("suffix_array", build_mod.build_suffix_array)
     build_mod.write_toplevel = timed("toplevel", build_mod.write_toplevel)
     t = time.perf_counter()
-    manifest = build_mod.build_index(CorpusSource(str(corpus)), out, tokenizer=str(tokenizer_dir),
+    manifest = build_mod.build_index(CorpusSource(str(corpus)), out, tokenizer=str(tokenizer_dir), num_shards=shards,
                                      check_space=False, progress=False, sa_builder=sa_builder)
     whole = time.perf_counter() - t
-    corpus.unlink()
     files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
     shard_bytes = sum(v for k, v in files.items() if not k.startswith("propme-"))
-    return {"size": size, "tokens": manifest.total_tokens, "documents": manifest.total_documents,
+    record = {"size": size, "shards": shards, "tokens": manifest.total_tokens, "documents": manifest.total_documents,
             "text_bytes": info["bytes"], "corpus_seconds": gen_s, "build_seconds": whole,
             "tokenize_seconds": phases.get("tokenize", 0.0), "sa_seconds": phases.get("suffix_array", 0.0),
             "toplevel_seconds": phases.get("toplevel", 0.0), "shard_bytes": shard_bytes,
@@ -286,6 +316,15 @@ def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_buil
             "rss_after_tokenize_mib": rss.get("tokenize", 0.0), "peak_rss_mib": maxrss_mib(),
             "peak_rss_children_mib": maxrss_mib(resource.RUSAGE_CHILDREN),
             "sa_builder": build_mod.choose_sa_builder(files["tokenized.0"], build_mod._half_of_ram(), sa_builder)}
+    if ray_address is not None:  # after the local figures: the driver joins the parts with the wrapped functions
+        print(f"  building {name} on Ray ...", file=sys.stderr, flush=True)
+        ray_out = work / f"index-{name}-ray"
+        shutil.rmtree(ray_out, ignore_errors=True)
+        record["ray_build"] = asdict(build_on_ray(corpus, out, ray_out, tokenizer_dir, shards, ray_address or None,
+                                                  sa_builder=sa_builder))
+        shutil.rmtree(ray_out)
+    corpus.unlink()
+    return record
 
 
 def measure_token_level_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_builder: str) -> dict:
@@ -379,7 +418,8 @@ def measure_token_level_build(work: Path, size: int, tokenizer_dir: Path, seed: 
     m.build = {"params_hash": hashlib.sha256(f"token-level {size} {seed}".encode()).hexdigest()}
     m.write(out)
     files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
-    return {"size": size, "tokens": n_tokens, "documents": n_docs, "text_bytes": None, "corpus_seconds": gen_s,
+    return {"size": size, "shards": 1, "tokens": n_tokens, "documents": n_docs, "text_bytes": None,
+            "corpus_seconds": gen_s,
             "build_seconds": None, "tokenize_seconds": None, "sa_seconds": sa_s, "toplevel_seconds": top_s,
             "shard_bytes": sum(v for k, v in files.items() if not k.startswith("propme-")),
             "toplevel_bytes": sum(v for k, v in files.items() if k.startswith("propme-toplevel")),
@@ -439,14 +479,24 @@ def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, pa
 
 def evict(tracer) -> None:
     """Drop every page of the index from the page cache (the process's mappings first)."""
-    for shard in tracer.search.shards:
+    drop_mappings(tracer.search.shards)
+    drop_page_cache(tracer.index.path)
+
+
+def drop_mappings(searchers) -> None:
+    """madvise(MADV_DONTNEED) on every file mapping of these shard searchers."""
+    for shard in searchers:
         for arr in (shard.ds, shard.sa, shard.offsets, shard.metaoff, shard.meta):
             base = arr.base
             while base is not None and not isinstance(base, mmap.mmap):  # array -> memoryview -> mmap
                 base = getattr(base, "obj", None) if isinstance(base, memoryview) else getattr(base, "base", None)
             if isinstance(base, mmap.mmap):
                 base.madvise(mmap.MADV_DONTNEED)
-    for p in tracer.index.path.iterdir():
+
+
+def drop_page_cache(folder: Path) -> None:
+    """posix_fadvise(POSIX_FADV_DONTNEED) on every file of the folder (unmapped pages leave the cache)."""
+    for p in folder.iterdir():
         if p.is_file():
             fd = os.open(p, os.O_RDONLY)
             try:
@@ -478,43 +528,84 @@ def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Pat
                           for s in tracer.search.shards]
     open_s = time.perf_counter() - t
     accel_bytes = sum(s.top.nbytes for s in tracer.search.shards if s.top is not None)
-    search_s = [0.0]
-    for shard in tracer.search.shards:  # time spent in suffix-array searches (what grows with more shards)
-        def timed_search(*a, _inner=shard.search, **k):
-            t0 = time.perf_counter()
-            try:
-                return _inner(*a, **k)
-            finally:
-                search_s[0] += time.perf_counter() - t0
-        shard.search = timed_search
+    steps = count_steps(tracer)  # searches (what grows with more shards) and windows, timed
     tracer.trace_one(rows[0]["text"], "warm-up")
-    results, times, cpu, searches, residency = [], [], [], [], []
+    results, times, cpu, residency, timed = [], [], [], [], Steps()
     for i, r in enumerate(rows if cache == "cold" else rows + rows):
         if cache == "cold":
             evict(tracer)
             if i < 3:
                 residency.append(resident_fraction(shard_file(index_dir, "table", 0)))
-        t0, c0, s0 = time.perf_counter(), time.process_time(), search_s[0]
+        t0, c0, s0 = time.perf_counter(), time.process_time(), asdict(steps)
         res = tracer.trace_one(r["text"], r["key"])
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if cache == "warm" and i < len(rows):
             continue  # first pass warms the pages each generation needs
         times.append(dt)
         cpu.append(dc)
-        searches.append(search_s[0] - s0)
+        for k, v in asdict(steps).items():
+            setattr(timed, k, getattr(timed, k) + v - s0[k])
         results.append(res.to_dict())
     with open(out, "w", encoding="utf-8") as fh:
         for res in results:
             fh.write(json.dumps(res, sort_keys=True) + "\n")
+    one_pass = Pass(1, len(times), sum(times), sum(cpu), None, timed).to_dict()
     times.sort()
     return {"search": search, "cache": cache, "generations": len(times), "open_seconds": open_s,
             "mean_ms": 1000 * sum(times) / len(times), "median_ms": 1000 * times[len(times) // 2],
             "p90_ms": 1000 * times[int(0.9 * (len(times) - 1))], "max_ms": 1000 * times[-1],
-            "cpu_ms": 1000 * sum(cpu) / len(cpu), "search_ms": 1000 * sum(searches) / len(searches),
+            "cpu_ms": 1000 * sum(cpu) / len(cpu), "search_ms": 1000 * timed.search_s / len(times),
             "tokens": sum(r["n_tokens"] for r in results) / len(results),
-            "accelerator_bytes": accel_bytes, "maxrss_mib": maxrss_mib(),
+            "accelerator_bytes": accel_bytes, "maxrss_mib": maxrss_mib(), "pass": one_pass,
             "rss_anon_mib": _status_kb("RssAnon") / 1024, "rss_file_mib": _status_kb("RssFile") / 1024,
             "table_resident_after_evict": residency}
+
+
+# -- tracing on Ray (own process) ------------------------------------------------------------------
+
+def _evict_in_actor(host, folder: str) -> None:
+    """Run inside a Ray actor (`__ray_call__`): `evict` on the node it runs on, for the shards it holds."""
+    drop_mappings(host.searchers)
+    drop_page_cache(Path(folder))
+
+
+def evict_on_ray(tracer) -> None:
+    """`evict` for a Ray tracer: in every actor (on its node), then on the driver's node."""
+    folder = str(tracer.index.path)
+    tracer._ray.get([g.actor.__ray_call__.remote(_evict_in_actor, folder) for g in tracer.search.shards])
+    drop_page_cache(tracer.index.path)
+
+
+def measure_ray_trace(index_dir: Path, gens: Path, address: str | None, actors: list[int], out: Path) -> dict:
+    """The generations traced by the Ray tracer for each actor count, after one untimed pass: warm
+    with one driver thread and with two per actor, cold with one thread (evicted before each
+    generation); results go to `out`-N-PASS.jsonl for the caller to compare; then Ray's own
+    cost of one actor call."""
+    from propme_metrics.core.cluster import connect
+    from propme_metrics.trace.ray_search import ray_tracer
+
+    rows = [json.loads(x) for x in open(gens, encoding="utf-8")]
+    t = time.perf_counter()
+    ray = connect(address)
+    cluster_s = time.perf_counter() - t
+    runs = []
+    for n in actors:
+        print(f"  Ray tracer, {n} actor(s) ...", file=sys.stderr, flush=True)
+        t = time.perf_counter()
+        tracer = ray_tracer(index_dir, address=address, actors=n)
+        startup = time.perf_counter() - t
+        tracer.trace([r["text"] for r in rows], workers=2 * n)  # warms the pages each generation needs
+        passes = {"warm-1": timed_pass(tracer, rows), f"warm-{2 * n}": timed_pass(tracer, rows, threads=2 * n),
+                  "cold-1": timed_pass(tracer, rows, before_each=lambda: evict_on_ray(tracer))}
+        files = {}
+        for name, one in passes.items():
+            files[name] = f"{out}-{n}-{name}.jsonl"
+            Path(files[name]).write_text("".join(line + "\n" for line in one.lines), encoding="utf-8")
+        runs.append({"actors": n, "held": len(tracer.search.shards), "startup_s": startup, "files": files,
+                     "passes": {name: one.to_dict() for name, one in passes.items()}})
+        tracer.close()
+    return {"cluster_cpus": int(ray.cluster_resources().get("CPU", 0)), "cluster_start_s": cluster_s,
+            "runs": runs, "call": asdict(ray_call_cost())}
 
 
 def subprocess_json(args: list[str], timeout: float | None = None) -> dict:
@@ -609,6 +700,77 @@ def report(builds: list[dict], traces: dict[tuple[int, str, str], dict], identic
               f"{'met' if last[2]['mean_ms'] < 1000 else 'MISSED'}).")
 
 
+def report_ray(builds: list[dict], traces: dict, on_ray: dict[int, dict]) -> None:
+    """The Ray study: builds on Ray against the local ones, Ray tracing against the local tracer (one
+    process, accelerated search, same cache state), then the driver limit and its extrapolation."""
+    ray_builds = [b for b in builds if "ray_build" in b]
+    if not ray_builds and not on_ray:
+        return
+    print("\nOn Ray, this machine (a Ray cluster sharing these CPUs):\n")
+    if ray_builds:
+        print("| tokens | shards | local build s | Ray build s (tasks x CPU) | ratio to local | byte-identical |")
+        print("|---:|---:|---:|---:|---:|---|")
+        for b in ray_builds:
+            r = b["ray_build"]
+            print(f"| {b['tokens']:,} | {b['shards']} | {b['build_seconds']:.1f} | {r['seconds']:.1f} "
+                  f"({r['tasks']} x {r['cpus_per_task']}) | {r['seconds'] / b['build_seconds']:.2f} | "
+                  f"{'yes' if r['identical'] else 'NO'} |")
+    for b in builds:
+        study = on_ray.get(b["size"])
+        if not study:
+            continue
+        local = {c: Pass.from_dict(traces[(b["size"], "accelerated", c)]["pass"]) for c in ("warm", "cold")}
+        print(f"\nTracing {b['tokens']:,} tokens ({b['shards']} shards), {local['warm'].generations} generations, "
+              f"Ray cluster of {study['cluster_cpus']} CPUs (started in {study['cluster_start_s']:.1f} s):\n")
+        print("| tracer | driver threads | cache | ms/gen | gen/s | ratio to local | driver CPU ms/gen | "
+              "actor CPU ms/gen | actor start-up s | results = local |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
+        for c, one in local.items():
+            print(f"| local Tracer, 1 process | 1 | {c} | {one.per_gen_ms(one.wall_s):.1f} | {one.gen_per_s:.2f} | "
+                  f"1.00 | {one.per_gen_ms(one.driver_cpu_s):.1f} | - | - | - |")
+        limits = []
+        for run in study["runs"]:
+            passes = {k: Pass.from_dict(v) for k, v in run["passes"].items()}
+            for k, one in passes.items():
+                cache, threads = k.split("-")
+                actor = "-" if one.actor_cpu_s is None else f"{one.per_gen_ms(one.actor_cpu_s):.1f}"
+                print(f"| Ray, {run['held']} actor(s) | {threads} | {cache} | {one.per_gen_ms(one.wall_s):.1f} | "
+                      f"{one.gen_per_s:.2f} | {one.gen_per_s / local[cache].gen_per_s:.2f} | "
+                      f"{one.per_gen_ms(one.driver_cpu_s):.1f} | {actor} | {run['startup_s']:.1f} | "
+                      f"{'yes' if run['identical'][k] else 'NO'} |")
+            conc = next(v for k, v in passes.items() if k.startswith("warm-") and k != "warm-1")
+            limits.append(driver_limit(local["warm"], passes["warm-1"], conc, run["held"]))
+        gens, n = local["warm"].generations, b["shards"]
+        here = compute_ms(local["warm"].steps, gens, n, n)
+        projections = {f"this index ({n} shards), warm": project(limits, here)}
+        for node_gib in NODE_GIB:
+            cp = common_pile_shards(node_gib)
+            for c in ("warm", "cold"):
+                per = compute_ms(local[c].steps, gens, n, cp, cpu=c == "warm")
+                projections[f"Common Pile, {cp} shards ({node_gib} GiB nodes), {c}"] = project(limits, per)
+        print_driver_limit(limits, RayCall(**study["call"]), projections)
+    print("\nRead with care: the projection takes this index's search cost per shard (a Common Pile shard is "
+          "larger: each search costs more, so more actors are needed before the driver is the bound) and the "
+          "cold one as the actors' busy time (waiting on the disk); shard counts from the build's memory model.")
+
+
+NODE_GIB = (256, 512, 1024)  #: node sizes for the Common Pile projection
+RAY_OBJECT_STORE = (0.3, 200e9)  #: Ray's default object store: this share of a node's RAM, at most these bytes
+
+
+def common_pile_shards(node_gib: int, width: int = 2) -> int:
+    """Shards of the Common Pile such that one shard's build task (libdivsufsort in memory, the task's
+    base memory) fits in a node's Ray memory (its RAM less Ray's default object store): the layout a
+    Ray build on such nodes can run. EXTRAPOLATION from the build's memory model."""
+    from propme_metrics.index.build import divsufsort_memory
+    from propme_metrics.index.ray_build import TASK_BASE_MEMORY
+
+    ram = node_gib * 2**30
+    usable = ram - min(RAY_OBJECT_STORE[0] * ram, RAY_OBJECT_STORE[1]) - TASK_BASE_MEMORY
+    per_token = divsufsort_memory(2**31 * width) / 2**31  # bytes of build memory per token, above 2 GiB of tokens
+    return math.ceil(CORPORA["Common Pile v0.1 (Comma mix)"] / (usable / per_token))
+
+
 CORPORA = {"Danish Dynaword": 6.8e9, "Common Pile v0.1 (Comma mix)": 464e9}  #: tokens (Llama-2 tokenizer)
 
 
@@ -616,7 +778,7 @@ def extrapolate(builds: list[dict], traces: dict, machines=((1, 2, 24), (1, 64, 
     """Disk, memory, build hours and traces per hour for the mission's corpora, from the largest size
     measured: EXTRAPOLATION, assuming shards of at most 10^9 tokens (libdivsufsort's 32-bit range is 2^31 bytes),
     shards built one after another per machine (as `build_index` does), tokenization scaling with
-    cores, and tracing cost = measured + (shards - 1) x the measured search share of one shard."""
+    cores, and tracing cost = measured + (shards - measured shards) x the measured search share of one shard."""
     b = builds[-1]
     measured = [x for x in builds if x["tokenize_seconds"]]
     if not measured:
@@ -643,8 +805,9 @@ def extrapolate(builds: list[dict], traces: dict, machines=((1, 2, 24), (1, 64, 
             sa_h = math.ceil(shards / n) * per_shard * sa_s_per_token / 3600
             warm = cold = "-"
             if w and c:
-                warm = f"{3.6e6 / (w['mean_ms'] + (shards - 1) * w['search_ms']):,.0f}"
-                cold = f"{3.6e6 / (c['mean_ms'] + (shards - 1) * c['search_ms']):,.0f}"
+                more = (shards - b.get("shards", 1)) / b.get("shards", 1)
+                warm = f"{3.6e6 / (w['mean_ms'] + more * w['search_ms']):,.0f}"
+                cold = f"{3.6e6 / (c['mean_ms'] + more * c['search_ms']):,.0f}"
             fits = "" if mem <= ram * 2**30 / 2 else " (over half the RAM: more, smaller shards)"
             print(f"| {name} | {tokens / 1e9:,.1f}B | {shards} | {disk / 1e9:,.0f} GB | {mem / 2**30:,.1f} GiB{fits} | "
                   f"{n} x {cores} ({ram}) | {tok_h + sa_h:,.1f} | {warm} | {cold} |")
@@ -664,28 +827,55 @@ def main() -> None:
     p.add_argument("--keep", action="store_true", help="keep the indexes afterwards")
     p.add_argument("--tokenize-up-to", default="1B", help="sizes above this are written as token ids directly "
                    "(the same corpus; tokenization time extrapolated from the smaller sizes)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="also build each index on Ray and trace the same generations with the Ray tracer, "
+                   "for each count in --actors (ADDRESS or RAY_ADDRESS; none: a local cluster)")
+    p.add_argument("--actors", default="1,2", help="with --ray: actor counts to measure, e.g. 1,2")
+    p.add_argument("--shards", type=int, default=None, help="shards per index (default 1; with --ray, the "
+                   "largest actor count, so that every actor holds a shard)")
     p.add_argument("--_build", type=int, help=argparse.SUPPRESS)
     p.add_argument("--_token_level", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--_trace", nargs=4, metavar=("INDEX", "GENS", "SEARCH", "CACHE"), help=argparse.SUPPRESS)
+    p.add_argument("--_ray_trace", nargs=2, metavar=("INDEX", "GENS"), help=argparse.SUPPRESS)
     p.add_argument("--_out", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     tok_dir = args.work / "gpt2"
+    actors = [int(x) for x in args.actors.split(",")]
+    shards = args.shards or (max(actors) if args.ray is not None else 1)
+    ray_address = None if args.ray is None else args.ray or None
     if args._build:
-        measure = measure_token_level_build if args._token_level else measure_build
-        print(json.dumps(measure(args.work, args._build, tok_dir, args.seed, args.sa_builder)))
+        if args._token_level:
+            print(json.dumps(measure_token_level_build(args.work, args._build, tok_dir, args.seed, args.sa_builder)))
+        else:
+            print(json.dumps(measure_build(args.work, args._build, tok_dir, args.seed, args.sa_builder, shards,
+                                           args.ray)))
         return
     if args._trace:
         index, gens, search, cache = args._trace
         print(json.dumps(measure_trace(Path(index), Path(gens), search, cache, args._out)))
         return
+    if args._ray_trace:
+        index, gens = args._ray_trace
+        print(json.dumps(measure_ray_trace(Path(index), Path(gens), ray_address, actors, args._out)))
+        return
 
     from support.corpora import gpt2_tokenizer
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
+    if shards > 1 and max(sizes) > parse_size(args.tokenize_up_to):
+        sys.exit("sizes above --tokenize-up-to are written as one shard of token ids: "
+                 "use --shards 1 (or no --ray), or raise --tokenize-up-to")
+    ray_opts = [] if args.ray is None else ["--ray", args.ray, "--actors", args.actors]
     args.work.mkdir(parents=True, exist_ok=True)
     if not (tok_dir / "tokenizer.json").exists():
         gpt2_tokenizer(tok_dir)
-    builds, traces, identical = [], {}, {}
+    for size in sizes if args.skip_build else []:
+        record = args.work / f"build-{size_name(size)}.json"
+        built = json.loads(record.read_text()).get("shards", 1) if record.exists() else shards
+        if built != shards:
+            sys.exit(f"the {size_name(size)} index in {args.work} has {built} shard(s), not {shards}: "
+                     "leave out --skip-build to rebuild it, or ask for its shards")
+    builds, traces, identical, on_ray = [], {}, {}, {}
     try:
         for size in sizes:
             name = size_name(size)
@@ -696,13 +886,14 @@ def main() -> None:
                 token_level = ["--_token_level"] if size > parse_size(args.tokenize_up_to) else []
                 record.write_text(json.dumps(subprocess_json(["--_build", str(size), "--work", str(args.work),
                                                               "--seed", str(args.seed),
-                                                              "--sa-builder", args.sa_builder, *token_level])))
+                                                              "--sa-builder", args.sa_builder, *token_level,
+                                                              "--shards", str(shards), *ray_opts])))
             builds.append(json.loads(record.read_text()))
             if args.skip_trace:
                 continue
             gens = args.work / f"generations-{name}-{args.generations}.jsonl"
             traced = args.work / f"trace-{name}-{args.generations}.json"
-            if args.skip_build and traced.exists():  # measured by an earlier run with the same code and inputs
+            if args.skip_build and traced.exists() and args.ray is None:  # measured earlier, same code and inputs
                 saved = json.loads(traced.read_text())
                 for key, value in saved["traces"].items():
                     search, cache = key.split("-")
@@ -721,12 +912,22 @@ def main() -> None:
                          "--work", str(args.work)])
                     outs[(search, cache)] = out.read_text()
             identical[size] = len(set(outs.values())) == 1
-            traced.write_text(json.dumps({"identical": identical[size], "traces": {
-                f"{s}-{c}": traces[(size, s, c)] for s in ("plain", "accelerated") for c in ("warm", "cold")}}))
+            saved = {"identical": identical[size], "traces": {
+                f"{s}-{c}": traces[(size, s, c)] for s in ("plain", "accelerated") for c in ("warm", "cold")}}
+            if args.ray is not None:
+                print(f"tracing {name} on Ray ...", file=sys.stderr, flush=True)
+                on_ray[size] = saved["ray"] = subprocess_json(
+                    ["--_ray_trace", str(index_dir), str(gens), *ray_opts, "--work", str(args.work),
+                     "--_out", str(args.work / f"results-{name}-ray")])
+                for run in on_ray[size]["runs"]:
+                    run["identical"] = {k: Path(f).read_text() == outs[("accelerated", "warm")]
+                                        for k, f in run["files"].items()}
+            traced.write_text(json.dumps(saved))
             if not args.keep:
                 shutil.rmtree(index_dir, ignore_errors=True)
     finally:
         report(builds, traces, identical)
+        report_ray(builds, traces, on_ray)
         extrapolate(builds, traces)
 
 
