@@ -14,6 +14,7 @@ import sys
 from propme_metrics.core.errors import PropMeError
 from propme_metrics.core.progress import stderr_console
 from propme_metrics.metrics import registry
+from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -269,8 +270,8 @@ def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--index", required=True, help="index folder")
     b.add_argument("--setting", required=True, choices=("generic", "specific", "prefix"), help="prompt setting")
     b.add_argument("--out", required=True, help="prompt file to write (FILE.jsonl; sidecar FILE.jsonl.manifest.json)")
-    b.add_argument("--n", type=_positive, default=100, help="number of prompts")
-    b.add_argument("--seed", type=_natural, default=42, help="sampling seed")
+    b.add_argument("--n", type=_positive, default=DEFAULT_N_PROMPTS, help="number of prompts")
+    b.add_argument("--seed", type=_natural, default=DEFAULT_PROMPT_SEED, help="sampling seed")
     b.add_argument("--language", default=None, help="prompt language (da, en); required for the built-in sets")
     b.add_argument("--candidates", default=None, help="candidate prompts: plain text (one per line), JSONL "
                    "with a \"prompt\" field (optional id, domain, language), or Tatoeba's sentence export "

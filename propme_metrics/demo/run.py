@@ -87,6 +87,7 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     from propme_metrics.index.reader import open_index
     from propme_metrics.index.sources import CorpusSource
     from propme_metrics.prompts.build import build_prompt_set, builtin_prompts, write_prompt_set
+    from propme_metrics.prompts.settings import PREFIX_MIN_DOC_TOKENS
 
     paths = DemoPaths(Path(root).absolute())
     paths.root.mkdir(parents=True, exist_ok=True)
@@ -134,7 +135,7 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
                             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
             ps = build_prompt_set(index, setting, n=size.n_prompts, seed=42, candidates=cands)
             write_prompt_set(ps, paths.prompts(setting))
-        eligible = int((index.document_lengths >= 100).sum())
+        eligible = int((index.document_lengths >= PREFIX_MIN_DOC_TOKENS).sum())
         write_prompt_set(build_prompt_set(index, "prefix", n=eligible, seed=42), paths.prompts("prefix"))
     _stage("prompts", reused, t)
     return paths

@@ -31,7 +31,7 @@ from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import BuildError, ConfigError, IndexFormatError
 from propme_metrics.core.files import write_atomic
 from propme_metrics.core.progress import progress_bar, rate
-from propme_metrics.index.format import pointer_size
+from propme_metrics.index.format import pointer_size, pointers
 from propme_metrics.index.manifest import (
     MANIFEST_NAME,
     SHARD_FILES,
@@ -570,15 +570,13 @@ def _rust_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_
 
 def _keep_aligned_pointers(src: Path, dst: Path, ratio: int, width: int, chunk: int = 1 << 22) -> None:
     """Copy a suffix array, keeping only pointers that are multiples of `width` (order preserved)."""
-    weights = (np.uint64(256) ** np.arange(ratio, dtype=np.uint64)).astype(np.uint64)
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         while True:
             raw = np.frombuffer(fin.read(chunk * ratio), dtype=np.uint8)
             if raw.size == 0:
                 break
             rows = raw.reshape(-1, ratio)
-            ptrs = rows.astype(np.uint64) @ weights
-            fout.write(rows[ptrs % np.uint64(width) == 0].tobytes())
+            fout.write(rows[pointers(rows, ratio) % width == 0].tobytes())
 
 
 def _run_all(commands: list[list[str]]) -> None:

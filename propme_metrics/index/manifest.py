@@ -18,7 +18,7 @@ from propme_metrics.core.files import write_atomic
 MANIFEST_NAME = "propme-manifest.json"
 WORD_STARTS_NAME = "propme-word-starts.txt"
 TOKENIZER_DIRNAME = "propme-tokenizer"
-FORMAT = "propme-index/1"
+INDEX_FORMAT = "propme-index/1"
 SHARD_FILES = ("tokenized", "table", "offset", "metadata", "metaoff", "unigram")
 
 
@@ -63,7 +63,7 @@ class IndexManifest:
     build: dict[str, Any]
     versions: dict[str, str]
     created: str
-    format: str = FORMAT
+    format: str = INDEX_FORMAT
     #: relative path -> {bytes, xxh3_128, sample}: content checksums of every file (empty for old indexes)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -121,8 +121,8 @@ class IndexManifest:
                                    "(re)run `propme index build` for it")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("format") != FORMAT:
-                raise IndexFormatError(f"{path}: unknown index format {data.get('format')!r} (expected {FORMAT})",
+            if data.get("format") != INDEX_FORMAT:
+                raise IndexFormatError(f"{path}: unknown index format {data.get('format')!r} (expected {INDEX_FORMAT})",
                                        "rebuild the index with this version of PropMe")
             return cls.from_dict(data)
         except (ValueError, TypeError, KeyError) as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from propme_metrics.index.format import pointer_size
+from propme_metrics.index.format import pointer_size, pointers, token_dtype
 from propme_metrics.index.manifest import shard_file
 
 STRIDE = 1024        #: ranks between two samples
@@ -59,15 +59,14 @@ def build_toplevel(folder: str | Path, sid: int, width: int, stride: int = STRID
     ptr = pointer_size(ds_bytes) if ds_bytes else 1
     ranks = np.arange(0, n, stride, dtype=np.int64)
     pos = np.empty(len(ranks), dtype=np.int64)
-    weights = (256 ** np.arange(ptr, dtype=np.int64)).astype(np.int64)
     per_step = max(1, _SCAN_BYTES // (stride * ptr)) * stride  # ranks per read, a multiple of the stride
     with open(sa_path, "rb") as fh:
         for first in range(0, n, per_step):
             count = min(per_step, n - first)
             raw = np.frombuffer(fh.read(count * ptr), dtype=np.uint8).reshape(-1, ptr)
-            picked = raw[::stride].astype(np.int64) @ weights
+            picked = pointers(raw[::stride], ptr)
             pos[first // stride:first // stride + len(picked)] = picked // width
-    dtype = np.dtype("<u2" if width == 2 else "<u4")
+    dtype = token_dtype(width)
     keys = np.zeros((len(ranks), tokens), dtype=dtype)
     lengths = np.minimum(tokens, n - pos).astype(np.uint8)
     order = np.argsort(pos, kind="stable")

@@ -36,9 +36,16 @@ import numpy as np
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.files import write_atomic
 from propme_metrics.core.jsonl import json_objects
-from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPTED_SETTINGS
+from propme_metrics.prompts.settings import (
+    CONTINUATION_TOKENS,
+    DEFAULT_N_PROMPTS,
+    DEFAULT_PROMPT_SEED,
+    PREFIX_MIN_DOC_TOKENS,
+    PREFIX_TOKENS,
+    PROMPTED_SETTINGS,
+)
 
-FORMAT = "propme-prompts/1"
+PROMPTS_FORMAT = "propme-prompts/1"
 SPAN_THRESHOLD = 10  # the overlap profile's "share of prompts with a span of 10+ tokens"
 SIDECAR_SUFFIX = ".manifest.json"
 _LANGUAGE_RE = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?$")
@@ -314,8 +321,8 @@ def eligible_documents(index, min_doc_tokens: int = 100) -> np.ndarray:
 
 
 def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int = DEFAULT_PROMPT_SEED, language: str | None = None,
-                     candidates: str | Path | None = None, prefix_tokens: int = 50,
-                     continuation_tokens: int = 50, min_doc_tokens: int = 100,
+                     candidates: str | Path | None = None, prefix_tokens: int = PREFIX_TOKENS,
+                     continuation_tokens: int = CONTINUATION_TOKENS, min_doc_tokens: int = PREFIX_MIN_DOC_TOKENS,
                      progress: bool = False) -> PromptSet:
     """Build `n` prompts of `setting` against `index` (an `Index` or an index folder).
 
@@ -375,7 +382,7 @@ def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int 
                 "lower --n, or give more prompts with --candidates")
         records = _stratified(kept, n, seed)
     manifest = {
-        "format": FORMAT,
+        "format": PROMPTS_FORMAT,
         "setting": setting,
         "language": language,
         "n": len(records),
@@ -505,9 +512,9 @@ def load_prompt_set(path: str | Path, index=None, setting: str | None = None) ->
         raise ConfigError(f"prompt file {path} has no sidecar manifest {side.name}", hint)
     try:
         manifest = json.loads(side.read_text(encoding="utf-8"))
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        if not isinstance(manifest, dict) or manifest.get("format") != PROMPTS_FORMAT:
             raise ValueError(f"format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, "
-                             f"not {FORMAT}")
+                             f"not {PROMPTS_FORMAT}")
     except ValueError as exc:
         raise ConfigError(f"sidecar manifest {side} is corrupt ({exc})", hint) from None
     data = path.read_bytes()

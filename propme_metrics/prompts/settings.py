@@ -11,6 +11,11 @@ SETTINGS = (*PROMPTED_SETTINGS, *PROMPT_FREE_SETTINGS)
 #: prompts per prompted setting and generations per prompt-free setting, and the seed that draws them
 DEFAULT_N_PROMPTS = 100
 DEFAULT_PROMPT_SEED = 42
+#: prefix prompts: the first PREFIX_TOKENS index tokens of a document of at least PREFIX_MIN_DOC_TOKENS,
+#: the next CONTINUATION_TOKENS kept as the true continuation (discoverable extraction)
+PREFIX_TOKENS = 50
+CONTINUATION_TOKENS = 50
+PREFIX_MIN_DOC_TOKENS = 100
 
 
 def setting_sort_key(setting: str) -> tuple[int, str]:

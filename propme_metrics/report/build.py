@@ -100,8 +100,9 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
     metrics = tuple(dict.fromkeys(pm_metrics))
     bad = [m for m in metrics if m not in registry.PM_METRICS]
     if bad:
-        why = " (prefix only: PM needs it under every setting)" if "extraction" in bad else \
-              " (a maximum, not a ratio over prompts)" if "nvr_max" in bad else ""
+        known = [registry.BY_NAME[m] for m in bad if m in registry.BY_NAME]
+        why = (" (prefix only: PM needs it under every setting)" if any(m.settings for m in known) else
+               " (a maximum, not a ratio over prompts)" if any(m.aggregation == "max" for m in known) else "")
         raise ConfigError(f"cannot compute PM for {', '.join(bad)}{why}",
                           f"choose among {', '.join(registry.PM_METRICS)}")
     if not metrics:

@@ -25,8 +25,8 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_degenerate_<setting>", "degenerate generations (excluded from every metric)"),
     ("propme_<corpus>_failed_<setting>", "generations whose tracing failed (excluded; 0 is healthy)"),
     ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
-    ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for nvr_max)"),
-    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for nvr_max)"),
+    ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for " + ", ".join(m.name for m in registry.METRICS if m.aggregation == "max") + ")"),
+    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for " + ", ".join(m.name for m in registry.METRICS if m.aggregation == "max") + ")"),
     ("propme_<corpus>_<setting>_<metric>_wilson_low",
      "Wilson 95% lower bound, proportions only (" + ", ".join(registry.PROPORTIONS) + ")"),
     ("propme_<corpus>_<setting>_<metric>_wilson_high", "Wilson 95% upper bound, proportions only"),
@@ -50,10 +50,10 @@ def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> l
         cols += [f"{p}_n_{s}", f"{p}_generations_{s}", f"{p}_degenerate_{s}", f"{p}_failed_{s}"]
     for s in settings:
         for m in registry.NAMES:
-            if m == "extraction" and s != PREFIX:
+            if not registry.metric(m).applies(s):
                 continue
             cols.append(f"{p}_{s}_{m}")
-            if m != "nvr_max":
+            if registry.metric(m).aggregation != "max":  # a maximum has no bootstrap interval
                 cols += [f"{p}_{s}_{m}_low", f"{p}_{s}_{m}_high"]
             if m in registry.PROPORTIONS:
                 cols += [f"{p}_{s}_{m}_wilson_low", f"{p}_{s}_{m}_wilson_high"]
@@ -76,7 +76,7 @@ def row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
         out[f"{p}_failed_{s}"] = sr.counts["failed"]
         for m, mr in sr.metrics.items():
             out[f"{p}_{s}_{m}"] = mr.value
-            if m != "nvr_max":
+            if registry.metric(m).aggregation != "max":  # a maximum has no bootstrap interval
                 out[f"{p}_{s}_{m}_low"], out[f"{p}_{s}_{m}_high"] = mr.low, mr.high
             if m in registry.PROPORTIONS:
                 out[f"{p}_{s}_{m}_wilson_low"], out[f"{p}_{s}_{m}_wilson_high"] = mr.wilson_low, mr.wilson_high

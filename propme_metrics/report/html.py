@@ -382,7 +382,7 @@ def _badges(gen: dict[str, Any], leaked: list[PIIItem], n_segments: int, n_docs:
     if gen.get("degenerate"):
         badges.append(Badge("b bad", "degenerate (excluded)"))
     badges.append(Badge("b", f"longest span {gen.get('longest_span', 0)} tok"))
-    nvmax = gen.get("nv_recall_max")
+    nvmax = gen.get("nvr_max")
     if isinstance(nvmax, (int, float)):
         badges.append(Badge("b", f"NV-recall max {nvmax:.3g}"))
     if gen.get("full_match"):

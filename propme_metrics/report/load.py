@@ -18,7 +18,7 @@ from propme_metrics.trace.result import TraceResult
 
 
 @dataclass
-class PromptRecord:
+class TracedPrompt:
     """One prompt of a setting with its traced generations (several when sampling)."""
 
     id: str
@@ -56,7 +56,7 @@ class RunTask:
     metadata: dict[str, Any]
     index_identity: str | None
     results: dict[str, Any]        #: lm-eval's aggregates for the task ("<metric>,<filter>" keys)
-    prompts: list[PromptRecord]
+    prompts: list[TracedPrompt]
     results_path: Path
     samples_path: Path
     date_id: str
@@ -177,9 +177,11 @@ def load_retrace(summary_path: str | Path) -> Retrace:
     return Retrace(summary_path, samples, identity, results)
 
 
-def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()) -> tuple[list[PromptRecord], set[str | None]]:
+def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()
+                 ) -> tuple[list[TracedPrompt], set[str | None], dict[str, str] | None]:
+    """A samples file's prompts with their traces, the index identities they name, and the start token of its first row."""
     retrace = next((r for r in retraces if r.samples_path == path.resolve()), None)
-    prompts: dict[str, PromptRecord] = {}
+    prompts: dict[str, TracedPrompt] = {}
     identities: set[str | None] = set()
     first_filter: str | None = None
     try:
@@ -211,7 +213,7 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()) -> tup
                 _apply_retrace(retrace, s, trace, identity, path)
             rec = prompts.get(pid)
             if rec is None:
-                rec = prompts[pid] = PromptRecord(
+                rec = prompts[pid] = TracedPrompt(
                     id=pid, prompt=str(doc.get("prompt", _prompt_from_arguments(row))),
                     domain=str(doc.get("domain") or ""), language=str(doc.get("language") or ""),
                     continuation=str(doc.get("continuation") or ""), source_doc=str(doc.get("source_doc") or ""))
@@ -228,19 +230,7 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()) -> tup
                 rec.generations.append(gen)
                 # personal data is recomputed from the trace: one definition, whatever the run recorded
                 rec.values.append(contributions(result) if counts_for_metrics(result) else None)
-    return list(prompts.values()), identities
-
-
-def _start_token_of(path: Path) -> dict[str, str] | None:
-    """The start token recorded in a samples file's first document (None for runs without one)."""
-    with open(path, encoding="utf-8") as fh:
-        for _, row in json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task"):
-            doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
-            if "start_token_choice" not in doc:
-                return None
-            return {k: str(doc.get(f"start_token{s}") or "") for k, s in
-                    (("token", ""), ("choice", "_choice"), ("note", "_note"))}
-    return None
+    return list(prompts.values()), identities, rows[0].start_token if rows else None
 
 
 def describe_start_token(start: dict[str, str] | None) -> str:
@@ -305,7 +295,7 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask
             if not samples_path.is_file():
                 raise ConfigError(f"missing samples file {samples_path} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
-            prompts, identities = load_samples(samples_path, task, retraces)
+            prompts, identities, start_token = load_samples(samples_path, task, retraces)
             if len(identities) > 1:
                 raise ConfigError(f"{samples_path} mixes generations traced against several indexes: "
                                   + ", ".join(sorted(str(i) for i in identities)))
@@ -314,7 +304,7 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask
                 metadata=metadata, index_identity=next(iter(identities), None),
                 results=(data.get("results") or {}).get(task) or {}, prompts=prompts,
                 results_path=results_path, samples_path=samples_path, date_id=date_id, limit=limit,
-                start_token=_start_token_of(samples_path)))
+                start_token=start_token))
     return tasks
 
 

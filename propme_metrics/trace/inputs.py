@@ -55,6 +55,15 @@ class SampleRow:
     def doc(self) -> dict[str, Any]:
         return self.row["doc"] if isinstance(self.row.get("doc"), dict) else {}
 
+    @property
+    def start_token(self) -> dict[str, str] | None:
+        """{"token", "choice", "note"} of the start token the hook recorded (None: a run made before
+        PropMe recorded start tokens)."""
+        doc = self.doc
+        if "start_token_choice" not in doc:
+            return None
+        return {k: str(doc.get(f"start_token{s}") or "") for k, s in (("token", ""), ("choice", "_choice"), ("note", "_note"))}
+
     def key(self, j: int, n_gens: int) -> str:
         """The key of generation j (of n_gens): the hook's key, with "@FILTER" when several filters."""
         return sample_key(self.row, self.n, j, n_gens) + (f"@{self.filter}" if self.several_filters else "")

@@ -142,9 +142,9 @@ class TraceResult:
         data = asdict(self)
         data.update(longest_span=self.longest_span, full_match=self.full_match,
                     full_match_normalized=self.full_match_normalized,
-                    nv_recall_max=max(self.nv_recalls, default=0.0))
+                    nvr_max=max(self.nv_recalls, default=0.0))
         order = ["key", "text", "n_tokens", "mode", "longest_span", "full_match", "full_match_normalized",
-                 "nv_recall_max", "degenerate", "extracted", "error", "final_spans", "spans"]
+                 "nvr_max", "degenerate", "extracted", "error", "final_spans", "spans"]
         return {k: data[k] for k in order}
 
     @classmethod

@@ -24,7 +24,7 @@ from propme_metrics.trace.inputs import Generation
 from propme_metrics.trace.result import TraceResult
 from propme_metrics.trace.tracer import Tracer
 
-FORMAT = "propme-trace-journal/1"
+JOURNAL_FORMAT = "propme-trace-journal/1"
 #: generations traced between two journal writes, per worker (what an interruption can cost)
 CHUNK_PER_WORKER = 64
 
@@ -57,7 +57,7 @@ def trace_resumable(tracer: Tracer, generations: Sequence[Generation], out: Path
         if not resumed:
             fh.seek(0)
             fh.truncate()
-            fh.write(json.dumps({"format": FORMAT, "fingerprint": fingerprint}) + "\n")
+            fh.write(json.dumps({"format": JOURNAL_FORMAT, "fingerprint": fingerprint}) + "\n")
             fh.flush()
         todo = list(generations[resumed:])
         started = time.time()
@@ -101,7 +101,7 @@ def _read_journal(fh: IO[str], fingerprint: str, generations: Sequence[Generatio
     fh.seek(0)
     header = fh.readline()
     try:
-        if json.loads(header) != {"format": FORMAT, "fingerprint": fingerprint}:
+        if json.loads(header) != {"format": JOURNAL_FORMAT, "fingerprint": fingerprint}:
             return []
     except ValueError:
         return []

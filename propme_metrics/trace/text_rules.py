@@ -22,13 +22,19 @@ def normalize_text(text: str) -> str:
     return text.strip()
 
 
+#: a degenerate generation compresses below this ratio with zlib ...
+DEGENERATE_COMPRESSION = 0.10
+#: ... and has fewer letters than this share of its characters
+DEGENERATE_LETTERS = 0.5
+
+
 def is_degenerate(text: str) -> bool:
     """Repetitive junk: compresses below 10% with zlib and is less than half letters."""
     if not text:
         return False
     raw = text.encode("utf-8", "surrogatepass")
     letters = sum(c.isalpha() for c in text) / len(text)
-    return len(zlib.compress(raw)) / len(raw) < 0.10 and letters < 0.5
+    return len(zlib.compress(raw)) / len(raw) < DEGENERATE_COMPRESSION and letters < DEGENERATE_LETTERS
 
 
 def continuation_reproduced(generation: str, continuation: str) -> bool:

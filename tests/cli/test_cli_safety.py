@@ -89,7 +89,7 @@ def test_journal_of_another_job_or_cut_short_is_not_reused(tmp_path, monkeypatch
     out.mkdir()
     journal = journal_path(out / "r.jsonl")
     lines = (tmp_path / "once" / "r.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
-    journal.write_text(json.dumps({"format": resume_module.FORMAT, "fingerprint": "another job"}) + "\n"
+    journal.write_text(json.dumps({"format": resume_module.JOURNAL_FORMAT, "fingerprint": "another job"}) + "\n"
                        + "".join(lines[:3]), encoding="utf-8")
     code, _, err = cli_run(*trace_args(synthetic_index, inp, out))
     assert code == 0 and "resumed" not in err

@@ -192,15 +192,15 @@ def test_llama_style_tokenizer_gets_one_bos_not_two(demo_paths, llama_style_dir,
 
 
 def test_report_resamples_prompt_free_settings_by_generation(tmp_path):
-    from propme_metrics.report.load import PromptRecord, RunTask
+    from propme_metrics.report.load import RunTask, TracedPrompt
 
     def values(fmr: float) -> dict:
         return {"fmr": (fmr, 1.0), "als": (3.0, 1.0), "fmr_normalized": (fmr, 1.0), "r20": (0.0, 1.0),
                 "r50": (0.0, 1.0), "nvr_above_half": (0.0, 1.0), "nvr": (0.0, 1.0), "nvr_hits": (0.0, 0.0),
                 "nvr_max": (0.0, 1.0), "extraction": (0.0, 0.0)}
 
-    prompts = [PromptRecord(id="a", prompt="", values=[values(1.0), values(0.0), None]),
-               PromptRecord(id="b", prompt="", values=[values(1.0)])]
+    prompts = [TracedPrompt(id="a", prompt="", values=[values(1.0), values(0.0), None]),
+               TracedPrompt(id="b", prompt="", values=[values(1.0)])]
     task = dict(task="t", corpus="c", model="m", revision="", model_args="", metadata={}, index_identity="i",
                 results={}, prompts=prompts, results_path=tmp_path, samples_path=tmp_path, date_id="d")
     free, prompted = RunTask(setting="unconditional", **task), RunTask(setting="generic", **task)
