@@ -538,7 +538,7 @@ def _add_demo_and_tasks_commands(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--quiet", action="store_true", help="no progress bars")
     d.set_defaults(func=cmd_demo)
     tn = sub.add_parser("tasks-new", help="write lm-eval task YAML propme_<name> for your own corpus index",
-                        description="Write a task group propme_<name> (generic, specific, prefix) that traces "
+                        description="Write a task group propme_<name> (generic, specific, prefix, unconditional, minimal_cue) that traces "
                                     "against your index; pass the folder to lm_eval --include_path.")
     tn.add_argument("name", help="corpus name: the tasks are called propme_<name>_<setting>")
     tn.add_argument("--index", required=True, help="index folder built with `propme index build`")

@@ -6,8 +6,10 @@ samples; only the last log2(stride) steps then read the index files. With the de
 about 17 bytes per 1,024 tokens (16-bit ids), under 0.3% of the index.
 
 The samples are written beside the shard files as `propme-toplevel.N.npz` (a name the engine's
-file matching ignores) when the index is built, and rebuilt in memory from a sequential scan of the
-shard files when that file is missing, stale or unreadable.
+file matching ignores) when the index is built, and checksummed in the manifest with the other
+files, so opening an index refuses a missing or changed one. Only an index whose manifest records
+no checksums (built by an older PropMe) has them rebuilt here from a sequential scan of the shard
+files when the file is missing, stale or unreadable.
 """
 from __future__ import annotations
 
