@@ -15,6 +15,27 @@ from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
 from support.corpora import gpt2_tokenizer, make_index, write_jsonl  # noqa: E402,F401
 
 
+@pytest.fixture
+def cli_run(capsys, monkeypatch):
+    """`propme ...` in-process: (exit code, stdout, stderr) on a wide console; never a traceback."""
+    from propme_metrics.cli import app as cli
+    from propme_metrics.core.progress import stderr_console
+
+    monkeypatch.setattr(stderr_console, "_width", 10_000)
+
+    def run(*args) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            code = cli.main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's own usage errors (exit 2)
+            code = exc.code
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err
+        return code, out, err
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def gpt2_dir(tmp_path_factory) -> Path:
     return gpt2_tokenizer(tmp_path_factory.mktemp("gpt2-tokenizer"))

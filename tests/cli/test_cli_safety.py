@@ -13,28 +13,9 @@ import pytest
 
 import propme_metrics.trace.runner as resume_module
 from propme_metrics.cli import app as cli
-from propme_metrics.core.progress import stderr_console
 from propme_metrics.trace.runner import journal_path
 from propme_metrics.trace.tracer import Tracer
 from support.corpora import write_jsonl
-
-
-@pytest.fixture
-def cli_run(capsys, monkeypatch):
-    """`propme ...` in-process: (exit code, stdout, stderr); never a traceback."""
-    monkeypatch.setattr(stderr_console, "_width", 10_000)
-
-    def run(*args) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            code = cli.main([str(a) for a in args])
-        except SystemExit as exc:  # argparse's own usage errors (exit 2)
-            code = exc.code
-        out, err = capsys.readouterr()
-        assert "Traceback" not in err
-        return code, out, err
-
-    return run
 
 
 def generations_file(path: Path, records: list[dict], n: int = 9) -> Path:

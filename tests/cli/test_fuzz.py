@@ -12,10 +12,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from propme_metrics.cli import app as cli
 from propme_metrics.core.errors import ConfigError, PropMeError
 from propme_metrics.core.jsonl import REPLACEMENT, json_objects
-from propme_metrics.core.progress import stderr_console
 from propme_metrics.index.reader import open_index
 from propme_metrics.index.sources import CorpusSource
 from propme_tasks.hooks import TaskConfigError, trace_config
@@ -50,23 +48,6 @@ def no_surrogates(value) -> bool:
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory) -> Path:
     return word_level_tokenizer(tmp_path_factory.mktemp("tok"), 100)
-
-
-@pytest.fixture
-def cli_run(capsys, monkeypatch):
-    monkeypatch.setattr(stderr_console, "_width", 10_000)
-
-    def run(*args) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            code = cli.main([str(a) for a in args])
-        except SystemExit as exc:  # argparse usage errors
-            code = exc.code
-        out, err = capsys.readouterr()
-        assert "Traceback" not in err
-        return code, out, err
-
-    return run
 
 
 # --- JSON lines and corpus documents -----------------------------------------------------------------

@@ -18,7 +18,6 @@ import pytest
 import propme_metrics.index.build as build_module
 from propme_metrics.cli import app as cli
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.core.progress import stderr_console
 from propme_metrics.index.build import old_dir, partial_dir
 from propme_metrics.index.manifest import MANIFEST_NAME
 from propme_metrics.index.reader import open_index, verify_index
@@ -34,21 +33,6 @@ def word_docs(n: int, seed: int, words: int = 40) -> list[dict]:
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory) -> Path:
     return word_level_tokenizer(tmp_path_factory.mktemp("tok"), 100)
-
-
-@pytest.fixture
-def cli_run(capsys, monkeypatch):
-    """`propme ...` in-process: (exit code, stdout, stderr); never a traceback."""
-    monkeypatch.setattr(stderr_console, "_width", 10_000)
-
-    def run(*args) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = cli.main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        assert "Traceback" not in err
-        return code, out, err
-
-    return run
 
 
 def build_args(corpus: Path, out: Path, tok: Path, *extra) -> list[str]:

@@ -27,7 +27,6 @@ import propme_metrics.index.build as build_module
 from propme_metrics.cli import app as cli
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import ConfigError, IndexFormatError
-from propme_metrics.core.progress import stderr_console
 from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.build import build_index, choose_token_width, join_indexes, partial_dir
 from propme_metrics.index.format import pointer_size
@@ -146,21 +145,6 @@ def refuse(name: str):
         raise AssertionError(f"{name} must not run")
 
     return wrapper
-
-
-@pytest.fixture
-def run_cli(capsys, monkeypatch):
-    """Run `propme ...` in-process; returns (exit code, stdout, stderr). Wide console: no line wrapping."""
-    monkeypatch.setattr(stderr_console, "_width", 10_000)
-
-    def run(*args) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = cli.main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        assert "Traceback" not in err
-        return code, out, err
-
-    return run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,7 +419,7 @@ def test_interrupted_tokenization_restarts_cleanly(tmp_path, gpt2_dir, gpt2_tok)
     assert [index.document(i).meta["id"] for i in range(30)] == [r["id"] for r in records[0::2] + records[1::2]]
 
 
-def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir, run_cli):
+def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir, cli_run):
     corpus = write_jsonl(tmp_path / "big.jsonl", generate_corpus(2000, seed=5))  # about 0.6M tokens
     out = tmp_path / "idx"
     argv = ["index", "build", str(corpus), "--out", str(out), "--tokenizer", str(gpt2_dir), "--shards", "2",
@@ -456,13 +440,13 @@ def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir
         proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
     assert_not_an_index(out)
-    code, _, err = run_cli("index", "info", out)
+    code, _, err = cli_run("index", "info", out)
     assert code == 3 and "does not exist" in err
 
-    code, out_text, err = run_cli(*argv)
+    code, out_text, err = cli_run(*argv)
     assert code == 0, err
     assert "2,000 documents" in out_text
-    code, out_text, _ = run_cli("index", "verify", out)
+    code, out_text, _ = cli_run("index", "verify", out)
     assert code == 0 and "index verified" in out_text
     assert not partial_dir(out).exists()
 
@@ -521,11 +505,11 @@ ERROR_CASES = ["empty corpus", "missing corpus", "missing text field", "not gzip
 
 
 @pytest.mark.parametrize("case", ERROR_CASES)
-def test_build_errors_are_one_message(case, tmp_path, small_tokenizer, wide_tokenizer, run_cli):
+def test_build_errors_are_one_message(case, tmp_path, small_tokenizer, wide_tokenizer, cli_run):
     good = write_jsonl(tmp_path / "good.jsonl", DANISH)
     argv, expected_code, fragments = _corpus_cases(tmp_path, small_tokenizer, wide_tokenizer, good)[case]
     try:
-        code, out, err = run_cli("index", "build", *argv, "--quiet", "--skip-space-check")
+        code, out, err = cli_run("index", "build", *argv, "--quiet", "--skip-space-check")
     except Exception as exc:  # an uncaught exception is exactly the failure this test is about
         pytest.fail(f"{case}: uncaught {type(exc).__name__}: {exc}")
     assert code == expected_code, err
@@ -552,18 +536,18 @@ def test_console_script_errors_without_traceback(tmp_path):
         assert result.stderr.startswith("error: ") and fragment in result.stderr
 
 
-def test_out_holding_another_index_is_refused(tmp_path, synthetic_index, synthetic_opened, gpt2_dir, run_cli):
+def test_out_holding_another_index_is_refused(tmp_path, synthetic_index, synthetic_opened, gpt2_dir, cli_run):
     out = tmp_path / "idx"
     shutil.copytree(synthetic_index, out)
     other = write_jsonl(tmp_path / "other.jsonl", DANISH)
-    code, _, err = run_cli("index", "build", other, "--out", out, "--tokenizer", gpt2_dir, "--quiet")
+    code, _, err = cli_run("index", "build", other, "--out", out, "--tokenizer", gpt2_dir, "--quiet")
     assert code == 2 and "already holds a different index" in err and "--force" in err
     assert open_index(out).manifest.to_dict() == synthetic_opened.manifest.to_dict()  # untouched
 
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / "notes.txt").write_text("mine")
-    code, _, err = run_cli("index", "build", other, "--out", junk, "--tokenizer", gpt2_dir, "--quiet")
+    code, _, err = cli_run("index", "build", other, "--out", junk, "--tokenizer", gpt2_dir, "--quiet")
     assert code == 2 and "not empty" in err
     assert (junk / "notes.txt").read_text() == "mine"
 
@@ -579,14 +563,14 @@ def test_same_build_twice_is_a_noop(tmp_path, monkeypatch, synthetic_index, synt
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes
 
 
-def test_force_replaces_an_index(tmp_path, gpt2_dir, gpt2_tok, run_cli):
+def test_force_replaces_an_index(tmp_path, gpt2_dir, gpt2_tok, cli_run):
     first = write_jsonl(tmp_path / "first.jsonl", generate_corpus(10, seed=21))
     second = write_jsonl(tmp_path / "second.jsonl", DANISH_CORPUS)
     out = tmp_path / "idx"
-    assert run_cli("index", "build", first, "--out", out, "--tokenizer", gpt2_dir, "--quiet")[0] == 0
-    code, _, err = run_cli("index", "build", second, "--out", out, "--tokenizer", gpt2_dir, "--quiet")
+    assert cli_run("index", "build", first, "--out", out, "--tokenizer", gpt2_dir, "--quiet")[0] == 0
+    code, _, err = cli_run("index", "build", second, "--out", out, "--tokenizer", gpt2_dir, "--quiet")
     assert code == 2 and "different index" in err
-    code, out_text, err = run_cli("index", "build", second, "--out", out, "--tokenizer", gpt2_dir, "--quiet", "--force")
+    code, out_text, err = cli_run("index", "build", second, "--out", out, "--tokenizer", gpt2_dir, "--quiet", "--force")
     assert code == 0, err
     index = open_index(out)
     assert index.manifest.total_documents == len(DANISH_CORPUS)
@@ -601,8 +585,8 @@ def test_force_replaces_an_index(tmp_path, gpt2_dir, gpt2_tok, run_cli):
 # info and verify
 
 
-def test_info_json(synthetic_index, synthetic_records, run_cli):
-    code, out, _ = run_cli("index", "info", synthetic_index, "--json")
+def test_info_json(synthetic_index, synthetic_records, cli_run):
+    code, out, _ = cli_run("index", "info", synthetic_index, "--json")
     assert code == 0
     info = json.loads(out)
     manifest = json.loads((synthetic_index / MANIFEST_NAME).read_text(encoding="utf-8"))
@@ -615,16 +599,16 @@ def test_info_json(synthetic_index, synthetic_records, run_cli):
     assert sample["text_start"] and record["text"].startswith(sample["text_start"].rstrip("\ufffd"))
     assert info["files"]["tokenized.0"] == manifest["shards"][0]["ds_bytes"]
 
-    code, out, _ = run_cli("index", "info", synthetic_index)
+    code, out, _ = cli_run("index", "info", synthetic_index)
     assert code == 0 and manifest["identity"] in out
 
 
-def test_verify_good_index(synthetic_index, run_cli):
-    code, out, _ = run_cli("index", "verify", synthetic_index)
+def test_verify_good_index(synthetic_index, cli_run):
+    code, out, _ = cli_run("index", "verify", synthetic_index)
     assert code == 0 and "index verified" in out and "FAIL" not in out
 
 
-def test_verify_detects_two_swapped_pointers(tmp_path, synthetic_index, run_cli):
+def test_verify_detects_two_swapped_pointers(tmp_path, synthetic_index, cli_run):
     out = tmp_path / "idx"
     shutil.copytree(synthetic_index, out)
     table = shard_file(out, "table", 0)
@@ -636,36 +620,36 @@ def test_verify_detects_two_swapped_pointers(tmp_path, synthetic_index, run_cli)
     raw[[i, j]] = raw[[j, i]]
     raw.tofile(table)
     assert table.stat().st_size == size
-    code, _, err = run_cli("index", "verify", out)
+    code, _, err = cli_run("index", "verify", out)
     assert code == 3 and "table.0 does not match its sampled checksum" in err  # caught on open already
     # as if the build itself had written the swapped table: checksums agree, only the order check can see it
     m = json.loads((out / MANIFEST_NAME).read_text())
     m["files"] = checksum_files(out, list(m["files"]))
     (out / MANIFEST_NAME).write_text(json.dumps(m))
     # `--samples` above the table length: every adjacent pair should be looked at
-    code, out_text, _ = run_cli("index", "verify", out, "--samples", 10**6)
+    code, out_text, _ = cli_run("index", "verify", out, "--samples", 10**6)
     assert code == 1
     assert "FAIL suffix array sorted" in out_text and "index verification FAILED" in out_text
 
 
-def test_truncated_table_is_reported(tmp_path, synthetic_index, run_cli):
+def test_truncated_table_is_reported(tmp_path, synthetic_index, cli_run):
     out = tmp_path / "idx"
     shutil.copytree(synthetic_index, out)
     table = shard_file(out, "table", 1)
     with open(table, "r+b") as fh:
         fh.truncate(table.stat().st_size - 3)
     for command in ("info", "verify"):
-        code, _, err = run_cli("index", command, out)
+        code, _, err = cli_run("index", command, out)
         assert code == 3 and "table.1" in err and "truncated" in err
     with pytest.raises(IndexFormatError, match="table.1"):
         open_index(out)
 
 
-def test_info_on_missing_and_non_index_folders(tmp_path, run_cli):
-    code, _, err = run_cli("index", "info", tmp_path / "nothing")
+def test_info_on_missing_and_non_index_folders(tmp_path, cli_run):
+    code, _, err = cli_run("index", "info", tmp_path / "nothing")
     assert code == 3 and "does not exist" in err
     (tmp_path / "plain").mkdir()
-    code, _, err = run_cli("index", "info", tmp_path / "plain")
+    code, _, err = cli_run("index", "info", tmp_path / "plain")
     assert code == 3 and "not a PropMe index" in err
 
 
@@ -673,14 +657,14 @@ def test_info_on_missing_and_non_index_folders(tmp_path, run_cli):
 # source selection and metadata
 
 
-def test_exclude_sources_and_keep_fields(tmp_path, gpt2_dir, gpt2_tok, run_cli):
+def test_exclude_sources_and_keep_fields(tmp_path, gpt2_dir, gpt2_tok, cli_run):
     records = list(generate_corpus(40, seed=31))
     excluded = {"da_bøger", "en_news"}
     kept = [r for r in records if r["source"] not in excluded]
     assert 0 < len(kept) < len(records)
     corpus = write_jsonl(tmp_path / "c.jsonl", records)
     out = tmp_path / "idx"
-    code, _, err = run_cli("index", "build", corpus, "--out", out, "--tokenizer", gpt2_dir, "--quiet",
+    code, _, err = cli_run("index", "build", corpus, "--out", out, "--tokenizer", gpt2_dir, "--quiet",
                            "--exclude-sources", ",".join(sorted(excluded)), "--keep-fields", "id")
     assert code == 0, err
     index = open_index(out)
@@ -699,14 +683,14 @@ def test_exclude_sources_and_keep_fields(tmp_path, gpt2_dir, gpt2_tok, run_cli):
 
 
 def test_shards_built_apart_and_joined(tmp_path, synthetic_corpus, synthetic_index, synthetic_opened, synthetic_bf,
-                                       gpt2_dir, run_cli):
+                                       gpt2_dir, cli_run):
     parts = [tmp_path / "part0", tmp_path / "part1"]
     for sid, part in enumerate(parts):
         m = make_index(synthetic_corpus, part, gpt2_dir, num_shards=2, shard_ids=[sid])
         assert m.shard_ids == [sid] and not m.complete
         with pytest.raises(IndexFormatError, match="join"):
             open_index(part)
-    code, _, err = run_cli("index", "info", parts[0])
+    code, _, err = cli_run("index", "info", parts[0])
     assert code == 3 and "join" in err
 
     with pytest.raises(ConfigError, match="missing"):
@@ -716,7 +700,7 @@ def test_shards_built_apart_and_joined(tmp_path, synthetic_corpus, synthetic_ind
     assert not (tmp_path / "nope").exists()
 
     joined = tmp_path / "joined"
-    code, out_text, err = run_cli("index", "join", *parts, "--out", joined)
+    code, out_text, err = cli_run("index", "join", *parts, "--out", joined)
     assert code == 0, err
     index = open_index(joined)
     assert index.manifest.complete
@@ -732,7 +716,7 @@ def test_shards_built_apart_and_joined(tmp_path, synthetic_corpus, synthetic_ind
     assert index.document(7).meta == synthetic_opened.document(7).meta
     assert verify_index(joined).ok
 
-    code, _, err = run_cli("index", "join", *parts, "--out", joined)
+    code, _, err = cli_run("index", "join", *parts, "--out", joined)
     assert code == 2 and "not empty" in err
     # the same full build aimed at the joined folder finds it finished
     assert make_index(synthetic_corpus, joined, gpt2_dir, num_shards=2).created == index.manifest.created
