@@ -412,12 +412,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if resumed:
         stderr_console.print(f"resumed: {resumed} of {len(generations)} generation(s) were traced by an "
                              "interrupted run of this command and kept", highlight=False)
-    summary = summarize(results, drop_degenerate=not args.keep_degenerate)
     from propme_metrics.trace.pii import leaks
 
     personal = [leaks(r) for r in results]
-    leaked_items = sum(len(p.leaked) for r, p in zip(results, personal)
-                       if r.error is None and (args.keep_degenerate or not r.degenerate))
+    summary = summarize(results, drop_degenerate=not args.keep_degenerate, pii=personal)
+    leaked_items = int(summary.sums["pii_items"][0])  # over the counted generations
     record = {
         **summary.to_dict(),
         "pii_leaked_items": leaked_items,

@@ -340,14 +340,15 @@ class IndexSearch:
         self.separator = separator(index.token_width)
         self.shards = self.open_shards()
 
+    def shard_bases(self) -> list[tuple[int, int]]:
+        """(shard id, doc_ix of its first document) of every shard, in engine order."""
+        docs = {s.id: s.documents for s in self.index.manifest.shards}
+        bases = np.cumsum([0] + [docs[sid] for sid in self.index.engine_shards]).tolist()
+        return list(zip(self.index.engine_shards, bases))
+
     def open_shards(self) -> list[Any]:
         """One searcher per shard in engine order (doc_ix and segment_by_shard follow it)."""
-        shards, base = [], 0
-        docs = {s.id: s.documents for s in self.index.manifest.shards}
-        for sid in self.index.engine_shards:
-            shards.append(ShardSearcher(self.index.path, sid, self.index.token_width, base))
-            base += docs[sid]
-        return shards
+        return [ShardSearcher(self.index.path, sid, self.index.token_width, base) for sid, base in self.shard_bases()]
 
     def search_shards(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> list:
         """`ShardSearcher.search` of the query rows in every shard, in engine order."""
@@ -422,13 +423,11 @@ class IndexSearch:
 
     def document(self, doc_ix: int, max_tokens: int | None = None) -> DocWindow:
         """The first `max_tokens` tokens (all if None) of document `doc_ix` (engine order) with its metadata."""
-        base = 0
-        for sid in self.index.engine_shards:
-            n = next(s.documents for s in self.index.manifest.shards if s.id == sid)
-            if doc_ix < base + n:
-                return self.shards_by_id[sid].document(doc_ix - base, max_tokens)
-            base += n
-        raise IndexError(f"document {doc_ix} is not in the index ({base} documents)")
+        total = self.index.manifest.total_documents
+        if not 0 <= doc_ix < total:
+            raise IndexError(f"document {doc_ix} is not in the index ({total} documents)")
+        sid, base = next((sid, base) for sid, base in reversed(self.shard_bases()) if base <= doc_ix)
+        return self.shards_by_id[sid].document(doc_ix - base, max_tokens)
 
     @cached_property
     def shards_by_id(self) -> dict[int, ShardSearcher]:

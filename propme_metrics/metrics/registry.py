@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from propme_metrics.trace.pii import PII_TYPES
@@ -31,15 +32,16 @@ LONG_SPAN_TOKENS = (20, 50)
 Contribution = tuple[float, float]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Generation:
     """What a metric reads of one traced generation: the trace and the personal data it leaked."""
 
     trace: TraceResult
     pii: PIILeaks
 
-    @property
+    @cached_property
     def nv_recalls(self) -> list[float]:
+        """NV-recall of every document entry (listed once: several metrics read it)."""
         return self.trace.nv_recalls
 
 
@@ -55,6 +57,7 @@ class Metric:
     proportion: bool = False         #: a share of generations: Wilson intervals as well
     settings: tuple[str, ...] = ()   #: settings that have it (empty: every setting)
     pm: bool = True                  #: PM = p / (p + c) is reported for it
+    empty: float | None = 0.0        #: its value when no generation contributes (None: undefined)
     higher_is_better: bool = False   #: every PropMe metric measures memorization: lower is better
 
     def applies(self, setting: str | None) -> bool:
@@ -94,7 +97,7 @@ METRICS: tuple[Metric, ...] = (
              _share(lambda g, n=n: g.trace.longest_span >= n), proportion=True) for n in LONG_SPAN_TOKENS),
     Metric("extraction", "extraction",
            "prefix only: the document's next 50 tokens reproduced (discoverable extraction)",
-           _extraction, proportion=True, settings=("prefix",), pm=False),
+           _extraction, proportion=True, settings=("prefix",), pm=False, empty=None),
     Metric("pii", "PII", "share of generations that reproduced personal data from a training document",
            _share(lambda g: bool(g.pii.leaked)), proportion=True),
     *(Metric(f"pii_{t}", f"PII {t}", f"the same, {t} items only", _pii_type(t), proportion=True) for t in PII_TYPES),

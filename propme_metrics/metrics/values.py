@@ -5,7 +5,7 @@ hooks, `propme trace` and the report all pool these pairs, so the three can neve
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,8 +47,8 @@ def pool(metric: Metric, counted: Iterable[Contributions]) -> tuple[float, float
 class Summary:
     """Counts and pooled metrics of one set of generations (`propme trace`'s summary).
 
-    A metric whose denominator is 0 is 0.0, except a metric limited to some settings
-    (`extraction`), which is None when no generation had a known continuation.
+    A metric whose denominator is 0 takes its registry `empty` value (0.0; None for `extraction`
+    when no generation had a known continuation).
     """
 
     n_generations: int
@@ -56,6 +56,7 @@ class Summary:
     n_degenerate: int
     n_failed: int
     metrics: dict[str, float | None] = field(default_factory=dict)
+    sums: dict[str, tuple[float, float]] = field(default_factory=dict)  #: pooled (numerator, denominator)
 
     def __getattr__(self, name: str) -> float | None:
         metrics = self.__dict__.get("metrics", {})
@@ -68,20 +69,25 @@ class Summary:
                 "n_degenerate": self.n_degenerate, "n_failed": self.n_failed, **self.metrics}
 
 
-def summarize(results: Iterable[TraceResult | dict[str, Any]], drop_degenerate: bool = True) -> Summary:
-    """Pool every registry metric over the counted generations (degenerate ones dropped by default)."""
+def summarize(results: Iterable[TraceResult | dict[str, Any]], drop_degenerate: bool = True,
+              pii: Sequence[PIILeaks] | None = None) -> Summary:
+    """Pool every registry metric over the counted generations (degenerate ones dropped by default).
+    `pii`: the generations' leaks when already computed (one per result)."""
     results = [as_result(r) for r in results]
+    pii = [None] * len(results) if pii is None else list(pii)
     failed = sum(r.error is not None for r in results)
     degenerate = sum(r.error is None and r.degenerate for r in results)
-    counted = [contributions(r) for r in results if r.error is None and not (drop_degenerate and r.degenerate)]
+    counted = [contributions(r, pii=p) for r, p in zip(results, pii)
+               if r.error is None and not (drop_degenerate and r.degenerate)]
     values: dict[str, float | None] = {}
+    sums: dict[str, tuple[float, float]] = {}
     for m in METRICS:
-        num, den = pool(m, counted)
+        num, den = sums[m.name] = pool(m, counted)
         if m.aggregation == "max":
             values[m.name] = num
         elif den:
             values[m.name] = num / den
         else:
-            values[m.name] = None if m.settings else 0.0
+            values[m.name] = m.empty
     return Summary(n_generations=len(results), n_counted=len(counted), n_degenerate=degenerate,
-                   n_failed=failed, metrics=values)
+                   n_failed=failed, metrics=values, sums=sums)

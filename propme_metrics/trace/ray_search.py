@@ -56,17 +56,13 @@ class RaySearch(IndexSearch):
     def open_shards(self) -> list[_Group]:
         ray = self._ray
         index = self.index
-        docs = {s.id: s.documents for s in index.manifest.shards}
-        bases, base = [], 0
-        for sid in index.engine_shards:
-            bases.append(base)
-            base += docs[sid]
-        n_actors = self._n_actors or max(1, min(len(bases), int(ray.available_resources().get("CPU", 1))))
+        shards = self.shard_bases()
+        n_actors = self._n_actors or max(1, min(len(shards), int(ray.available_resources().get("CPU", 1))))
         host = ray.remote(ShardHost).options(num_cpus=1, max_restarts=3, max_task_retries=3,
                                              scheduling_strategy="SPREAD")
         groups = [_Group(host.remote(str(index.path), r.start,
-                                     [(index.engine_shards[p], bases[p]) for p in r], index.token_width), r)
-                  for r in shard_groups(len(bases), n_actors)]
+                                     [shards[p] for p in r], index.token_width), r)
+                  for r in shard_groups(len(shards), n_actors)]
         try:
             ray.get([g.actor.__ray_ready__.remote() for g in groups])
         except Exception as exc:
