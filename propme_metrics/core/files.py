@@ -1,6 +1,7 @@
-"""Writing a file so that it is either absent, the old version, or complete: never half-written."""
+"""Files written safely: never half-written (atomic replacement), never by two processes at once (locks)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -32,6 +33,19 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write `data` (text as UTF-8) to `path` through `atomic_output`."""
     with atomic_output(path, "wb") as fh:
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def open_locked(path: Path, mode: str, busy: Exception) -> IO[str]:
+    """`path` opened (created if needed) and locked for this process alone, without waiting; `busy`
+    is raised when another process holds the lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, mode, encoding="utf-8")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise busy from None
+    return fh
 
 
 def _umask() -> int:

@@ -8,7 +8,6 @@ the `rust_indexing` binary shipped in the infini-gram wheel (see `build_suffix_a
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ import numpy as np
 from propme_metrics import __version__
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import BuildError, ConfigError, IndexFormatError
-from propme_metrics.core.files import write_atomic
+from propme_metrics.core.files import open_locked, write_atomic
 from propme_metrics.core.progress import progress_bar, rate
 from propme_metrics.index.format import pointer_size, pointers
 from propme_metrics.index.manifest import (
@@ -286,16 +285,11 @@ def _check_out_spares_source(out: Path, source: CorpusSource) -> None:
 def _build_lock(out: Path) -> Iterator[None]:
     """Hold `.<out>.propme-lock` beside `out` for the whole build; a second build of `out` stops at once.
     The lock file is removed at the end (a build that finds it unlinked under its lock tries again)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     path = out.parent / f".{out.name}.propme-lock"
+    busy = ConfigError(f"another `propme index build` is building {out} right now",
+                       "wait for it to finish (re-running the same command afterwards is a no-op)")
     while True:
-        fh = open(path, "a")
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
-            raise ConfigError(f"another `propme index build` is building {out} right now",
-                              "wait for it to finish (re-running the same command afterwards is a no-op)") from None
+        fh = open_locked(path, "a", busy)
         try:
             same = os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
         except FileNotFoundError:

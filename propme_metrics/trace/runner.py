@@ -9,7 +9,6 @@ and kept in input order.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.files import open_locked
 from propme_metrics.core.progress import progress_bar, rate
 from propme_metrics.trace.inputs import Generation
 from propme_metrics.trace.result import TraceResult
@@ -50,7 +50,8 @@ def trace_resumable(tracer: Tracer, generations: Sequence[Generation], out: Path
     """
     path = journal_path(out)
     chunk = CHUNK_PER_WORKER * workers
-    fh = _open_locked(path, out)
+    fh = open_locked(path, "a+", ConfigError(f"another `propme trace` is writing {out} right now",
+                                             "wait for it to finish, or give this run another --out and --summary"))
     try:
         results = _read_journal(fh, fingerprint, generations)
         resumed = len(results)
@@ -83,16 +84,6 @@ def finish(out: Path) -> None:
     journal_path(out).unlink(missing_ok=True)
 
 
-def _open_locked(path: Path, out: Path) -> IO[str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise ConfigError(f"another `propme trace` is writing {out} right now",
-                          "wait for it to finish, or give this run another --out and --summary") from None
-    return fh
 
 
 def _read_journal(fh: IO[str], fingerprint: str, generations: Sequence[Generation]) -> list[TraceResult]:
