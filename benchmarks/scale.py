@@ -336,6 +336,7 @@ def measure_token_level_build(work: Path, size: int, tokenizer_dir: Path, seed: 
     import numpy as np
 
     import propme_metrics.index.build as build_mod
+    from propme_metrics.core.checksums import checksum_files
     from propme_metrics.index.manifest import IndexManifest, ShardInfo, shard_file
     from propme_metrics.index.sources import CorpusSource
     from propme_metrics.index.tokenizer import load_tokenizer
@@ -416,6 +417,7 @@ def measure_token_level_build(work: Path, size: int, tokenizer_dir: Path, seed: 
     m.shards = [ShardInfo(id=0, documents=n_docs, tokens=n_tokens, ds_bytes=ds.stat().st_size,
                           sa_bytes=shard_file(out, "table", 0).stat().st_size)]
     m.build = {"params_hash": hashlib.sha256(f"token-level {size} {seed}".encode()).hexdigest()}
+    m.files = checksum_files(out, build_mod.index_file_names([0]))  # this shard's files, not the template's
     m.write(out)
     files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
     return {"size": size, "shards": 1, "tokens": n_tokens, "documents": n_docs, "text_bytes": None,
