@@ -42,6 +42,7 @@ from propme_metrics.index.manifest import (
     shard_file,
 )
 from propme_metrics.index.sizing import TEXT_BYTES_PER_TOKEN, check_shard_memory, estimate_build
+from propme_metrics.index.source_counts import count_sources, joined_source_counts
 from propme_metrics.index.sources import CorpusSource
 from propme_metrics.index.tokenizer import (
     DEFAULT_TOKENIZER,
@@ -196,6 +197,7 @@ def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict
         versions=_versions(),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         files=checksum_files(work, index_file_names(shard_ids)),
+        source_counts=count_sources(work, shard_ids, width, params["source"]["source_field"]),
     )
     manifest.write(work)  # its presence marks a finished build (see _finished_partial)
     (work / STATE_NAME).unlink()
@@ -438,7 +440,8 @@ def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str,
         shards=sorted((s for m in manifests for s in m.shards), key=lambda s: s.id),
         build={"params_hash": params_hash, **build_info},
         versions=_versions(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        files=checksum_files(work, index_file_names(range(first.num_shards))))
+        files=checksum_files(work, index_file_names(range(first.num_shards))),
+        source_counts=joined_source_counts([m.source_counts for m in manifests]))
     joined.write(work)
     _install(work, out)
     return joined

@@ -66,6 +66,8 @@ class IndexManifest:
     format: str = INDEX_FORMAT
     #: relative path -> {bytes, xxh3_128, sample}: content checksums of every file (empty for old indexes)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: source -> {documents, tokens}, sources named by source["source_field"] (None: built before it was recorded)
+    source_counts: dict[str, dict[str, int]] | None = None
 
     @property
     def complete(self) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT, is_rare_full_match
 from propme_metrics.trace.pii import PII_TYPES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,6 +88,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("fmr_normalized", "FMR (normalized)",
            "share with a full_normalized entry (after white-space/Unicode normalization; not part of FMR)",
            _share(lambda g: g.trace.full_match_normalized), proportion=True),
+    Metric("fmr_rare", "FMR (rare)",
+           f"share of generations that are full matches whose text occurs at most {RARE_MAX_COUNT} times in the corpus "
+           "(likely memorized unique text, not boilerplate)",
+           _share(lambda g: is_rare_full_match(g.trace)), proportion=True),
     Metric("nvr_hits", "NVR (hits)", "mean NV-recall over document entries with NV-recall > 0",
            lambda g: (float(sum(v for v in g.nv_recalls if v > 0)), float(sum(v > 0 for v in g.nv_recalls)))),
     Metric("nvr_max", "NVR max", "the largest NV-recall of any document entry",
@@ -111,12 +116,12 @@ TRACE_DIAGNOSTIC = ("trace", "per sample: the full trace; in the table: generati
 #: the base metrics each view of a report shows, in order
 VIEWS = {
     "console": ("nvr", "fmr", "als", "pii"),
-    "markdown": ("nvr", "fmr", "als", "r20", "r50", "extraction", "pii"),
-    "html": ("nvr", "fmr", "als", "r20", "r50", "nvr_above_half", "fmr_normalized", "nvr_hits", "nvr_max",
-             "extraction", "pii"),
+    "markdown": ("nvr", "fmr", "fmr_rare", "als", "r20", "r50", "extraction", "pii"),
+    "html": ("nvr", "fmr", "fmr_rare", "als", "r20", "r50", "nvr_above_half", "fmr_normalized", "nvr_hits",
+             "nvr_max", "extraction", "pii"),
 }
 #: metrics `propme report` computes PM for unless `--pm-metrics` says otherwise
-DEFAULT_PM_METRICS = ("nvr", "fmr", "als", "pii")
+DEFAULT_PM_METRICS = ("nvr", "fmr", "fmr_rare", "als", "pii")
 
 NAMES = tuple(m.name for m in METRICS)
 PROPORTIONS = tuple(m.name for m in METRICS if m.proportion)

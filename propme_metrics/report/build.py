@@ -24,9 +24,9 @@ name); with `separate=True` / `--separate`, runs of one corpus that used differe
 prompt sets are reported apart as `<corpus>_set1`, `<corpus>_set2`, ... (in input order).
 `<setting>` is `generic`, `specific`, `prefix` (and `unconditional`, `minimal_cue` or any other
 setting present); `<propensity>` is every setting but `prefix`. `<metric>` is one of `nvr`, `fmr`,
-`als`, `fmr_normalized`, `nvr_hits`, `nvr_max`, `nvr_above_half`, `r20`, `r50`, `extraction`
+`als`, `fmr_normalized`, `fmr_rare`, `nvr_hits`, `nvr_max`, `nvr_above_half`, `r20`, `r50`, `extraction`
 (prefix only), `pii`, `pii_email`, `pii_phone`, `pii_cpr`, `pii_iban`, `pii_card`, `pii_items`.
-`<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,als,pii`). Empty cells
+`<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,fmr_rare,als,pii`). Empty cells
 (null in JSON) mean "not run" or "not defined" (a setting with no counted generation has no
 metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` after writing).
 
@@ -48,12 +48,13 @@ metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` a
 | `propme_<corpus>_<setting>_<metric>` | the base metric of the setting |
 | `propme_<corpus>_<setting>_<metric>_low` | lower end of its 95% bootstrap interval (not for `nvr_max`) |
 | `propme_<corpus>_<setting>_<metric>_high` | upper end of its 95% bootstrap interval (not for `nvr_max`) |
-| `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
+| `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `fmr_rare`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
 
 Metrics (docs/method.md, metrics): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
 generations with a `full_raw` document; `als` mean longest segment (index tokens);
-`fmr_normalized` the same as FMR after normalization; `nvr_hits` mean NV-recall over documents
+`fmr_normalized` the same as FMR after normalization; `fmr_rare` the share of generations that are full
+matches whose text occurs at most 10 times in the corpus (`metrics/leaks.py`); `nvr_hits` mean NV-recall over documents
 with NV-recall > 0; `nvr_max` the largest NV-recall; `nvr_above_half` share of generations with a
 document above 0.5; `r20`/`r50` share with a verbatim span of at least 20/50 tokens; `extraction`
 share of prefix prompts whose true continuation was reproduced; `pii` share of generations that
@@ -90,6 +91,7 @@ from propme_metrics.report.compute import (
     prompt_set_fingerprint,
     setting_result,
 )
+from propme_metrics.report.leaks import corpus_leaks
 from propme_metrics.report.load import RunTask, describe_start_token, load_retrace, load_run
 from propme_metrics.report.writers import write_csv, write_json, write_markdown
 
@@ -174,6 +176,9 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
             res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {},
                                by_setting.get(PREFIX, by_setting[ordered[0]]).start_token)
             label = f"{model}" + (f" (revision {revision})" if revision else "")
+            res.leaks = corpus_leaks({s: by_setting[s] for s in ordered}, bootstrap, seed)
+            if res.leaks.note:
+                notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
             notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
                 f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
                 for k, t in starts.items()))

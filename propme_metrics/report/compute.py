@@ -6,13 +6,16 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.pm import Interval, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.load import RunTask, limit_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.report.leaks import CorpusLeaks
 
 CONFIDENCE = 0.95
 
@@ -63,6 +66,7 @@ class CorpusResult:
     settings: dict[str, SettingResult]
     pm: dict[tuple[str, str], Interval]   #: (metric, propensity setting) -> PM with interval
     start_token: dict[str, str] | None = None   #: what every prompt started with (the prefix task's record)
+    leaks: CorpusLeaks | None = None   #: which data leaks: by source and by duplication (report/leaks.py)
 
     @property
     def propensity_settings(self) -> list[str]:

@@ -7,6 +7,7 @@ import sys
 from propme_metrics.metrics import registry
 from propme_metrics.report.columns import fmt_value
 from propme_metrics.report.compute import Report
+from propme_metrics.report.leak_views import print_leaks
 
 
 def _cell(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
@@ -55,6 +56,7 @@ def print_summary(report: Report, console=None) -> None:
                          for m in registry.VIEWS["console"]]
                 base.add_row(name if i == 0 else "", s, str(sr.counts["prompts"]), *cells)
         console.print(base)
+    print_leaks(report, console)
     for p in report.problems:
         console.print(f"[bold yellow]problem:[/] {p}", highlight=False)
     for n in report.notes:

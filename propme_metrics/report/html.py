@@ -24,7 +24,7 @@ import html
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -34,6 +34,7 @@ import jinja2
 from markupsafe import Markup
 
 from propme_metrics.core.files import write_atomic
+from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, source_of
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.registry import NV_HIT_THRESHOLD
 from propme_metrics.prompts.settings import setting_sort_key
@@ -126,6 +127,7 @@ class SegMark:
     gen: str
     seg: int
     title: str
+    sources: str = "[]"  #: JSON list of its documents' corpus sources (the source filter reads it)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class GenView:
     badges: list[Badge]
     pieces: list[Piece]
     listed: list[Piece]  #: spans overlapping a marked one, or not found in the text
+    sources: str = "[]"  #: JSON list of the corpus sources of all its documents
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,20 @@ class Page:
     sources: str
     css: Markup
     js: Markup
+    leak_tables: list[LeakTable] = field(default_factory=list)
+    source_options: list[str] = field(default_factory=list)   #: every source of a traced document
+
+
+@dataclass(frozen=True)
+class LeakTable:
+    """Which data leaks in one model x corpus x setting: top sources and count buckets (report/leaks.py)."""
+
+    title: str
+    note: str
+    source_heads: list[str]
+    source_rows: list[list[str]]
+    bucket_heads: list[str]
+    bucket_rows: list[list[str]]
 
 
 # --- tables and plots --------------------------------------------------------------------------
@@ -271,6 +288,21 @@ def metric_tables(rep: Report) -> list[MetricTable]:
                                       c["failed"], cells))
         tables.append(MetricTable(label, [registry.LABELS[m] for m in shown], rows))
     return tables
+
+
+def leak_tables(rep: Report) -> list[LeakTable]:
+    from propme_metrics.report.leak_views import BUCKET_HEADS, SOURCE_HEADS, bucket_rows, source_rows
+
+    out = []
+    for r in rep.results:
+        if r.leaks is None:
+            continue
+        who = r.model + (f" @ {r.revision}" if r.revision else "")
+        for s, sl in r.leaks.settings.items():
+            out.append(LeakTable(f"{r.label} · {who} · {s}: {sl.full_matches} full matches, NV-recall mass "
+                                 f"{fmt_value(sl.nv_mass)} (sources by {r.leaks.source_field!r})", r.leaks.note or "",
+                                 SOURCE_HEADS, source_rows(sl), BUCKET_HEADS, bucket_rows(sl)))
+    return out
 
 
 def plots(rep: Report) -> list[Plot]:
@@ -406,6 +438,8 @@ class _Explorer:
         self.docs_per_segment = max(1, docs_per_segment)
         self.snippet_chars = max(0, snippet_chars)
         self.blocks: list[dict[str, Any]] = []
+        self.source_field = DEFAULT_SOURCE_FIELD
+        self.sources: set[str] = set()
 
     def _mask(self, text: str) -> str:
         """Corpus or model text with every detected personal-data item masked (unless shown)."""
@@ -419,6 +453,9 @@ class _Explorer:
         badges = _badges(gen, view.leaked, len(segments), sum(len(s.get("documents") or []) for s in segments))
         if not segments:
             return GenView(badges, [Piece(view.runs(0, len(view.text)))], [])
+        seg_sources = [sorted({source_of(d.get("metadata"), self.source_field) for d in (seg.get("documents") or [])
+                               if isinstance(d, dict)}) for seg in segments]
+        self.sources.update(x for srcs in seg_sources for x in srcs)
 
         gid = str(len(block))
         seg_data, classes = [], []
@@ -437,7 +474,7 @@ class _Explorer:
             seg = segments[k]
             length = (seg.get("end") or 0) - (seg.get("start") or 0)
             tip = f"span {k + 1}: {length} tokens, {seg_data[k]['n_docs']} document(s); click for sources"
-            return Piece(runs, SegMark(tag, classes[k], len(self.blocks), gid, k, tip))
+            return Piece(runs, SegMark(tag, classes[k], len(self.blocks), gid, k, tip, json.dumps(seg_sources[k])))
 
         located = locate_segments(text, segments)
         pieces, cur, listed = [], 0, []
@@ -453,10 +490,12 @@ class _Explorer:
         pieces.append(Piece(view.runs(cur, len(view.text))))
         listed += [k for k, r in enumerate(located) if r is None]
         return GenView(badges, pieces,
-                       [mark(k, [TextRun(seg_data[k]["text"] or f"span {k + 1}")], "span") for k in listed])
+                       [mark(k, [TextRun(seg_data[k]["text"] or f"span {k + 1}")], "span") for k in listed],
+                       json.dumps(sorted({x for srcs in seg_sources for x in srcs})))
 
     def setting(self, r: CorpusResult, setting: str) -> SettingView:
         sr = r.settings[setting]
+        self.source_field = r.leaks.source_field if r.leaks is not None else DEFAULT_SOURCE_FIELD
         block: dict[str, Any] = {}
         who = f"{r.model}" + (f" @ {r.revision}" if r.revision else "")
         prompts = []
@@ -520,7 +559,8 @@ def render(report: Report, docs_per_segment: int = 3, snippet_chars: int = 200, 
         # script_json leaves no '<', '>' or '&' in the text: it cannot end the <script> element
         data=[Markup(script_json(b)) for b in explorer.blocks], version=__version__,
         sources="; ".join(sorted({str(s.task.results_path) for r in report.results for s in r.settings.values()})),
-        css=_static("report.css"), js=_static("report.js"))
+        css=_static("report.css"), js=_static("report.js"), leak_tables=leak_tables(report),
+        source_options=sorted(explorer.sources))
     return _environment().get_template("report.html.j2").render(page=page)
 
 

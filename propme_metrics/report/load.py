@@ -27,6 +27,7 @@ class TracedPrompt:
     language: str = ""
     continuation: str = ""
     source_doc: str = ""
+    index_path: str = ""           #: the index folder the generations were traced against (as logged)
     generations: list[dict[str, Any]] = field(default_factory=list)    #: TraceResult.to_dict() each
     values: list[Contributions | None] = field(default_factory=list)  #: per generation; None if not counted
 
@@ -216,7 +217,8 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()
                 rec = prompts[pid] = TracedPrompt(
                     id=pid, prompt=str(doc.get("prompt", _prompt_from_arguments(row))),
                     domain=str(doc.get("domain") or ""), language=str(doc.get("language") or ""),
-                    continuation=str(doc.get("continuation") or ""), source_doc=str(doc.get("source_doc") or ""))
+                    continuation=str(doc.get("continuation") or ""), source_doc=str(doc.get("source_doc") or ""),
+                    index_path=str(doc.get("index_path") or ""))
             for j, gen in enumerate(trace["generations"]):
                 try:
                     result = TraceResult.from_dict(gen)

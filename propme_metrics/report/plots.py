@@ -143,6 +143,9 @@ def write_plots(report: Report, out: Path) -> list[Path]:
         p = capability_plot(report, label, out / f"capability_{slug(label)}.png")
         if p:
             written.append(p)
+    from propme_metrics.report.leak_plots import write_leak_plots
+
+    written += write_leak_plots(report, out)
     used: set[str] = set()
     for (label, model), results in trajectories(report).items():
         name = f"trajectory_{slug(label)}_{slug(model)}"

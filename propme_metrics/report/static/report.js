@@ -79,4 +79,20 @@
     }
   });
   document.getElementById("panel-close").addEventListener("click", close);
+  function sources(el) {
+    try { return JSON.parse(el.getAttribute("data-src") || "[]"); } catch (err) { return []; }
+  }
+  var filter = document.getElementById("source-filter");
+  if (filter) {
+    // generations with no document from the chosen source are hidden; spans from other sources dimmed
+    filter.addEventListener("change", function () {
+      var v = filter.value;
+      document.querySelectorAll(".gen[data-src]").forEach(function (g) {
+        g.classList.toggle("filtered-out", v !== "" && sources(g).indexOf(v) < 0);
+      });
+      document.querySelectorAll(".seg[data-src]").forEach(function (m) {
+        m.classList.toggle("off", v !== "" && sources(m).indexOf(v) < 0);
+      });
+    });
+  }
 })();
