@@ -28,6 +28,7 @@ class DemoSize:
 
     n_memorized: int = 16
     n_background: int = 300
+    n_boilerplate: int = 200     #: documents ending in the same notice (more than 100 copies: boilerplate)
     n_prompts: int = 100         #: generic and specific prompts each (prefix: every eligible document)
     n_prompt_free: int = 100     #: generations of unconditional and of minimal_cue each
     max_gen_toks: int = 256
@@ -35,7 +36,7 @@ class DemoSize:
 
 
 FULL = DemoSize()
-SMALL = DemoSize(n_memorized=8, n_background=120, n_prompts=8, n_prompt_free=8, max_gen_toks=96, bootstrap=1000)
+SMALL = DemoSize(n_memorized=8, n_background=120, n_boilerplate=110, n_prompts=8, n_prompt_free=8, max_gen_toks=96, bootstrap=1000)
 
 
 @dataclass
@@ -91,13 +92,14 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
 
     paths = DemoPaths(Path(root).absolute())
     paths.root.mkdir(parents=True, exist_ok=True)
-    records = demo_corpus(size.n_memorized, size.n_background, seed=0)
+    records = demo_corpus(size.n_memorized, size.n_background, seed=0, n_boilerplate=size.n_boilerplate)
 
     t = time.time()
     reused = paths.corpus.is_file()
     if not reused:
         write_atomic(paths.corpus, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    _stage("corpus", reused, t, f"{len(records)} documents, {size.n_memorized} planted")
+    _stage("corpus", reused, t, f"{len(records)} documents, {size.n_memorized} planted, "
+                                f"{size.n_boilerplate} with the same notice")
 
     t = time.time()
     reused = (paths.tokenizer / "tokenizer.json").is_file()

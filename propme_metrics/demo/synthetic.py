@@ -75,6 +75,24 @@ def generate_corpus(n_docs: int, seed: int = 0, languages: tuple[str, ...] = ("d
                "text": document_text(rng, language, rng.randint(min_sentences, max_sentences))}
 
 
+#: a notice copied into many documents, as licences and legal formulas are in real corpora: a leak of it
+#: is boilerplate, not memorized unique text (the duplication section of the report tells them apart)
+BOILERPLATE = ("Ophavsret og vilkår: Denne tekst må ikke gengives, kopieres eller videresendes uden skriftlig "
+               "tilladelse fra udgiveren. Alle rettigheder forbeholdes. Spørgsmål om brug af indholdet rettes "
+               "til sekretariatet, som svarer inden for ti hverdage.")
+
+
+def boilerplate_documents(n: int, seed: int = 0, source: str = "da_notices") -> list[dict]:
+    """`n` short Danish documents that each end with BOILERPLATE, and the notice itself as one more
+    document (`memorized`: a model trained on the planted documents learns it too)."""
+    rng = random.Random(seed)
+    records = [{"id": f"notice-{i:04d}", "source": source, "language": "da", "memorized": False,
+                "text": sentence(rng, "da") + "\n\n" + BOILERPLATE} for i in range(n)]
+    records.append({"id": "notice-template", "source": source, "language": "da", "memorized": True,
+                    "text": BOILERPLATE})
+    return records
+
+
 def train_tokenizer(texts: list[str], out_dir: str | Path, vocab_size: int = 1000) -> Path:
     """Train a small byte-level BPE tokenizer (GPT-2 style pieces, 'Ġ' word starts) and save it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -148,8 +166,9 @@ def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir:
     return loss_value
 
 
-def demo_corpus(n_memorized: int = 8, n_background: int = 300, seed: int = 0) -> list[dict]:
-    """A bilingual corpus: long planted documents (to be memorized) and short background ones.
+def demo_corpus(n_memorized: int = 8, n_background: int = 300, seed: int = 0, n_boilerplate: int = 0) -> list[dict]:
+    """A bilingual corpus: long planted documents (to be memorized), short background ones and,
+    with `n_boilerplate`, that many short documents ending in the same notice (`boilerplate_documents`).
 
     Planted documents are the only ones long enough (>= 100 tokens) to be sampled as prefix
     prompts, so a model trained on exactly them shows capability on the prefix setting.
@@ -164,5 +183,7 @@ def demo_corpus(n_memorized: int = 8, n_background: int = 300, seed: int = 0) ->
         language = ("da", "en")[i % 2]
         records.append({"id": f"background-{i:04d}", "source": f"{language}_background", "language": language,
                         "memorized": False, "text": document_text(rng, language, rng.randint(1, 3))})
+    if n_boilerplate:
+        records += boilerplate_documents(n_boilerplate, seed=seed + 1)
     rng.shuffle(records)
     return records

@@ -6,11 +6,15 @@ carries its metadata (hence its source, `index.source_counts.source_of`), every 
 corpus count. `report/leaks.py` pools these per setting, with intervals.
 
 - A full-match generation counts once, shared equally by the distinct sources of its `full_raw`
-  entries; its duplication is the count of its final span `(0, L)` (the whole generation).
+  entries; its duplication is the corpus count of its whole text (`whole_count`).
 - NV-recall mass: every document entry's NV-recall goes to its document's source and to the
-  count bucket of the final span it belongs to.
-- A count of 0 means the span was found only through anchors (the whole generation does not occur
-  as tokenized), so its true count is unknown: such leaks fall in the bucket `unknown`.
+  count bucket of the final span it belongs to (for the span `(0, L)`, the whole text's count).
+- The whole text's count is that of the final span `(0, L)`. When that span was found only through
+  anchors (count 0: the generation, as tokenized on its own, differs from the corpus' tokens at an
+  edge, typically its first token when it starts inside a word), the least count of the
+  generation's other final spans stands in: every copy of the text holds each of them, so it is an
+  upper bound, and a text called rare by it is rare. Without any counted span the count is unknown
+  (bucket `unknown`, never rare).
 """
 from __future__ import annotations
 
@@ -38,11 +42,12 @@ def bucket_of(count: int | None) -> str:
 
 
 def whole_count(trace: TraceResult) -> int | None:
-    """Corpus count of the generation's final span (0, L), the whole text; None when unknown or absent."""
+    """Corpus count of the whole generation: its final span (0, L)'s, else (found through anchors
+    only) the least count of its other final spans, an upper bound; None when no span has a count."""
     for s in trace.final_spans:
-        if s.start == 0 and s.end == trace.n_tokens:
-            return s.count or None
-    return None
+        if s.start == 0 and s.end == trace.n_tokens and s.count > 0:
+            return s.count
+    return min((s.count for s in trace.final_spans if s.count > 0), default=None)
 
 
 def is_rare_full_match(trace: TraceResult, max_count: int = RARE_MAX_COUNT) -> bool:
@@ -74,8 +79,10 @@ def generation_leaks(trace: TraceResult, source_field: str = DEFAULT_SOURCE_FIEL
         sources = sorted({src(d.metadata) for d in trace.documents if d.match == "full_raw"})
         out.full_by_source = {s: 1.0 / len(sources) for s in sources}
         out.full_bucket = bucket_of(whole_count(trace))
+    whole = whole_count(trace)
     for span in trace.final_spans:
-        bucket = bucket_of(span.count)
+        # the whole-generation span found through anchors (count 0) takes the whole text's count
+        bucket = bucket_of(whole if span.start == 0 and span.end == trace.n_tokens and not span.count else span.count)
         for d in span.documents:
             if d.nv_recall > 0:
                 s = src(d.metadata)
