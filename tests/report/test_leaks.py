@@ -115,7 +115,7 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     share = counts["planted"]["tokens"] / sum(c["tokens"] for c in counts.values())
     assert top[0]["token_share"] == pytest.approx(share)
     assert top[0]["enrichment_full"]["estimate"] == pytest.approx(k / (k + 1) / share)
-    assert top[0]["enrichment_full"]["low"] > 5
+    assert top[0]["enrichment_full"]["estimate"] > 5 and top[0]["enrichment_full"]["low"] > 2  # 1: in proportion
     notices = next(s for s in top if s["source"] == "notices")
     assert notices["full_share"] == pytest.approx(1 / (k + 1)) and notices["enrichment_full"]["estimate"] < 1
     assert "news" not in {s["source"] for s in top}  # nothing of it leaked
