@@ -7,7 +7,7 @@ What it does, in one run:
   1. builds (or reuses) a synthetic index of --tokens tokens and one 10x smaller whose corpus is the
      first tenth of the same documents (generate_corpus is deterministic per seed);
   2. makes --generations texts of about --gen-tokens index tokens: a third copied from documents of
-     that first tenth, a third lightly edited copies (a word swapped with its neighbour or deleted
+     that first tenth (from a word start, with the space before it, as a model's completion begins), a third lightly edited copies (a word swapped with its neighbour or deleted
      about every 10 words), a third new text (generate_corpus with another seed, words shuffled);
   3. in fresh subprocesses (so ru_maxrss is that measurement's own): traces all of them with the
      Tracer (workers 2 and 1) on the large index, with workers 1 on the small one, and runs the
@@ -245,7 +245,7 @@ def make_generations(path: Path, index_dir: Path, n: int, gen_tokens: int, sourc
         toks = index.document(doc_ix).token_ids.tolist()
         starts = [i for i in range(len(toks) - gen_tokens) if toks[i] in bow] or [0]
         s = rng.choice(starts)
-        return index.decode(toks[s:s + gen_tokens]).strip()
+        return index.decode(toks[s:s + gen_tokens])  # from a word start: its space first, as a model writes it
 
     def edited(text: str) -> str:
         words = text.split(" ")
@@ -319,7 +319,7 @@ def main() -> None:
     big = args.index or build(args.work, args.tokens, tok, f"index-{args.tokens // 1_000_000}M")
     small = args.small_index or build(args.work, args.tokens // 10, tok, f"index-{args.tokens // 10_000_000}M-small")
     big_m, small_m = open_index(big).manifest, open_index(small).manifest
-    args.gens_file = args.work / f"generations-{args.generations}x{args.gen_tokens}-seed{args.seed}.jsonl"
+    args.gens_file = args.work / f"generations-{args.generations}x{args.gen_tokens}-seed{args.seed}-v2.jsonl"
     if not args.gens_file.exists():
         make_generations(args.gens_file, big, args.generations, args.gen_tokens, small_m.total_documents, args.seed)
 

@@ -16,7 +16,7 @@ from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
 from .discovery import tasks_path
 
 #: the version of PropMe's task YAML (`metadata.version`), also written into custom tasks
-TASK_VERSION = 3.0
+TASK_VERSION = 4.0
 
 
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:

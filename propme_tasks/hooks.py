@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from propme_metrics.core.errors import PropMeError
+from propme_metrics.core.errors import ConfigError, PropMeError
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
@@ -38,11 +38,10 @@ TRACE_KEYS = {f.name for f in fields(TraceConfig)}
 BACKEND_KEYS = {"backend", "ray_address", "ray_actors"}
 
 
-class TaskConfigError(SystemExit):
-    """Stops an lm-eval run with one message and no traceback (exit status 1)."""
-
-    def __init__(self, message: str):
-        super().__init__(f"PropMe: {message}")
+class TaskConfigError(ConfigError):
+    """A PropMe task's configuration cannot be used: raised while lm-eval builds the task, before
+    any generation. An ordinary exception for Python callers; the `lm_eval` command prints it as one
+    paragraph without a traceback (`propme_tasks.discovery.install`)."""
 
 
 def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:

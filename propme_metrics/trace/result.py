@@ -106,7 +106,7 @@ class TraceResult:
     """Everything traced for one generation, JSON-able through `to_dict`."""
 
     key: str
-    text: str                      #: the traced completion g (stripped)
+    text: str                      #: the traced completion g, exactly as given (never stripped)
     n_tokens: int
     degenerate: bool
     mode: str = "mixed"

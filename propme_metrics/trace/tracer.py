@@ -1,6 +1,7 @@
 """SimpleTrace: trace a generation back to training documents, as the published tracer does.
 
-For a completion g (stripped), tokenized with the index tokenizer into L tokens:
+For a completion g exactly as the model wrote it (a leading space or newline stays part of its
+first token, as inside a training document), tokenized with the index tokenizer into L tokens:
 0. mixed mode: look the whole of g up; its documents are full-span candidates;
 1. longest corpus match at every start (text mode: word starts only);
 2. clean spans (text: cut at sentence boundaries, whole words; mixed: 4+ tokens, not blank),
@@ -16,7 +17,8 @@ The suffix arrays are searched with numpy over the memory-mapped shards (`search
 starts of a generation at once, both neighbours of every insertion point checked; counts, rank
 ranges and windows are exactly what infini-gram's engine returns. Where the published code has a
 defect PropMe deviates (word starts of byte-level tokenizers, log-probabilities instead of an
-underflowing product, counts in the unigram table, the rank-0 neighbour); nothing else differs.
+underflowing product, counts in the unigram table, the rank-0 neighbour, no spans for a completion
+that is only white space); nothing else differs.
 """
 from __future__ import annotations
 
@@ -44,9 +46,14 @@ from propme_metrics.trace.text_rules import (
     BOUNDARY_CHARS,
     MIXED_MIN_TOKENS,
     continuation_reproduced,
+    has_text,
     is_degenerate,
     normalize_text,
 )
+
+#: the version of the tracing rules: a stored trace made under other rules is not reused (the
+#: `propme trace` journal is keyed by it); raise it whenever a rule changes what a trace holds
+TRACE_RULES_VERSION = 2
 
 
 def source_id(metadata: dict[str, Any], doc_ix: int) -> Any:
@@ -237,10 +244,11 @@ class Tracer:
     # -- whole pipeline -------------------------------------------------------------------------
 
     def trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
-        """Trace one completion (the model's output only; it is stripped first)."""
+        """Trace one completion (the model's output only), exactly as given: never stripped. One that
+        is empty or only white space has no tokens, spans or documents (and still counts)."""
         cfg = self.config
-        g = text.strip()
-        ids = self.index.encode(g) if g else []
+        g = text
+        ids = self.index.encode(g) if has_text(g) else []
         n = len(ids)
         result = TraceResult(key=key, text=g, n_tokens=n, degenerate=is_degenerate(g), mode=cfg.mode,
                              extracted=None if continuation is None else continuation_reproduced(g, continuation))
@@ -318,7 +326,7 @@ class Tracer:
         try:
             return self.trace_one(text, key, continuation)
         except Exception as exc:  # deliberately broad: the failure is kept and reported, not hidden
-            g = text.strip()
+            g = text
             return TraceResult(key=key, text=g, n_tokens=0, degenerate=is_degenerate(g), mode=self.config.mode,
                                extracted=None if continuation is None else continuation_reproduced(g, continuation),
                                error=f"{type(exc).__name__}: {exc}")

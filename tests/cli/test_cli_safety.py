@@ -168,4 +168,4 @@ def test_task_configuration_errors_are_one_message(meta, fragment, synthetic_ind
     meta = {"demo_index": str(synthetic_index), "start_token": "none", **meta}
     with pytest.raises(TaskConfigError) as info:
         load_prompts(corpus="demo", setting="generic", language="en", **meta)
-    assert fragment in str(info.value.code)
+    assert fragment in str(info.value)

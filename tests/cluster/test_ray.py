@@ -185,7 +185,7 @@ def test_lm_eval_hook_on_ray_equals_local(ray_cluster, corpus_and_local):
     on_ray = {**doc, "trace_backend": hooks.trace_backend({"trace_backend": "ray", "trace_ray_actors": "2"})}
     assert json.loads(on_ray["trace_backend"]) == {"backend": "ray", "address": None, "actors": 2}
     assert hooks.process_results(on_ray, [gens]) == hooks.process_results(doc, [gens])
-    with pytest.raises(SystemExit, match="'local' or 'ray'"):
+    with pytest.raises(hooks.TaskConfigError, match="'local' or 'ray'"):
         hooks.trace_backend({"trace_backend": "spark"})
 
 
