@@ -51,7 +51,7 @@ class Metric:
 
     name: str
     label: str                       #: short label for tables and plots
-    description: str                 #: one line for README, the YAML and `--help`
+    description: str                 #: one line for docs/method.md, the YAML and `--help`
     value: Callable[[Generation], Contribution]
     aggregation: str = "ratio"       #: "ratio" (pooled sums) or "max" (largest per-generation value)
     proportion: bool = False         #: a share of generations: Wilson intervals as well

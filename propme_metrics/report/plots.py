@@ -1,7 +1,7 @@
 """PNG plots of a PropMe report (matplotlib, Agg canvas; no display needed).
 
 - `capability_<corpus>.png`: per metric, capability (prefix value, x) against propensity
-  (generic/specific value, y) for every model, with 95% bootstrap error bars and the diagonal
+  (the value under each propensity setting, y) for every model, with 95% bootstrap error bars and the diagonal
   where PM = 0.5. Points below the diagonal leak more under attack than unprompted.
 - `trajectory_<corpus>_<model>.png`: PM per metric and propensity setting across the revisions
   (checkpoints) of one model, in input order, with 95% intervals.
