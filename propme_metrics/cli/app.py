@@ -327,7 +327,7 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("report", help="PM scores with intervals, leaderboard tables, plots and an HTML trace explorer",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Read lm-eval runs of PropMe's tasks (made with --log_samples), compute the base "
-                                   "metrics per setting and PM (generic/specific vs prefix) with 95% bootstrap "
+                                   "metrics per setting and PM (each propensity setting vs prefix) with 95% bootstrap "
                                    "intervals over prompts, and write leaderboard.csv/.json/.md, PNG plots and a "
                                    "self-contained report.html into --out.")
     r.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder (searched recursively for "

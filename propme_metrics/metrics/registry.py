@@ -4,7 +4,7 @@ Each entry says how one generation contributes (`value`: a numerator and a denom
 the metric is a share of generations (Wilson intervals), its label, which settings have it and
 whether PM is defined for it. The lm-eval hooks, `propme trace`, the report's columns, tables and
 plots, the CLI and the docs all read this table; `tests/metrics/test_registry.py` checks that the
-task YAML's `metric_list` and README's metric table equal it.
+task YAML's `metric_list` and docs/method.md's metric table equal it.
 
 A metric's value over a set of generations is pooled: the sum of numerators over the sum of
 denominators, divided once (never a mean of per-prompt means). `max` metrics take the largest
@@ -51,7 +51,7 @@ class Metric:
 
     name: str
     label: str                       #: short label for tables and plots
-    description: str                 #: one line for README, the YAML and `--help`
+    description: str                 #: one line for docs/method.md, the YAML and `--help`
     value: Callable[[Generation], Contribution]
     aggregation: str = "ratio"       #: "ratio" (pooled sums) or "max" (largest per-generation value)
     proportion: bool = False         #: a share of generations: Wilson intervals as well

@@ -62,7 +62,7 @@ one type (e-mail, phone, CPR, IBAN, card), `pii_items` leaked items per generati
 holds no personal data values: report.html masks leaked items unless `show_pii=True` (`--show-pii`).
 
 Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capability_<corpus>.png`
-(capability = prefix value on x, propensity = generic/specific value on y, per metric and model,
+(capability = prefix value on x, propensity = each propensity setting's value on y, per metric and model,
 diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its traced segments; click a segment for its source
