@@ -73,12 +73,14 @@ def test_planted_documents_are_discoverable_unplanted_far_below(run, mixed):
         context, target = r["arguments"]["gen_args_0"]["arg_0"], r["arguments"]["gen_args_0"]["arg_1"]
         assert context == "<|endoftext|>" + r["doc"]["prompt"] and target == r["doc"]["continuation"]
         record = r["likelihood"]
-        (logp, greedy), = r["filtered_resps"] if isinstance(r["filtered_resps"][0], list) else [r["filtered_resps"]]
-        assert record["logp"] == pytest.approx(logp) and record["greedy"] == bool(greedy)
+        logp, greedy = r["filtered_resps"][0]  # lm-eval logs (loglikelihood, is_greedy) as text
+        assert record["logp"] == pytest.approx(float(logp)) and record["greedy"] == (greedy == "True")
         assert r["discoverable@1"] == float(math.exp(record["logp"]) >= 0.5)
     for r in planted:
-        assert r["likelihood"]["logp"] > -1.0  # log P(z) near 0: memorized
-        assert r["discoverable@1"] == 1.0
+        assert r["likelihood"]["logp"] > -1.0  # log P(z) near 0 (P(z) > 0.37): memorized
+        assert r["discoverable@10"] == 1.0
+    # at n = 1 (P(z) >= 0.5): most of them; the tiny model is a little less sure of some (P(z) ~ 0.45)
+    assert sum(r["discoverable@1"] for r in planted) >= 0.75 * len(planted)
     for r in unplanted:
         assert r["likelihood"]["logp"] < -30.0  # far below: e^-30 is not found in 10,000 samples
         assert r["discoverable@10000"] == 0.0
@@ -87,8 +89,9 @@ def test_planted_documents_are_discoverable_unplanted_far_below(run, mixed):
         assert f"{m.name},none" in results
     assert results["likelihood,none"] == len(rows)
     share = len(planted) / len(rows)
-    assert results["discoverable@1,none"] == pytest.approx(share)
+    assert results["discoverable@10000,none"] == pytest.approx(share)
     assert results["greedy_extraction,none"] == pytest.approx(share)
+    assert results["discoverable@1,none"] == pytest.approx(sum(r["discoverable@1"] for r in rows) / len(rows))
 
 
 def test_target_tokens_are_counted_in_the_model_tokenizer(run, demo_paths):
@@ -184,3 +187,25 @@ def test_split_counts_mirror_lm_evals_encode_pair(gpt2_dir):
     # a word cut in two: the model's tokenizer merges across the boundary
     n, clean = likelihood.split_counts(tok, "Hello wor", "ld and more")
     assert clean is False and n == len(tok.encode("Hello world and more")) - len(tok.encode("Hello wor"))
+
+
+def test_damaged_likelihood_samples_are_named(run, tmp_path):
+    import shutil
+
+    from propme_metrics.core.errors import ConfigError
+    from propme_metrics.report.build import build_report
+
+    out, _ = run
+    copy = tmp_path / "runs"
+    shutil.copytree(out, copy)
+    samples = next(copy.rglob("samples_propme_demo_prefix_likelihood_*.jsonl"))
+    rows = samples.read_text(encoding="utf-8").splitlines()
+    bad = json.loads(rows[1])
+    bad["likelihood"]["logp"] = 3.0  # a log-probability above 0
+    rows[1] = json.dumps(bad)
+    samples.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"line 2: no valid 'likelihood' record") as err:
+        build_report([copy], tmp_path / "report", bootstrap=0, html=False, plots=False)
+    assert samples.name in str(err.value)
+    with pytest.raises(ConfigError, match="--discoverable-p"):
+        build_report([out], tmp_path / "r", bootstrap=0, discoverable_p=2, html=False, plots=False)
