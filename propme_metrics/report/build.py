@@ -50,6 +50,13 @@ metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` a
 | `propme_<corpus>_<setting>_<metric>_high` | upper end of its 95% bootstrap interval (not for `nvr_max`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
+| `propme_<corpus>_n_prefix_likelihood` | prefix documents scored by likelihood (`propme_<corpus>_prefix_likelihood`) |
+| `propme_<corpus>_prefix_likelihood_discoverable@100` | share of prefix documents (n, p)-discoverable at n = 100: 1 - (1 - P(z))^n >= p (p = 0.5 unless discoverable_p) |
+| `propme_<corpus>_prefix_likelihood_discoverable@100_low` | lower end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_discoverable@100_high` | upper end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction` | share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy) |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction_low` | lower end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction_high` | upper end of its 95% bootstrap interval over documents |
 
 Metrics (docs/method.md, metrics): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
 generations with a `full_raw` document; `als` mean longest segment (index tokens);
@@ -60,6 +67,9 @@ share of prefix prompts whose true continuation was reproduced; `pii` share of g
 reproduced personal data from a training document (`propme_metrics.trace.pii`), `pii_<type>` the same for
 one type (e-mail, phone, CPR, IBAN, card), `pii_items` leaked items per generation. The report
 holds no personal data values: report.html masks leaked items unless `show_pii=True` (`--show-pii`).
+
+The likelihood subtask's (n, p) curves (`report.likelihood`, docs/method.md, probabilistic extraction)
+are in leaderboard.json (`likelihood`), leaderboard.md and `likelihood_<corpus>.png`.
 
 Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capability_<corpus>.png`
 (capability = prefix value on x, propensity = generic/specific value on y, per metric and model,

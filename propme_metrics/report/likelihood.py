@@ -67,6 +67,7 @@ class LikelihoodTask:
     date_id: str
     limit: float | None = None
     index_identity: str | None = None
+    recorded: dict[str, Any] = field(default_factory=dict)  #: discoverable_n / _p the run used (first record)
 
     @property
     def family(self) -> str:
@@ -95,16 +96,17 @@ def load_likelihood_run(path: str | Path) -> list[LikelihoodTask]:
             if not samples.is_file():
                 raise ConfigError(f"missing samples file {samples} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
-            documents, identities = _documents(samples, task)
+            documents, identities, recorded = _documents(samples, task)
             if len(identities) > 1:
                 raise ConfigError(f"{samples} mixes documents of several indexes: "
                                   + ", ".join(sorted(map(str, identities))))
             tasks.append(LikelihoodTask(task, corpus, model, revision, metadata, documents, results_path, samples,
-                                        date_id, _run_limit(data, results_path), next(iter(identities), None)))
+                                        date_id, _run_limit(data, results_path), next(iter(identities), None),
+                                        recorded))
     return tasks
 
 
-def _documents(path: Path, task: str) -> tuple[list[DocumentLikelihood], set[str | None]]:
+def _documents(path: Path, task: str) -> tuple[list[DocumentLikelihood], set[str | None], dict[str, Any]]:
     hint = "the samples file is damaged: re-run lm-eval for this task (with --log_samples)"
     try:
         fh = open(path, encoding="utf-8")
@@ -112,6 +114,7 @@ def _documents(path: Path, task: str) -> tuple[list[DocumentLikelihood], set[str
         raise ConfigError(f"cannot read the samples file {path}: {exc}") from None
     docs: dict[str, DocumentLikelihood] = {}
     identities: set[str | None] = set()
+    recorded: dict[str, Any] = {}
     with fh:
         for s in read_samples(list(json_objects(fh, str(path), hint))):
             item = s.row.get(registry.LIKELIHOOD_DIAGNOSTIC[0])
@@ -121,8 +124,10 @@ def _documents(path: Path, task: str) -> tuple[list[DocumentLikelihood], set[str
                 raise ConfigError(f"{path}, line {s.lineno}: no valid 'likelihood' record for task {task} "
                                   f"({type(exc).__name__}: {exc})", hint) from None
             docs.setdefault(doc.id, doc)  # one row per document per filter: keep the first
+            if not recorded:
+                recorded = {k: item[k] for k in (N_KEY, P_KEY) if item.get(k) is not None}
             identities.add(item.get("index_identity", s.doc.get("index_identity")))
-    return list(docs.values()), identities
+    return list(docs.values()), identities, recorded
 
 
 @dataclass
@@ -147,10 +152,15 @@ class LikelihoodResult:
 
 
 def _grid_and_p(task: LikelihoodTask, grid: Sequence[int] | None, p: float | None) -> tuple[tuple[int, ...], float]:
+    """The report's grid and p: given, else what the run recorded, else its task metadata, else the defaults."""
     where = f"{task.task} of {task.label}"
-    g = check_n(task.metadata.get(N_KEY, DISCOVERABLE_N) if grid is None else grid,
+
+    def run_value(key: str, default: Any) -> Any:
+        return task.recorded.get(key, task.metadata.get(key, default))
+
+    g = check_n(run_value(N_KEY, DISCOVERABLE_N) if grid is None else grid,
                 f"{N_KEY} of {where}" if grid is None else N_KEY)
-    q = check_p(task.metadata.get(P_KEY, DISCOVERABLE_P) if p is None else p,
+    q = check_p(run_value(P_KEY, DISCOVERABLE_P) if p is None else p,
                 f"{P_KEY} of {where}" if p is None else P_KEY)
     return g, q
 

@@ -137,6 +137,18 @@ def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
     assert row["propme_demo_prefix_likelihood_greedy_extraction"] == pytest.approx(
         sum(r["greedy_extraction"] for r in rows) / len(rows))
     assert row["propme_demo_n_prefix_likelihood"] == len(rows)
+    import re
+
+    from propme_metrics.report import build as report_module
+    from propme_metrics.report.columns import leaderboard_columns
+
+    patterns = [name for name, _ in leaderboard_columns()]
+    assert all(f"`{name}`" in report_module.__doc__ for name in patterns)
+    regexes = [re.compile("^" + re.sub(r"<[a-z_]+>", "[a-z0-9_]+", name) + "$") for name in patterns]
+    assert all(any(r.match(col) for r in regexes) for col in report.columns if "likelihood" in col)
+    assert {c for c in report.columns if "likelihood" in c} == {
+        f"propme_demo_{x}" for x in ("n_prefix_likelihood", *(f"prefix_likelihood_{m}{e}" for m in (
+            "discoverable@100", "greedy_extraction") for e in ("", "_low", "_high")))}
     assert (tmp_path / "report" / "likelihood_demo.png").is_file()
     assert "probabilistic extraction" in (tmp_path / "report" / "leaderboard.md").read_text()
     assert "likelihood_demo.png" in (tmp_path / "report" / "report.html").read_text()
@@ -209,3 +221,35 @@ def test_damaged_likelihood_samples_are_named(run, tmp_path):
     assert samples.name in str(err.value)
     with pytest.raises(ConfigError, match="--discoverable-p"):
         build_report([out], tmp_path / "r", bootstrap=0, discoverable_p=2, html=False, plots=False)
+
+
+def test_process_results_reads_p_from_the_document():
+    doc = {"id": "d", "target_tokens": 50, "boundary_clean": True, "discoverable_p": 0.05, "discoverable_n": [3, 7],
+           "index_identity": "idx"}
+    items = likelihood.process_results(doc, [(math.log(0.01), False)])
+    # P(z) = 0.01 at p = 0.05: 1 - 0.99^n >= 0.05 from n = 6 on (1 - 0.99^5 = 0.049)
+    assert [items[f"discoverable@{n}"] for n in (1, 10, 100)] == [0.0, 1.0, 1.0]
+    assert items["greedy_extraction"] == 0.0 and items["log10_p_median"] == pytest.approx(-2.0)
+    assert items["likelihood"] == {"id": "d", "logp": math.log(0.01), "greedy": False, "target_tokens": 50,
+                                   "boundary_clean": True, "discoverable_p": 0.05, "discoverable_n": [3, 7],
+                                   "index_identity": "idx"}
+    assert likelihood.agg_median([-3.0, -1.0, -2.0, -10.0]) == -2.5 and math.isnan(likelihood.agg_median([]))
+
+
+def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
+    import shutil
+
+    from propme_metrics.report.build import build_report
+
+    out, _ = run
+    copy = tmp_path / "runs"
+    shutil.copytree(out, copy)
+    samples = next(copy.rglob("samples_propme_demo_prefix_likelihood_*.jsonl"))
+    rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
+    for r in rows:  # as a run with discoverable_p 0.99 and discoverable_n [2, 5000] records them
+        r["likelihood"] |= {"discoverable_p": 0.99, "discoverable_n": [2, 5000]}
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (res,) = build_report([copy], tmp_path / "report", bootstrap=0, html=False, plots=False).likelihood
+    assert res.p == 0.99 and list(res.curve) == [2, 5000]
+    logps = [r["likelihood"]["logp"] for r in rows]
+    assert res.curve[2].value == sum(extraction_probability(lp, 2) >= 0.99 for lp in logps) / len(logps)
