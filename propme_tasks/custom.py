@@ -1,4 +1,5 @@
-"""Task YAML for a custom corpus: `propme_<name>` with a subtask per setting (prompted and prompt-free).
+"""Task YAML for a custom corpus: `propme_<name>` with a subtask per setting (prompted and prompt-free)
+and the prefix documents scored by likelihood (`propme_<name>_prefix_likelihood`).
 
 The files include PropMe's shared template by absolute path (lm-eval resolves `include:` relative
 to the including file otherwise), so regenerate them after moving the Python environment.
@@ -11,12 +12,15 @@ from pathlib import Path
 import yaml
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
+from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, SUBTASK_SUFFIX
+from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SETTINGS
 
 from .discovery import tasks_path
 
 #: the version of PropMe's task YAML (`metadata.version`), also written into custom tasks
 TASK_VERSION = 4.0
+#: the version of the likelihood subtask's YAML (`propme_<corpus>_prefix_likelihood`)
+LIKELIHOOD_TASK_VERSION = 1.0
 
 
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:
@@ -36,8 +40,15 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
                            "metadata": {"version": TASK_VERSION, "corpus": name, "setting": setting,
                                         "language": language, f"{name}_index": str(Path(index).absolute())}})
         written.append(path)
+    likelihood = f"propme_{name}_{SUBTASK_SUFFIX}"  # the prefix documents scored by likelihood
+    path = out / f"{likelihood}.yaml"
+    _write_yaml(path, {"include": str(Path(tasks_path(), "_likelihood_template_yaml")), "task": likelihood,
+                       "metadata": {"version": LIKELIHOOD_TASK_VERSION, "corpus": name, "setting": PREFIX,
+                                    MEASURE_KEY: LIKELIHOOD, "language": language,
+                                    f"{name}_index": str(Path(index).absolute())}})
+    written.append(path)
     group = out / f"propme_{name}.yaml"
-    _write_yaml(group, {"group": f"propme_{name}", "task": [f"propme_{name}_{s}" for s in SETTINGS],
+    _write_yaml(group, {"group": f"propme_{name}", "task": [f"propme_{name}_{s}" for s in SETTINGS] + [likelihood],
                         "metadata": {"version": TASK_VERSION}})
     return [group, *written]
 

@@ -314,7 +314,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
                               html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars,
-                              retraced=args.retraced, show_pii=args.show_pii)
+                              retraced=args.retraced, show_pii=args.show_pii,
+                              discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -349,6 +350,12 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
                    "each side of a span in report.html")
     r.add_argument("--show-pii", action="store_true", help="show leaked personal data unmasked in report.html "
                    "(default: masked, e.g. j***@e***.dk; the leaderboard never holds values)")
+    r.add_argument("--discoverable-n", metavar="N,N,...", default=None,
+                   help="sample counts n of the likelihood subtasks' (n, p) curve (default: each run's "
+                        "discoverable_n metadata, else 1,10,100,1000,10000)")
+    r.add_argument("--discoverable-p", metavar="P", default=None,
+                   help="probability p of (n, p)-discoverability, between 0 and 1 (default: each run's "
+                        "discoverable_p metadata, else 0.5)")
     r.set_defaults(func=cmd_report)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, DocumentLikelihood, discoverable
 from propme_metrics.trace.pii import PII_TYPES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,3 +136,46 @@ def metric(name: str) -> Metric:
 def for_setting(setting: str | None) -> tuple[Metric, ...]:
     """The metrics a setting has, in registry order."""
     return tuple(m for m in METRICS if m.applies(setting))
+
+
+# --- the likelihood subtask (`propme_<corpus>_prefix_likelihood`): one value per prefix document,
+# averaged (or the median taken) over documents; bootstrap intervals over documents
+# (`metrics.likelihood`). `tests/metrics/test_registry.py` checks its template's metric_list against these.
+
+
+@dataclass(frozen=True)
+class LikelihoodMetric:
+    """One metric of the likelihood subtask: a document's value at discoverability probability p."""
+
+    name: str
+    label: str
+    description: str
+    value: Callable[[DocumentLikelihood, float], float]
+    aggregation: str = "mean"        #: "mean" (a share of documents) or "median" over documents
+    n: int | None = None             #: the sample count of a discoverable@n metric
+    higher_is_better: bool = False   #: higher means more memorized, like every PropMe metric
+
+
+def discoverable_name(n: int) -> str:
+    """The metric name of (n, p)-discoverability at `n` samples."""
+    return f"discoverable@{n}"
+
+
+LIKELIHOOD_METRICS: tuple[LikelihoodMetric, ...] = (
+    LikelihoodMetric("greedy_extraction", "greedy extraction",
+                     "share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy)",
+                     lambda d, p: float(d.greedy)),
+    *(LikelihoodMetric(discoverable_name(n), f"disc@{n:,}",
+                       f"share of prefix documents (n, p)-discoverable at n = {n:,}: 1 - (1 - P(z))^n >= p "
+                       f"(p = {DISCOVERABLE_P} unless discoverable_p)",
+                       lambda d, p, n=n: float(discoverable(d.logp, n, p)), n=n) for n in DISCOVERABLE_N),
+    LikelihoodMetric("log10_p_median", "median log10 P(z)",
+                     "median over prefix documents of log10 P(z), the true continuation's probability",
+                     lambda d, p: d.log10p, aggregation="median"),
+)
+LIKELIHOOD_BY_NAME: dict[str, LikelihoodMetric] = {m.name: m for m in LIKELIHOOD_METRICS}
+#: the likelihood subtask's lm-eval diagnostic: per sample the document's record, in the table the documents scored
+LIKELIHOOD_DIAGNOSTIC = ("likelihood",
+                         "per sample: log P(z), the greedy flag and z's model tokens; in the table: documents scored")
+#: the likelihood metrics the leaderboard has columns for
+LIKELIHOOD_LEADERBOARD = (discoverable_name(100), "greedy_extraction")

@@ -50,6 +50,13 @@ metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` a
 | `propme_<corpus>_<setting>_<metric>_high` | upper end of its 95% bootstrap interval (not for `nvr_max`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
+| `propme_<corpus>_n_prefix_likelihood` | prefix documents scored by likelihood (`propme_<corpus>_prefix_likelihood`) |
+| `propme_<corpus>_prefix_likelihood_discoverable@100` | share of prefix documents (n, p)-discoverable at n = 100: 1 - (1 - P(z))^n >= p (p = 0.5 unless discoverable_p) |
+| `propme_<corpus>_prefix_likelihood_discoverable@100_low` | lower end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_discoverable@100_high` | upper end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction` | share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy) |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction_low` | lower end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction_high` | upper end of its 95% bootstrap interval over documents |
 
 Metrics (docs/method.md, metrics): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
 generations with a `full_raw` document; `als` mean longest segment (index tokens);
@@ -60,6 +67,9 @@ share of prefix prompts whose true continuation was reproduced; `pii` share of g
 reproduced personal data from a training document (`propme_metrics.trace.pii`), `pii_<type>` the same for
 one type (e-mail, phone, CPR, IBAN, card), `pii_items` leaked items per generation. The report
 holds no personal data values: report.html masks leaked items unless `show_pii=True` (`--show-pii`).
+
+The likelihood subtask's (n, p) curves (`report.likelihood`, docs/method.md, probabilistic extraction)
+are in leaderboard.json (`likelihood`), leaderboard.md and `likelihood_<corpus>.png`.
 
 Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capability_<corpus>.png`
 (capability = prefix value on x, propensity = each propensity setting's value on y, per metric and model,
@@ -77,6 +87,7 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.likelihood import check_n, check_p
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.columns import columns_for, row_values
 from propme_metrics.report.compute import (
@@ -90,6 +101,10 @@ from propme_metrics.report.compute import (
     prompt_set_fingerprint,
     setting_result,
 )
+from propme_metrics.report.likelihood import columns as likelihood_columns
+from propme_metrics.report.likelihood import likelihood_results
+from propme_metrics.report.likelihood import row_values as likelihood_row_values
+from propme_metrics.report.likelihood import write_plots as write_likelihood_plots
 from propme_metrics.report.load import RunTask, describe_start_token, load_retrace, load_run
 from propme_metrics.report.writers import write_csv, write_json, write_markdown
 
@@ -116,7 +131,8 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
                  pm_metrics: Iterable[str] = registry.DEFAULT_PM_METRICS, separate: bool = False, *,
                  html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
                  html_snippet_chars: int = 200, retraced: Sequence[str | Path] = (),
-                 show_pii: bool = False) -> Report:
+                 show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
+                 discoverable_p: float | None = None) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -125,9 +141,14 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
     `html_docs_per_segment` documents per segment (the best matches) with `html_snippet_chars`
     characters of context on each side of the span; leaked personal data is masked there unless
-    `show_pii`.
+    `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
+    (default: each run's task metadata, else 1 ... 10,000 and 0.5; `report.likelihood`).
     """
     pm_metrics = _check_options(bootstrap, pm_metrics)
+    if discoverable_n is not None:
+        discoverable_n = check_n(discoverable_n, "--discoverable-n")
+    if discoverable_p is not None:
+        discoverable_p = check_p(discoverable_p, "--discoverable-p")
     if not runs:
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
     notes: list[str] = []
@@ -204,6 +225,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
                         "metrics and PM are undefined (left empty, not 0)")
             results.append(res)
 
+    likelihood = likelihood_results(runs, results, bootstrap, seed, notes, discoverable_n, discoverable_p)
     labels = sorted({r.label for r in results})
     rows_by_model: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results:
@@ -216,6 +238,12 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         columns += columns_for(label, settings, pm_metrics)
     for r in results:
         rows_by_model[(r.model, r.revision)].update(row_values(r, pm_metrics))
+    columns += likelihood_columns(likelihood)
+    for lr in likelihood:
+        rows_by_model.setdefault((lr.model, lr.revision), {"model": lr.model, "revision": lr.revision}).update(
+            likelihood_row_values(lr))
+        if (lr.model, lr.revision) not in order:
+            order.append((lr.model, lr.revision))
     rows = [{c: rows_by_model[k].get(c) for c in columns} for k in order if k in rows_by_model]
     results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
 
@@ -225,7 +253,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     except OSError as exc:
         raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
     report = Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
-                    bootstrap=bootstrap, seed=seed, notes=notes, problems=problems)
+                    bootstrap=bootstrap, seed=seed, notes=notes, problems=problems, likelihood=likelihood)
     try:
         report.leaderboard_csv = out / "leaderboard.csv"
         write_csv(report.leaderboard_csv, columns, rows)
@@ -237,6 +265,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
             from propme_metrics.report.plots import write_plots
 
             report.plots = write_plots(report, out)
+            report.plots += write_likelihood_plots(report, out)
         if html:
             from propme_metrics.report.html import write_html
 

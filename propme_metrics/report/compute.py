@@ -88,6 +88,7 @@ class Report:
     leaderboard_md: Path | None = None
     html: Path | None = None
     plots: list[Path] = field(default_factory=list)
+    likelihood: list[Any] = field(default_factory=list)  #: report.likelihood.LikelihoodResult per model and corpus
 
     @property
     def paths(self) -> list[Path]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.jsonl import first_non_finite, json_objects, scrub_surrogates
+from propme_metrics.metrics.likelihood import is_likelihood_config
 from propme_metrics.metrics.pm import PromptStat
 from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
 from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
@@ -288,6 +289,8 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask
             metadata = (config or {}).get("metadata") or {}
             if not isinstance(metadata, dict):
                 metadata = {}
+            if is_likelihood_config(config):
+                continue  # the likelihood subtask has no traces: report.likelihood reads it
             cs = _task_corpus_setting(task, metadata)
             if cs is None:
                 continue  # not a PropMe task

@@ -13,6 +13,8 @@ from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import setting_sort_key
 from propme_metrics.report.columns import fmt_interval
 from propme_metrics.report.compute import CONFIDENCE, Report
+from propme_metrics.report.likelihood import curve_json
+from propme_metrics.report.likelihood import markdown_lines as likelihood_markdown
 from propme_metrics.report.load import describe_start_token
 
 
@@ -40,7 +42,8 @@ def write_json(path: Path, report: Report) -> None:
 
     doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": CONFIDENCE,
            "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
-           "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows]}
+           "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows],
+           "likelihood": [curve_json(r) for r in report.likelihood]}
     write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
@@ -81,6 +84,7 @@ def write_markdown(path: Path, report: Report) -> None:
                 lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | {s} | "
                              f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += likelihood_markdown(report.likelihood, _md_cell)
     if report.problems or report.notes:
         lines += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.problems + report.notes] + [""]
     write_atomic(path, "\n".join(lines))

@@ -242,6 +242,11 @@ def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
     cue = tm.load(["propme_nordic_minimal_cue"])["tasks"]["propme_nordic_minimal_cue"]
     assert cue.config.generation_kwargs["do_sample"] is True and cue.config.generation_kwargs["temperature"] == 0.7
     assert all(d["model_prompt"].startswith("<|endoftext|>") for d in cue.test_docs())
+    # the sixth subtask: the prefix documents, once each, scored by likelihood
+    pair = tm.load(["propme_nordic_prefix", "propme_nordic_prefix_likelihood"])["tasks"]
+    like = pair["propme_nordic_prefix_likelihood"]
+    assert like.OUTPUT_TYPE == "loglikelihood" and like.config.metadata["nordic_index"] == str(odd)
+    assert [d["id"] for d in like.test_docs()] == [d["id"] for d in pair["propme_nordic_prefix"].test_docs()]
 
 
 def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp_path):
