@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError, IndexFormatError
+from propme_metrics.index.decode import TokenDecoder
 from propme_metrics.index.format import parse_metadata
 from propme_metrics.index.manifest import TOKENIZER_DIRNAME
 from propme_metrics.index.reader import Index, open_index
@@ -130,6 +131,7 @@ class Tracer:
         self._separator = self.index.separator
         self._log_total = math.log(self.index.total_positions)
         self._backend = backend
+        self._decoder = TokenDecoder(backend)
         self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
         self._word_initial = self._word_initial_ids(backend)
 
@@ -171,10 +173,11 @@ class Tracer:
         return math.fsum(self._logprob[ids].tolist())
 
     def _decode(self, ids) -> str:
-        return self._backend.decode(list(ids), skip_special_tokens=False)
+        """The tokenizer's decode of ids (special tokens kept), through the byte table (`index/decode.py`)."""
+        return self._decoder.decode(ids)
 
-    def _decode_batch(self, seqs: list[list[int]]) -> list[str]:
-        return self._backend.decode_batch(seqs, skip_special_tokens=False) if seqs else []
+    def _decode_batch(self, seqs: list) -> list[str]:
+        return self._decoder.decode_batch(seqs)
 
     # -- steps 1 and 2 --------------------------------------------------------------------------
 
@@ -353,16 +356,16 @@ class _Context:
             # occurrence and the rest decode separately to the window's text, unless a character
             # straddles the cut (then a replacement character shows it): decode that window whole
             pieces = tracer._decode_batch([part for w in wins for part in
-                                           (w.token_ids[:w.needle_offset].tolist(), w.token_ids[w.needle_offset:].tolist())])
+                                           (w.token_ids[:w.needle_offset], w.token_ids[w.needle_offset:])])
             for win, head, rest in zip(wins, pieces[0::2], pieces[1::2]):
                 if head.endswith("\ufffd") or rest.startswith("\ufffd"):
-                    text = tracer._decode(win.token_ids.tolist())
+                    text = tracer._decode(win.token_ids)
                     out.append(self._located(win, text, text.find(needle_text), needle_text))
                 else:
                     out.append(self._located(win, head + rest, len(head), needle_text))
             return out
-        texts = tracer._decode_batch([w.token_ids.tolist() for w in wins])
-        heads = tracer._decode_batch([w.token_ids[:w.needle_offset].tolist() for w in wins])
+        texts = tracer._decode_batch([w.token_ids for w in wins])
+        heads = tracer._decode_batch([w.token_ids[:w.needle_offset] for w in wins])
         for win, text, head in zip(wins, texts, heads):
             lo = len(head) if text.startswith(head) else 0
             if not text.startswith(needle_text, lo):  # e.g. SentencePiece strips a leading space
