@@ -2,6 +2,8 @@
 
     python benchmarks/trace.py                       # builds a ~20M-token synthetic index (GPT-2 tokenizer)
     python benchmarks/trace.py --index DIR           # reuse an index (its corpus must be generate_corpus(seed 0))
+    python benchmarks/trace.py --frozen DIR          # also time the Tracer of an older checkout (e.g. a git
+                                                     # worktree of commit 750e590) side by side
 
 What it does, in one run:
   1. builds (or reuses) a synthetic index of --tokens tokens and one 10x smaller whose corpus is the
@@ -12,7 +14,10 @@ What it does, in one run:
   3. in fresh subprocesses (so ru_maxrss is that measurement's own): traces all of them with the
      Tracer (workers 2 and 1) on the large index, with workers 1 on the small one, and runs the
      baseline on the first --baseline-n generations (sequential; its rate is extrapolated);
-  4. checks that baseline and Tracer agree on those generations, and prints a Markdown table.
+  4. checks that baseline and Tracer agree on those generations, and prints a Markdown table;
+  5. with --frozen DIR: traces all generations with the Tracer of the PropMe checkout in DIR too
+     (its code first on PYTHONPATH, workers 2 and 1), checks that its results equal this Tracer's
+     on every generation and prints the per-generation speed-up against it.
 
 The baseline is the straightforward loop of the published code: for every start position one
 `engine.find` on the whole remaining suffix; when that suffix does not occur, the suffix-array
@@ -166,16 +171,20 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
 
 
 def run_measure(args: argparse.Namespace, kind: str, index: Path, workers: int, every: int = 1,
-                out: Path | None = None, timeout: float | None = None) -> dict | None:
-    """One measurement in a fresh process; None if it ran past `timeout` seconds (it is then stopped)."""
+                out: Path | None = None, timeout: float | None = None, code: Path | None = None) -> dict | None:
+    """One measurement in a fresh process (importing PropMe from `code` when given); None if it ran
+    past `timeout` seconds (it is then stopped)."""
     cmd = [sys.executable, __file__, "--_measure", kind, "--index", str(index), "--_gens", str(args.gens_file),
            "--workers", str(workers), "--_every", str(every), "--repeat", str(args.repeat)]
+    env = None
+    if code is not None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code.absolute()), os.environ.get("PYTHONPATH", "")])}
     if out:
         cmd += ["--_out", str(out)]
-    print(f"  measuring {kind} on {index.name} (workers {workers}{f', every {every}th generation' if every > 1 else ''})"
-          " ...", flush=True)
+    print(f"  measuring {kind}{f' of {code}' if code else ''} on {index.name} (workers {workers}"
+          f"{f', every {every}th generation' if every > 1 else ''}) ...", flush=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         print(f"  ... stopped after {timeout:.0f} s", flush=True)
         return None
@@ -298,6 +307,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--repeat", type=int, default=2, help="time each measurement this often and keep the fastest")
+    p.add_argument("--frozen", type=Path, help="a checkout of an older PropMe (e.g. `git worktree add DIR 750e590`) "
+                                               "whose Tracer is timed on the same generations")
     p.add_argument("--_measure", choices=("tracer", "baseline", "tracer-step1", "baseline-step1",
                                                    "attribute-step1"), help=argparse.SUPPRESS)
     p.add_argument("--_gens", help=argparse.SUPPRESS)
@@ -335,6 +346,10 @@ def main() -> None:
     # minutes and takes gigabytes (seen here: 11 GB after 7 minutes on 30 generations), so it gets
     # a few generations and a time limit
     a1 = run_measure(args, "attribute-step1", big, 1, every=max(1, args.generations // 3), timeout=120)
+    frozen = []
+    if args.frozen:
+        frozen = [run_measure(args, "tracer", big, w, code=args.frozen, out=args.work / f"frozen-results-{w}.jsonl")
+                  for w in (args.workers, 1)]
 
     first = json.loads(open(args.gens_file, encoding="utf-8").readline())["text"]
     start = measure_startup(small, first, max(3, args.repeat))
@@ -378,6 +393,27 @@ def main() -> None:
           f"{start['seconds']:.2f} s wall, {start['inner_seconds']:.2f} s inside Python "
           f"(a bare `python -c pass` takes {start['python_seconds']:.2f} s); goal < 1 s: "
           f"{'met' if start['seconds'] < 1 else 'MISSED'}.")
+    if frozen:
+        mine = open(args.work / "tracer-results.jsonl", encoding="utf-8").read().splitlines()
+        same = [sum(a == b for a, b in zip(mine, open(args.work / f"frozen-results-{w}.jsonl",
+                                                            encoding="utf-8").read().splitlines()))
+                for w in (args.workers, 1)]
+        print()
+        print(f"Against the Tracer of {args.frozen} (same generations, same index, fresh processes):")
+        print()
+        print("| workers | frozen s | PropMe s | frozen ms/generation | PropMe ms/generation | speed-up | "
+              "frozen RssAnon MiB | PropMe RssAnon MiB | results identical |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for fr, mine_r, n_same in zip(frozen, (tr2, tr1), same):
+            print(f"| {fr['workers']} | {fr['seconds']:.2f} | {mine_r['seconds']:.2f} | {1000 / fr['rate']:.1f} | "
+                  f"{1000 / mine_r['rate']:.1f} | {mine_r['rate'] / fr['rate']:.2f}x | {fr['rss_anon_mb']:.0f} | "
+                  f"{mine_r['rss_anon_mb']:.0f} | {n_same}/{len(mine)} |")
+        ratios = [mine_r["rate"] / fr["rate"] for fr, mine_r in zip(frozen, (tr2, tr1))]
+        print()
+        print(f"Goal: at least 2x faster per generation than {args.frozen}: "
+              f"{'met' if min(ratios) >= 2 else 'MISSED'} ({ratios[1]:.2f}x with 1 worker, {ratios[0]:.2f}x with "
+              f"{args.workers}); speed-up against the per-start baseline: {tr1['rate'] / base['rate']:.1f}x with 1 "
+              f"worker, {tr2['rate'] / base['rate']:.1f}x with {args.workers}.")
     speed = tr2["rate"] / base["rate"]
     print(f"Goals: end-to-end speed-up >= 10x: {'met' if speed >= 10 else 'MISSED'} ({speed:.1f}x with {args.workers} "
           f"workers, {tr1['rate'] / base['rate']:.1f}x with 1; step 1 alone {s1['rate'] / b1['rate']:.1f}x); "

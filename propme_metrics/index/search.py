@@ -39,8 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)
 _DS_END = -3   #: key past the end of a shard's token array (the suffix is a prefix of the query)
-_CHUNK = 16    #: tokens compared per vectorized step
-_AR = np.arange(_CHUNK, dtype=np.int64)
+_CHUNK = 16    #: tokens compared in the first vectorized step of a comparison
+_CHUNK_GROWTH = 4  #: each further step compares this many times more (long matches end in few steps)
+_MAX_CHUNK = 1024
 _PAGE = mmap.PAGESIZE
 _DISK_SECONDS_PER_ROW = 2e-6  #: slower reads than this per searched row mean page faults: prefetch
 
@@ -262,8 +263,10 @@ class ShardSearcher:
             first = tpos + off
             self._fetch_ds(np.concatenate((first, first + _CHUNK - 1)) * self.width)
         timed = True
+        chunk = _CHUNK
         while rows.size:
-            cpos = tpos[rows, None] + off[:, None] + _AR
+            ar = np.arange(chunk, dtype=np.int64)
+            cpos = tpos[rows, None] + off[:, None] + ar
             started = time.perf_counter()
             ck = self.keys(self.ds[np.minimum(cpos, self.n - 1)])
             if timed:  # both reads of this step cost microseconds per row only when they wait for the disk
@@ -271,7 +274,7 @@ class ShardSearcher:
                 self._reading_disk = waited > _DISK_SECONDS_PER_ROW * m
                 timed = False
             ck[cpos >= self.n] = _DS_END
-            qpos = qstart[rows, None] + off[:, None] + _AR
+            qpos = qstart[rows, None] + off[:, None] + ar
             qk = np.where(qpos < qend[rows, None], qkeys[np.minimum(qpos, last_q)], _Q_END)
             neq = ck != qk
             done = neq.any(1)
@@ -284,7 +287,8 @@ class ShardSearcher:
                 up = upper[r]
                 right[r] = np.where(up, (qj != _Q_END) & (cj > qj), (qj == _Q_END) | (cj > qj))
             keep = ~done
-            rows, off = rows[keep], off[keep] + _CHUNK
+            rows, off = rows[keep], off[keep] + chunk
+            chunk = min(chunk * _CHUNK_GROWTH, _MAX_CHUNK)
         return lcp, right
 
     def search(self, qkeys, qstart, qend, upper):
