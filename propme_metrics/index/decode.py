@@ -210,6 +210,11 @@ class TokenDecoder:
         self.head = [None if p is None else self.rules.head(p) for p in pieces] if self.rules.has_head else self.body
         self._body_array = np.empty(len(self.body), dtype=object)
         self._body_array[:] = self.body
+        # a printable non-space ASCII byte survives every rule above unchanged (no lossy decode,
+        # strip or clean-up removes one): a sequence holding such a piece never decodes to blank text
+        printable = re.compile(rb"[\x21-\x7e]").search
+        self._visible = [b is not None and h is not None and printable(b) is not None and printable(h) is not None
+                         for b, h in zip(self.body, self.head)]
 
     def decode(self, ids) -> str:
         """Text of one sequence of ids (a list or a numpy array)."""
@@ -252,6 +257,11 @@ class TokenDecoder:
             return self.head[ids[0]] + b"".join(itemgetter(*ids[1:])(self.body)) if len(ids) > 2 \
                 else self.head[ids[0]] + self.body[ids[1]]
         return b"".join(itemgetter(*ids)(self.body))
+
+    def surely_visible(self, ids: Sequence[int]) -> bool:
+        """True when `decode(ids)` certainly holds a character other than white space (a quick test
+        on the pieces; False means: decode to know)."""
+        return self.rules is not None and any(map(self._visible.__getitem__, ids))
 
     def decode_batch(self, seqs: Sequence) -> list[str]:
         """`decode` of each sequence."""

@@ -195,8 +195,9 @@ class Tracer:
         kept: list[tuple[int, int]] = []
         if self.config.mode == "mixed":
             cand = [(s, e) for s, e in spans if (s, e) == (0, n) or e - s >= MIXED_MIN_TOKENS]
-            texts = self._decode_batch([ids[s:e] for s, e in cand])
-            kept = [(s, e) for (s, e), t in zip(cand, texts) if (s, e) == (0, n) or not t.isspace() and t]
+            visible = self._decoder.surely_visible
+            kept = [(s, e) for s, e in cand
+                    if (s, e) == (0, n) or visible(ids[s:e]) or not (t := self._decode(ids[s:e])).isspace() and t]
         else:
             boundary = [any(c in BOUNDARY_CHARS for c in t) for t in self._decode_batch([[t] for t in ids])]
             for s, e in spans:
@@ -262,7 +263,10 @@ class Tracer:
         else:
             step1 = self.step1_spans(ids)
             maximal = self.clean_spans(ids, step1)
-        found = self.search.locate(ids, maximal)
+        # mixed mode without full-span documents: the anchors' occurrences come with the spans' (one search)
+        anchors = ctx.anchor_spans(step1) if cfg.mode == "mixed" and not full_docs else []
+        found = self.search.locate(ids, maximal + anchors)
+        found, anchor_occ = found[:len(maximal)], found[len(maximal):]
         result.spans = [Span(start=s, end=e, count=f.count, rarity=self._rarity(ids[s:e]))
                         for (s, e), f in zip(maximal, found)]
         for sp, t in zip(result.spans, self._decode_batch([ids[s:e] for s, e in maximal])):
@@ -274,7 +278,7 @@ class Tracer:
         finals = ctx.final_spans([maximal[i] for i in kept], [found[i] for i in kept])
         if cfg.mode == "mixed":
             if not full_docs:
-                full_docs = ctx.anchor_documents(step1)
+                full_docs = ctx.anchor_documents(anchors, anchor_occ)
             finals = ctx.attach_full_span(finals, whole.count, full_docs)
         finals.sort(key=lambda s: s.length, reverse=True)  # stable: equal lengths keep their order
         ctx.score(finals)
@@ -418,9 +422,9 @@ class _Context:
                                     count=occ.count, documents=docs))
         return finals
 
-    def anchor_documents(self, step1: list[tuple[int, int]]) -> list[_Retrieved]:
-        """Mixed mode, g not found as tokenized: full matches through up to `max_anchors` long step-1
-        spans (longest, then rarest, then earliest), evenly spaced windows of each."""
+    def anchor_spans(self, step1: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Mixed mode, g not found as tokenized: up to `max_anchors` long step-1 spans (longest, then
+        rarest, then earliest) through which full matches are looked for."""
         tracer, cfg = self.tracer, self.cfg
         bounds = list(dict.fromkeys((s, e) for s, e in step1 if e - s >= MIXED_MIN_TOKENS))
         bounds.sort(key=lambda se: -(se[1] - se[0]))
@@ -428,12 +432,17 @@ class _Context:
             cut = bounds[cfg.max_anchors - 1][1] - bounds[cfg.max_anchors - 1][0]
             bounds = [se for se in bounds if se[1] - se[0] >= cut]
         bounds.sort(key=lambda se: (-(se[1] - se[0]), tracer._rarity(self.ids[se[0]:se[1]]), se[0]))
-        anchors = bounds[: cfg.max_anchors]
+        return bounds[: cfg.max_anchors]
+
+    def anchor_documents(self, anchors: list[tuple[int, int]], occs: list[Occurrences]) -> list[_Retrieved]:
+        """Full matches through the anchor spans (`anchor_spans`, with their occurrences): evenly
+        spaced windows of each."""
+        cfg = self.cfg
         if not anchors:
             return []
         per_anchor = max(1, math.ceil(cfg.docs_per_span / len(anchors)))
         found, seen = [], set()
-        for anchor, occ in zip(anchors, tracer.search.locate(self.ids, anchors)):
+        for anchor, occ in zip(anchors, occs):
             if not occ.count:
                 continue
             for doc in self.fetch(select_occurrences(occ, per_anchor, None), anchor):

@@ -101,6 +101,8 @@ def test_every_window_of_the_corpora(tokenizer):
             windows = [ids[s:s + length] for s in starts]
             assert dec.decode_batch(windows) == [_reference(tokenizer, w) for w in windows], length
             assert [dec.decode(arr[s:s + length]) for s in starts] == [_reference(tokenizer, w) for w in windows]
+            for w in windows:  # the quick visibility test never calls blank text visible
+                assert not dec.surely_visible(w) or _reference(tokenizer, w).strip()
 
 
 def test_windows_cut_inside_multibyte_characters(tokenizer):
