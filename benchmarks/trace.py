@@ -156,18 +156,47 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
         t0 = time.perf_counter()
         results = tracer.trace(texts, keys, workers=workers)
         seconds = min(seconds, time.perf_counter() - t0)
+    t0 = time.perf_counter()  # serialization as `propme trace` does it, once per result
+    lines = [json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results]
+    serialize = time.perf_counter() - t0
     if out:
         with open(out, "w", encoding="utf-8") as fh:
-            for r in results:
-                fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+            fh.writelines(lines)
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({
         "kind": kind, "index": index, "workers": workers, "generations": len(rows), "seconds": seconds,
         "open_seconds": opened, "rate": len(rows) / seconds, "tokens": sum(r.n_tokens for r in results),
+        "serialize_seconds": serialize,
         "failed": sum(r.error is not None for r in results),
         "maxrss_mb": max(self_kb, child_kb) / 1024, "rss_anon_mb": _status_kb("RssAnon") / 1024,
         "rss_file_mb": _status_kb("RssFile") / 1024}))
+
+
+def measure_decoding(index: Path, gens_path: Path, n: int, repeat: int) -> dict:
+    """Window decoding alone, old against new in this process: every window the Tracer fetches for
+    the first `n` generations, cut at its occurrence (as tracing decodes it), decoded by the
+    tokenizer's `decode_batch` (PropMe at 750e590) and through the byte table (`index/decode.py`)."""
+    from propme_metrics.trace.tracer import Tracer
+
+    tracer = Tracer(index)
+    rows = [json.loads(line) for line in open(gens_path, encoding="utf-8")][:n]
+    wins: list = []
+    fetch = tracer.search.windows
+    tracer.search.windows = lambda picks, m: wins.extend(w := fetch(picks, m)) or w
+    tracer.trace([r["text"] for r in rows])
+    parts = [p for w in wins for p in (w.token_ids[:w.needle_offset], w.token_ids[w.needle_offset:])]
+    backend, decoder = tracer.index.backend, tracer._decoder
+    best = {"tokenizer": math.inf, "table": math.inf}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        old = backend.decode_batch([p.tolist() for p in parts], skip_special_tokens=False)
+        best["tokenizer"] = min(best["tokenizer"], time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        new = decoder.decode_batch(parts)
+        best["table"] = min(best["table"], time.perf_counter() - t0)
+    return {**best, "windows": len(wins), "tokens": sum(len(p) for p in parts), "identical": old == new,
+            "family": type(decoder.rules).__name__.strip("_") if decoder.rules else "tokenizer's own"}
 
 
 def run_measure(args: argparse.Namespace, kind: str, index: Path, workers: int, every: int = 1,
@@ -351,6 +380,7 @@ def main() -> None:
         frozen = [run_measure(args, "tracer", big, w, code=args.frozen, out=args.work / f"frozen-results-{w}.jsonl")
                   for w in (args.workers, 1)]
 
+    dec = measure_decoding(big, args.gens_file, min(args.generations, 300), max(3, args.repeat))
     first = json.loads(open(args.gens_file, encoding="utf-8").readline())["text"]
     start = measure_startup(small, first, max(3, args.repeat))
     ours = [json.loads(x) for x in open(args.work / "tracer-results.jsonl", encoding="utf-8")][::every]
@@ -414,6 +444,18 @@ def main() -> None:
               f"{'met' if min(ratios) >= 2 else 'MISSED'} ({ratios[1]:.2f}x with 1 worker, {ratios[0]:.2f}x with "
               f"{args.workers}); speed-up against the per-start baseline: {tr1['rate'] / base['rate']:.1f}x with 1 "
               f"worker, {tr2['rate'] / base['rate']:.1f}x with {args.workers}.")
+    print()
+    print(f"Window decoding ({dec['windows']:,} windows of the first {min(args.generations, 300)} generations, cut at "
+          f"their occurrence, {dec['tokens']:,} tokens; {dec['family']} rules): tokenizer decode_batch "
+          f"{dec['tokenizer'] * 1000:.0f} ms, byte table {dec['table'] * 1000:.0f} ms: "
+          f"{dec['table'] / dec['tokenizer']:.1%} of the old cost (goal <= 20%: "
+          f"{'met' if dec['table'] <= dec['tokenizer'] / 5 else 'MISSED'}); texts identical: {dec['identical']}.")
+    share = tr1["serialize_seconds"] / (tr1["seconds"] + tr1["serialize_seconds"])
+    print(f"Serialization (to_dict + json.dumps of every result, once): {tr1['serialize_seconds']:.2f} s = "
+          f"{share:.1%} of trace + serialization with 1 worker (goal <= 2%: {'met' if share <= 0.02 else 'MISSED'})"
+          + (f"; {args.frozen}: {frozen[1]['serialize_seconds']:.2f} s = "
+             f"{frozen[1]['serialize_seconds'] / (frozen[1]['seconds'] + frozen[1]['serialize_seconds']):.1%}"
+             if frozen else "") + ".")
     speed = tr2["rate"] / base["rate"]
     print(f"Goals: end-to-end speed-up >= 10x: {'met' if speed >= 10 else 'MISSED'} ({speed:.1f}x with {args.workers} "
           f"workers, {tr1['rate'] / base['rate']:.1f}x with 1; step 1 alone {s1['rate'] / b1['rate']:.1f}x); "
