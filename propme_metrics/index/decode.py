@@ -218,13 +218,17 @@ class TokenDecoder:
 
     def decode(self, ids) -> str:
         """Text of one sequence of ids (a list or a numpy array)."""
-        rules = self.rules
-        if rules is None or not len(ids):
+        if self.rules is None or not len(ids):
             return self._tokenizer_decode(ids)
         try:
             data = self._bytes(ids)
         except (TypeError, IndexError):  # an id the table cannot express (None) or outside the vocabulary
             return self._tokenizer_decode(ids)
+        return self._text(data, ids)
+
+    def _text(self, data: bytes | None, ids) -> str:
+        """The decoded text of a sequence whose table bytes are `data` (None: the tokenizer decides)."""
+        rules = self.rules
         if data is None:
             return self._tokenizer_decode(ids)
         if rules.strict:
@@ -264,8 +268,24 @@ class TokenDecoder:
         return self.rules is not None and any(map(self._visible.__getitem__, ids))
 
     def decode_batch(self, seqs: Sequence) -> list[str]:
-        """`decode` of each sequence."""
-        return [self.decode(s) for s in seqs]
+        """`decode` of each sequence; numpy arrays of unsigned ids (document windows) share one gather."""
+        if self.rules is None or self.rules.has_head or not seqs or \
+                not all(isinstance(q, np.ndarray) and q.dtype.kind == "u" for q in seqs):
+            return [self.decode(q) for q in seqs]
+        try:
+            pieces = self._body_array[np.concatenate(seqs)].tolist()
+        except IndexError:  # an id outside the vocabulary: one sequence at a time
+            return [self.decode(q) for q in seqs]
+        out, a = [], 0
+        for q in seqs:
+            b = a + len(q)
+            try:
+                data = b"".join(pieces[a:b]) if b > a else None
+            except TypeError:  # a piece the table cannot express
+                data = None
+            out.append(self._text(data, q))
+            a = b
+        return out
 
     def _tokenizer_decode(self, ids) -> str:
         return self.backend.decode(ids.tolist() if isinstance(ids, np.ndarray) else list(ids), skip_special_tokens=False)

@@ -101,6 +101,7 @@ def test_every_window_of_the_corpora(tokenizer):
             windows = [ids[s:s + length] for s in starts]
             assert dec.decode_batch(windows) == [_reference(tokenizer, w) for w in windows], length
             assert [dec.decode(arr[s:s + length]) for s in starts] == [_reference(tokenizer, w) for w in windows]
+            assert dec.decode_batch([arr[s:s + length] for s in starts]) == [_reference(tokenizer, w) for w in windows]
             for w in windows:  # the quick visibility test never calls blank text visible
                 assert not dec.surely_visible(w) or _reference(tokenizer, w).strip()
 
@@ -126,6 +127,9 @@ def test_random_ids_special_tokens_and_ids_outside_the_vocabulary(tokenizer):
     seqs += [[s] for s in special] + [[special[0], 5, 6], [7, special[-1]], [size + 3], [4, size + 10, 5], []]
     assert dec.decode_batch(seqs) == [_reference(tokenizer, s) for s in seqs]
     assert dec.decode(np.asarray([4, size + 10, 5], dtype=np.int64)) == _reference(tokenizer, [4, size + 10, 5])
+    arrays = [np.asarray(q, dtype=np.uint32) for q in seqs]
+    assert dec.decode_batch(arrays) == [_reference(tokenizer, s) for s in seqs]
+    assert dec.decode_batch(arrays[:-6]) == [_reference(tokenizer, s) for s in seqs[:-6]]  # all ids in range
     with pytest.raises(OverflowError):  # a negative id is refused as the tokenizer refuses it
         dec.decode([3, -1])
 
