@@ -913,3 +913,14 @@ def test_windows_cut_inside_a_character_decode_exactly(tmp_path, gpt2_dir):
         r = tr.trace_one(g, "emoji")
         assert as_reference(r) == reference_view(ref.trace(g))
         assert all("\ufffd" not in d.snippet for d in r.documents)
+
+
+def test_journal_is_keyed_by_the_tracing_rules(monkeypatch):
+    """A `propme trace` journal written under other tracing rules is never resumed."""
+    from propme_metrics.trace import runner
+    from propme_metrics.trace.inputs import Generation
+
+    gens = [Generation("k", " text")]
+    now = runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens)
+    monkeypatch.setattr(runner, "TRACE_RULES_VERSION", runner.TRACE_RULES_VERSION - 1)
+    assert runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens) != now
