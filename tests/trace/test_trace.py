@@ -430,6 +430,26 @@ def test_blank_completions_have_no_spans(tracer, synthetic_records):
     assert summary.fmr == pytest.approx(1 / 7) and summary.als == pytest.approx(copy.n_tokens / 7)
 
 
+def test_extraction_ignores_outer_white_space(tracer):
+    """Discoverable extraction compares the continuation with the generation as written: the space
+    or newline a completion begins with (or the continuation's decoding drops) never decides it."""
+    from propme_metrics.prompts.build import build_prompt_set
+
+    records = build_prompt_set(tracer.index, "prefix", n=5, seed=42).records
+    for rec in records:
+        ids = tracer.index.document(rec.source_doc["doc_ix"]).token_ids.tolist()
+        assert rec.prompt == tracer.index.decode(ids[:50])
+        # what follows the prompt in the document, as a model that reproduced it writes it
+        follows = tracer.index.decode(ids[:100])[len(rec.prompt):]
+        assert follows.strip() and follows.split() == rec.continuation.split()
+        for g in (follows, " " + follows.lstrip(), "\n\n" + follows.lstrip(), follows.lstrip() + " and on.\n"):
+            assert tracer.trace_one(g, "x", continuation=rec.continuation).extracted is True, repr(g[:20])
+        words = follows.split()
+        changed = " " + " ".join(words[:-3] + ["Zorblax"] + words[-2:])
+        assert tracer.trace_one(changed, "x", continuation=rec.continuation).extracted is False
+        assert tracer.trace_one("\n\n", "x", continuation=rec.continuation).extracted is False
+
+
 def passage_after(tracer, records, before: str) -> tuple[dict, str]:
     """A sentence-long passage from the middle of a document that follows `before` there; after a
     space, one whose tokens without it occur nowhere (so that stripping the space would matter)."""
@@ -893,3 +913,14 @@ def test_windows_cut_inside_a_character_decode_exactly(tmp_path, gpt2_dir):
         r = tr.trace_one(g, "emoji")
         assert as_reference(r) == reference_view(ref.trace(g))
         assert all("\ufffd" not in d.snippet for d in r.documents)
+
+
+def test_journal_is_keyed_by_the_tracing_rules(monkeypatch):
+    """A `propme trace` journal written under other tracing rules is never resumed."""
+    from propme_metrics.trace import runner
+    from propme_metrics.trace.inputs import Generation
+
+    gens = [Generation("k", " text")]
+    now = runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens)
+    monkeypatch.setattr(runner, "TRACE_RULES_VERSION", runner.TRACE_RULES_VERSION - 1)
+    assert runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens) != now
