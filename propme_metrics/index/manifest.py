@@ -14,8 +14,8 @@ from typing import Any
 
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.core.files import write_atomic
+from propme_metrics.core.outputs import MANIFEST_NAME  # the file that marks an index folder
 
-MANIFEST_NAME = "propme-manifest.json"
 WORD_STARTS_NAME = "propme-word-starts.txt"
 TOKENIZER_DIRNAME = "propme-tokenizer"
 INDEX_FORMAT = "propme-index/1"
