@@ -261,12 +261,26 @@ def index_file_names(shard_ids: Iterable[int]) -> list[str]:
             + [toplevel_path("", sid).name for sid in shard_ids])
 
 
-def _is_index_entry(name: str) -> bool:
-    """A name that PropMe writes into an index folder (or an older PropMe left there)."""
-    kind, _, sid = name.partition(".")
-    return (name.startswith("propme-")  # every PropMe file in an index is named propme-*
-            or (kind in SHARD_FILES and sid.isdigit())
-            or name.startswith(("tmp-", f".{MANIFEST_NAME}.")))
+def files_not_written_by_propme(folder: Path, manifest: IndexManifest) -> list[str]:
+    """The files under the index `folder` (relative paths) that its manifest does not list: a
+    replacing build must not delete them. PropMe's own temporary names (`.NAME.*.tmp` of a listed
+    file) count as its files; an index older than recorded checksums lists its entries by name."""
+    listed = set(manifest.files) | {MANIFEST_NAME}
+    by_name = set(index_file_names(manifest.shard_ids)) if not manifest.files else set()
+    folders = {str(parent) for name in listed for parent in Path(name).parents}
+    foreign = []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_dir() and not p.is_symlink():  # a folder of no listed file is the user's (even empty)
+            if str(rel) not in folders and rel.parts[0] not in by_name:
+                foreign.append(f"{rel}/")
+            continue
+        temp = p.name.startswith(".") and p.name.endswith(".tmp")  # atomic_output's `.NAME.XXXX.tmp`
+        if str(rel) in listed or rel.parts[0] in by_name or (
+                temp and str(rel.parent / p.name[1:].rsplit(".", 2)[0]) in listed):
+            continue
+        foreign.append(str(rel))
+    return foreign
 
 
 def _check_out_spares_source(out: Path, source: CorpusSource) -> None:
@@ -390,11 +404,14 @@ def build_params(source: dict[str, Any], tokenizer: str, revision: str | None, t
     return params, hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
 
-def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str, Any] | None = None) -> IndexManifest:
+def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str, Any] | None = None,
+                 replace: bool = False) -> IndexManifest:
     """Join shard sets built separately (`--shard-ids` on several machines) into one index.
 
     `build_info` replaces the manifest's record of the part folders (a build that joins and then
-    removes its own parts says how it ran instead)."""
+    removes its own parts says how it ran instead). With `replace`, an index already at `out`
+    (checked by the caller to hold only PropMe's files) is swapped for the joined one atomically,
+    as a local build does: an interrupted join leaves the old index in place."""
     from propme_metrics.index.toplevel import toplevel_path
 
     out = _real_out(Path(out))
@@ -412,7 +429,7 @@ def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str,
     if sorted(ids) != list(range(first.num_shards)):
         missing = sorted(set(range(first.num_shards)) - set(ids))
         raise ConfigError(f"shards {missing} are missing", "build them with --shard-ids and join again")
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(out.iterdir()) and not (replace and (out / MANIFEST_NAME).is_file()):
         raise ConfigError(f"output folder {out} is not empty", "join into a new folder")
     work = partial_dir(out)
     shutil.rmtree(work, ignore_errors=True)
@@ -679,11 +696,12 @@ def _existing_index(out: Path, params_hash: str, force: bool) -> IndexManifest |
     entries = sorted(p.name for p in out.iterdir())
     if not entries:
         return None
-    foreign = [name for name in entries if not _is_index_entry(name)]
+    foreign = entries
     if (out / MANIFEST_NAME).is_file():
         manifest = IndexManifest.read(out)
         if manifest.build.get("params_hash") == params_hash and not force:
             return manifest
+        foreign = files_not_written_by_propme(out, manifest)
     if (out / MANIFEST_NAME).is_file() and not foreign:
         if not force:
             raise ConfigError(
@@ -693,9 +711,9 @@ def _existing_index(out: Path, params_hash: str, force: bool) -> IndexManifest |
                 "choose another --out, or pass --force to replace it")
         return None
     shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-    raise ConfigError(f"output folder {out} is not empty and holds files that are not a PropMe index ({shown})",
-                      "choose an empty or new folder; PropMe never deletes files it did not write, "
-                      "even with --force")
+    raise ConfigError(f"output folder {out} is not empty and holds files that PropMe did not write ({shown})",
+                      "move them out of the folder or choose an empty or new one; PropMe never deletes files "
+                      "it did not write, even with --force")
 
 
 def _load_state(work: Path, params_hash: str) -> dict[str, Any] | None:

@@ -66,7 +66,8 @@ Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capabil
 diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its traced segments; click a segment for its source
-documents).
+documents). `propme-report-files.json` lists the files written: a later report into the same folder
+removes those of them it does not write again (a stale plot), and never any other file.
 """
 from __future__ import annotations
 
@@ -110,6 +111,27 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
     if not isinstance(bootstrap, int) or bootstrap < 0:
         raise ConfigError(f"bootstrap must be a non-negative number of resamples, got {bootstrap!r}")
     return metrics
+
+
+#: the list of files the last report wrote into its folder (so the next one removes only those it replaces)
+WRITTEN_NAME = "propme-report-files.json"
+
+
+def _record_written(out: Path, paths: list[Path]) -> None:
+    """Remove the files an earlier report wrote into `out` that this one did not (a stale plot must not
+    sit beside the new report), then record this report's files. A file PropMe did not write is
+    never removed: only names in the earlier record are."""
+    from propme_metrics.core.files import write_atomic
+
+    names = sorted(p.name for p in paths)
+    try:
+        earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        earlier = []
+    for name in earlier if isinstance(earlier, list) else []:
+        if isinstance(name, str) and name not in names and Path(name).name == name and name != WRITTEN_NAME:
+            (out / name).unlink(missing_ok=True)
+    write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
 
 
 def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
@@ -242,6 +264,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
 
             report.html = write_html(report, out / "report.html", docs_per_segment=html_docs_per_segment,
                                      snippet_chars=html_snippet_chars, show_pii=show_pii)
+        _record_written(out, report.paths)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
     if uncounted:

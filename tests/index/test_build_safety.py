@@ -92,6 +92,31 @@ def test_force_replaces_only_an_index(tmp_path, tok, cli_run):
     assert (idx / "README.txt").is_file() and open_index(idx).manifest.total_documents == 30
 
 
+@pytest.mark.parametrize("user_file", ["propme-notes.md", "tmp-experiments/results.csv", "unigram.7",
+                                       "propme-tokenizer/my-notes.txt", ".hidden.tmp"])
+def test_force_never_deletes_a_user_file_inside_an_index(user_file, tmp_path, tok, cli_run):
+    """Names that look like PropMe's (propme-*, tmp-*, a shard file of no shard, a file inside the
+    tokenizer folder) are the user's unless the old manifest lists them."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 1))
+    idx = tmp_path / "idx"
+    assert cli_run(*build_args(corpus, idx, tok))[0] == 0
+    mine = idx / user_file
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("the user's own")
+    other = write_jsonl(tmp_path / "other.jsonl", word_docs(30, 2))
+    code, _, err = cli_run(*build_args(other, idx, tok, "--force"))
+    assert code == 2 and user_file in err and "never deletes" in err, err
+    assert mine.read_text() == "the user's own" and verify_index(idx, full=True).ok
+    mine.unlink()
+    if mine.parent != idx and mine.parent.name != "propme-tokenizer":
+        code, _, err = cli_run(*build_args(other, idx, tok, "--force"))  # an empty folder of the user's: kept
+        assert code == 2 and "tmp-experiments/" in err and mine.parent.is_dir()
+        mine.parent.rmdir()
+    code, _, err = cli_run(*build_args(other, idx, tok, "--force"))  # only PropMe's files: replaced
+    assert code == 0, err
+    assert open_index(idx).manifest.source["location"].endswith("other.jsonl")
+
+
 def test_symlinked_out_builds_into_its_target(tmp_path, tok, cli_run):
     corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 1))
     target = tmp_path / "disk" / "empty"

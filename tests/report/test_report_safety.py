@@ -130,3 +130,20 @@ def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
     assert main(["report", str(run), "--out", str(tmp_path / "r2"), "--bootstrap", "0", "--no-html",
                  "--retraced", str(other)]) == 2
     assert "traced against" in capsys.readouterr().err
+
+
+def test_a_report_over_an_earlier_one_leaves_no_stale_plot_and_keeps_user_files(tmp_path):
+    out = tmp_path / "rep"
+    first = write_run(tmp_path / "a", DFM, "", small_settings(), corpus="dynaword").parent
+    build_report([first], out, bootstrap=10)
+    assert (out / "capability_dynaword.png").is_file()
+    (out / "my-notes.md").write_text("mine")
+    (out / "capability_other.png").write_text("a plot the user made")
+    second = write_run(tmp_path / "b", DFM, "", small_settings(), corpus="common_pile").parent
+    report = build_report([second], out, bootstrap=10)
+    names = sorted(p.name for p in out.iterdir())
+    assert "capability_dynaword.png" not in names  # the earlier report's plot is gone
+    assert "capability_common_pile.png" in names
+    assert (out / "my-notes.md").read_text() == "mine" and (out / "capability_other.png").is_file()
+    assert {p.name for p in report.paths} | {"my-notes.md", "capability_other.png", "propme-report-files.json"} \
+        == set(names)
