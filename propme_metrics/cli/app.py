@@ -458,10 +458,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
                              f"against index {manifest.identity}"))
     table.add_column("metric")
     table.add_column("value", justify="right")
+    shown_metrics = [m for m in registry.METRICS if (m.name == "pii" or not m.name.startswith("pii_"))
+                     and not (m.settings and summary.metrics[m.name] is None)]  # extraction: prefix runs only
+    undefined = [m.label for m in shown_metrics if registry.is_undefined(summary.metrics[m.name])]
     rows = [("generations counted", f"{summary.n_counted} of {summary.n_generations} "
                                     f"({summary.n_degenerate} degenerate, {summary.n_failed} failed)"),
-            *((m.label, f"{value:.4f}") for m in registry.METRICS
-              if (value := summary.metrics[m.name]) is not None and (m.name == "pii" or not m.name.startswith("pii_"))),
+            *((m.label, registry.UNDEFINED_TEXT if m.label in undefined else f"{summary.metrics[m.name]:.4f}")
+              for m in shown_metrics),
             ("PII items leaked", str(leaked_items))]
     by_type = ", ".join(f"{t} {summary.metrics[f'pii_{t}']:.4f}" for t in PII_TYPES if summary.metrics[f"pii_{t}"])
     if by_type:
@@ -478,6 +481,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
                            f"shard {x.shard})"), highlight=False)
     if shown and leaked_items > len(shown):
         console.print(Text(f"... {leaked_items - len(shown)} more leaked item(s) in {out}"), highlight=False)
+    if undefined:
+        why = ("no generation was counted (every one degenerate or failed)" if not summary.n_counted else
+               "no counted generation has a document entry to average over")
+        console.print(Text(f"{registry.UNDEFINED_TEXT}: {', '.join(undefined)} undefined (null in {summary_path.name}, "
+                           f"not 0): {why}"), highlight=False)
     console.print(Text(f"wrote {out} and {summary_path}"), highlight=False)
     if summary.n_failed:
         stderr_console.print(f"[yellow]warning:[/] tracing failed for {summary.n_failed} generation(s) (see their "

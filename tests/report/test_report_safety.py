@@ -147,3 +147,41 @@ def test_a_report_over_an_earlier_one_leaves_no_stale_plot_and_keeps_user_files(
     assert (out / "my-notes.md").read_text() == "mine" and (out / "capability_other.png").is_file()
     assert {p.name for p in report.paths} | {"my-notes.md", "capability_other.png", "propme-report-files.json"} \
         == set(names)
+
+
+def test_every_setting_failed_writes_the_whole_report_and_exits_2(tmp_path, capsys):
+    failed = {s: [[gen(f"{s}-{i}#0", error="ValueError: boom")] for i in range(4)] for s in ("generic", "prefix")}
+    good = write_run(tmp_path / "run", DFM, "", small_settings(4), date=DATE1)
+    write_run(tmp_path / "run", DFM, "", failed, date=DATE2)  # a newer, all-failed run beside a good one
+    out = tmp_path / "rep"
+    assert main(["report", str(good.parent), "--out", str(out), "--bootstrap", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing was counted" in err and "bug" not in err
+    assert (out / "report.html").is_file() and (out / "capability_dynaword.png").is_file()
+    row = csv_row(out / "leaderboard.csv")
+    assert row["propme_dynaword_prefix_nvr"] == "" and row["propme_dynaword_pm_nvr_generic"] == ""
+
+
+def test_nvr_without_document_entries_is_undefined_not_zero(tmp_path):
+    settings = small_settings(4)
+    settings["generic"] = [[gen(f"generic-{i}#0", seg_len=10)] for i in range(4)]  # spans, no documents
+    run = write_run(tmp_path / "run", DFM, "", settings).parent
+    report = build_report([run], tmp_path / "rep", bootstrap=20)
+    generic = report.results[0].settings["generic"].metrics
+    assert generic["nvr"].value is None and generic["nvr_hits"].value is None
+    assert generic["als"].value == 10  # the defined metrics are still there
+    row = csv_row(tmp_path / "rep" / "leaderboard.csv")
+    assert row["propme_dynaword_generic_nvr"] == "" and row["propme_dynaword_generic_nvr_low"] == ""
+    doc = json.loads((tmp_path / "rep" / "leaderboard.json").read_text())
+    assert doc["rows"][0]["propme_dynaword_generic_nvr"] is None
+
+
+def test_a_carriage_return_in_a_model_name_never_splits_a_csv_row(tmp_path):
+    model = "org/model\r=cmd|' /C calc'!A0"
+    run = write_run(tmp_path / "run", model, "", small_settings(4)).parent
+    build_report([run], tmp_path / "rep", bootstrap=0)
+    with open(tmp_path / "rep" / "leaderboard.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    assert len(rows) == 2 and rows[1][0] == model and len(rows[1]) == len(rows[0])
+    raw = (tmp_path / "rep" / "leaderboard.csv").read_bytes()
+    assert not any(line.startswith(b"=") for line in raw.replace(b"\r\n", b"\n").split(b"\n"))
