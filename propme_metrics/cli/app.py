@@ -141,7 +141,8 @@ def cmd_index_join(args: argparse.Namespace) -> int:
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.build import join_indexes
 
-    check_outputs({"--out": args.out}, folders={f"part {p}": p for p in args.parts}, output_folders=("--out",))
+    check_outputs({"--out": args.out}, folders={f"part {p}": p for p in args.parts}, output_folders=("--out",),
+                  index_outputs=("--out",))  # an existing index at --out is refused by the join itself
     manifest = join_indexes(args.parts, args.out)
     print(f"joined {len(args.parts)} part(s) into {args.out}: {manifest.total_documents:,} documents, "
           f"{manifest.total_tokens:,} tokens in {manifest.num_shards} shard(s)")

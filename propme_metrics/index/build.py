@@ -412,10 +412,17 @@ def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str,
     removes its own parts says how it ran instead). With `replace`, an index already at `out`
     (checked by the caller to hold only PropMe's files) is swapped for the joined one atomically,
     as a local build does: an interrupted join leaves the old index in place."""
+    from propme_metrics.index.reader import checksum_mismatches
     from propme_metrics.index.toplevel import toplevel_path
 
     out = _real_out(Path(out))
     manifests = [IndexManifest.read(p) for p in parts]
+    for path, m in zip(parts, manifests):  # a damaged part must not pass its damage on under a new checksum
+        bad = checksum_mismatches(Path(path), m.files, full=True)
+        if bad:
+            raise IndexFormatError(f"part {path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+                                   "rebuild that part (the same `propme index build ... --shard-ids`) or copy it "
+                                   "again, then join")
     first = manifests[0]
     for path, m in zip(parts, manifests):
         same = (m.source == first.source and m.tokenizer.sha256 == first.tokenizer.sha256

@@ -347,3 +347,67 @@ def test_second_concurrent_build_of_the_same_out_stops_at_once(tmp_path, tok, cl
     assert not out.exists() and not partial_dir(out).exists()
     assert cli_run(*build_args(corpus, out, tok))[0] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "idx"]
+
+
+# --- a damaged manifest or folder is exit 3 with what is wrong, never exit 70 ------------------------
+
+
+def _edit_manifest(index: Path, edit) -> None:
+    path = index / MANIFEST_NAME
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(edit(data)))
+
+
+def _set(key, value):
+    return lambda m: {**m, key: value}
+
+
+def _shard0(key, value):
+    return lambda m: {**m, "shards": [{**m["shards"][0], key: value}, *m["shards"][1:]]}
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (lambda m: [], "is not of type 'object'"),
+    (lambda m: None, "is not of type 'object'"),
+    (_set("files", []), "files"),
+    (_shard0("id", "0"), "shards/0/id"),
+    (_shard0("ds_bytes", 0), "shards/0/ds_bytes"),
+    (lambda m: {**m, "shards": [], "shard_ids": [], "num_shards": 1}, "shards"),
+    (_shard0("tokens", 10), "ds_bytes says"),  # a token count edited: checked against the file sizes
+    (_set("num_shards", 1), "outside num_shards"),
+    (lambda m: {k: v for k, v in m.items() if k != "tokenizer"}, "'tokenizer' is a required property"),
+], ids=["list", "null", "files list", "string id", "ds_bytes 0", "no shards", "tokens edited", "id >= num_shards",
+        "no tokenizer"])
+def test_damaged_manifest_is_exit_3_naming_the_field(edit, fragment, tmp_path, synthetic_index, cli_run):
+    index = tmp_path / "index"
+    shutil.copytree(synthetic_index, index)
+    _edit_manifest(index, edit)
+    gens = write_jsonl(tmp_path / "g.jsonl", [{"completion": "the council decided"}])
+    for args in (["index", "info", index], ["index", "verify", index, "--full"],
+                 ["trace", "--index", index, "--input", gens, "--out", tmp_path / "r.jsonl",
+                  "--summary", tmp_path / "s.json", "--quiet"]):
+        code, _, err = cli_run(*args)
+        assert code == 3 and "damaged" in err and fragment in err, (args[:2], err)
+
+
+def test_stray_shard_files_of_another_index_are_named(tmp_path, synthetic_index, cli_run):
+    index = tmp_path / "index"
+    shutil.copytree(synthetic_index, index)
+    for kind in ("tokenized", "unigram"):
+        shutil.copy2(index / f"{kind}.1", index / f"{kind}.5")
+    code, _, err = cli_run("index", "verify", index)
+    assert code == 3 and "tokenized.5" in err and "unigram.5" in err and "not this index's" in err, err
+
+
+def test_join_refuses_a_part_with_a_flipped_byte(tmp_path, tok, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 1))
+    parts = [tmp_path / f"part{sid}" for sid in (0, 1)]
+    for sid, part in enumerate(parts):
+        assert cli_run(*build_args(corpus, part, tok, "--shard-ids", str(sid)))[0] == 0
+    victim = parts[0] / "tokenized.0"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01  # same size: only the content checksum can tell
+    victim.write_bytes(bytes(data))
+    code, _, err = cli_run("index", "join", *parts, "--out", tmp_path / "joined")
+    assert code == 3 and "tokenized.0" in err and "checksum" in err, err
+    assert not (tmp_path / "joined").exists()
