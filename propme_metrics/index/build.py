@@ -29,6 +29,7 @@ from propme_metrics import __version__
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import BuildError, ConfigError, IndexFormatError
 from propme_metrics.core.files import open_locked, write_atomic
+from propme_metrics.core.memory import available_memory
 from propme_metrics.core.progress import progress_bar, rate
 from propme_metrics.index.format import pointer_size, pointers
 from propme_metrics.index.manifest import (
@@ -41,7 +42,12 @@ from propme_metrics.index.manifest import (
     TokenizerInfo,
     shard_file,
 )
-from propme_metrics.index.sizing import TEXT_BYTES_PER_TOKEN, check_shard_memory, estimate_build
+from propme_metrics.index.sizing import (
+    TEXT_BYTES_PER_TOKEN,
+    check_document_memory,
+    check_shard_memory,
+    estimate_build,
+)
 from propme_metrics.index.sources import CorpusSource
 from propme_metrics.index.tokenizer import (
     DEFAULT_TOKENIZER,
@@ -159,7 +165,7 @@ def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict
         text_bytes = source.estimated_text_bytes()
         if text_bytes:
             _plan(int(text_bytes / TEXT_BYTES_PER_TOKEN), "from the corpus' file sizes", width, num_shards, cpus,
-                  mem_bytes, sa_builder, announce)
+                  mem_bytes, sa_builder, announce, longest_bytes=source.longest_line_bytes())
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": [],
@@ -388,11 +394,15 @@ def _known_source_stats(out: Path, work: Path) -> dict[str, dict[str, Any]]:
 
 
 def _plan(tokens: int, basis: str, width: int, num_shards: int, cpus: int, mem_bytes: int, sa_builder: str,
-          announce) -> None:
-    """Announce the estimated needs of the build and refuse a shard that cannot fit in memory."""
+          announce, longest_bytes: int | None = None) -> None:
+    """Announce the estimated needs of the build and refuse a shard, or a document (`longest_bytes`:
+    the longest line of the corpus), that cannot fit in memory."""
     estimate = estimate_build(tokens, basis, num_shards, width, cpus, mem_bytes, sa_builder)
+    tokenize_memory = check_document_memory(longest_bytes, available_memory())
     if announce is not None:
-        announce(estimate.describe())
+        announce(estimate.describe() + (f"; tokenizing its longest document ({longest_bytes / 2**20:,.1f} MiB) "
+                                        f"takes about {tokenize_memory / 2**30:,.1f} GiB of memory"
+                                        if tokenize_memory > 2**28 else ""))
     check_shard_memory(estimate.tokens_per_shard, width, num_shards, mem_bytes, _ram_bytes(), sa_builder, basis)
 
 

@@ -108,6 +108,28 @@ class CorpusSource:
             total += size if p.name.endswith(".jsonl") else 4 * size
         return total
 
+    def longest_line_bytes(self) -> int | None:
+        """Bytes of the longest line of the local plain .jsonl files (the largest document the
+        tokenizer will hold at once), found by a fast scan; None when no such file is given."""
+        import numpy as np
+
+        plain = [p for p in self.files if p.name.endswith(".jsonl")]
+        if not plain:
+            return None
+        longest = 0
+        for p in plain:
+            run = 0  # bytes since the last newline, carried over block boundaries
+            with open(p, "rb") as fh:
+                while block := fh.read(1 << 24):
+                    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+                    if not ends.size:
+                        run += len(block)
+                        continue
+                    longest = max(longest, run + int(ends[0]), int(np.diff(ends).max(initial=0)))
+                    run = len(block) - int(ends[-1]) - 1
+            longest = max(longest, run)
+        return longest
+
     def __iter__(self) -> Iterator[Document]:
         """The documents in corpus order; lone surrogates in them become U+FFFD (counted in
         `replaced_surrogates`), since they cannot be stored as UTF-8."""
