@@ -369,7 +369,7 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     import time
-    from dataclasses import fields
+    from dataclasses import fields, replace
     from pathlib import Path
 
     from rich.table import Table
@@ -425,6 +425,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     results, resumed = trace_resumable(tracer, generations, out, fingerprint, workers=args.workers,
                                        progress=not args.quiet)
     seconds = time.time() - started
+    results = [r if g.missing is None else replace(r, error=g.missing) for r, g in zip(results, generations)]
     if resumed:
         stderr_console.print(f"resumed: {resumed} of {len(generations)} generation(s) were traced by an "
                              "interrupted run of this command and kept", highlight=False)

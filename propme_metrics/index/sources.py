@@ -244,11 +244,16 @@ def _jsonl_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _parquet_records(path: Path, wanted: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Rows of the columns `wanted` (the text field first); a missing text column is one message
+    listing the file's columns, not only those read."""
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
         names = set(pf.schema_arrow.names)
+        if wanted[0] not in names:
+            raise ConfigError(f"{path}: no column {wanted[0]!r} for the document text (columns: "
+                              f"{', '.join(pf.schema_arrow.names) or 'none'})", "name the text column with --text-field")
         columns = [c for c in dict.fromkeys(wanted) if c in names]
         row = 0
         for batch in pf.iter_batches(batch_size=1024, columns=columns):
