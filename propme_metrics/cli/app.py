@@ -327,7 +327,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
                               html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars,
-                              retraced=args.retraced, show_pii=args.show_pii)
+                              retraced=args.retraced, show_pii=args.show_pii,
+                              retraced_other_settings=args.retraced_other_settings)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -355,6 +356,9 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--retraced", action="append", default=[], metavar="SUMMARY.json",
                    help="a `propme trace` summary made from one of the runs' samples files: its results replace "
                         "that file's traces (how failed traces are redone); repeat for several files")
+    r.add_argument("--retraced-other-settings", action="store_true",
+                   help="accept --retraced summaries traced with other settings (--mode, spans, ...) than the "
+                        "runs; PM then mixes the two (refused otherwise)")
     r.add_argument("--no-html", action="store_true", help="skip report.html")
     r.add_argument("--html-docs", type=_natural, default=3, help="source documents shown per segment in report.html "
                    "(the best matches; more make a bigger page)")

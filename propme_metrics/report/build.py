@@ -138,7 +138,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
                  pm_metrics: Iterable[str] = registry.DEFAULT_PM_METRICS, separate: bool = False, *,
                  html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
                  html_snippet_chars: int = 200, retraced: Sequence[str | Path] = (),
-                 show_pii: bool = False) -> Report:
+                 show_pii: bool = False, retraced_other_settings: bool = False) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -155,6 +155,15 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     notes: list[str] = []
     tasks: list[RunTask] = []
     retraces = [load_retrace(p) for p in retraced]
+    by_samples: dict[Path, Path] = {}
+    for r in retraces:
+        if r.samples_path in by_samples:
+            same = Path(by_samples[r.samples_path]).resolve() == Path(r.summary_path).resolve()
+            raise ConfigError(f"--retraced {r.summary_path} " + ("is given twice" if same else
+                              f"and {by_samples[r.samples_path]} both re-trace {r.samples_path}")
+                              + ": one re-trace per samples file", "pass each re-trace once")
+        by_samples[r.samples_path] = r.summary_path
+        r.mixed_settings = retraced_other_settings
     for run in runs:
         found = load_run(run, retraces)
         if not found:
@@ -164,7 +173,9 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         if not r.used:
             raise ConfigError(f"{r.summary_path} re-traced {r.samples_path}, which is not a samples file of the runs "
                               "given (or none of its keys matched)", "pass the run that holds that samples file")
-        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}")
+        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}"
+                     + (" (its tracing settings were not checked against the run's: --retraced-other-settings)"
+                        if retraced_other_settings else ""))
     if not tasks:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
                           "run lm-eval with --tasks propme_<corpus> --log_samples")

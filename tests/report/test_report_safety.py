@@ -185,3 +185,61 @@ def test_a_carriage_return_in_a_model_name_never_splits_a_csv_row(tmp_path):
     assert len(rows) == 2 and rows[1][0] == model and len(rows[1]) == len(rows[0])
     raw = (tmp_path / "rep" / "leaderboard.csv").read_bytes()
     assert not any(line.startswith(b"=") for line in raw.replace(b"\r\n", b"\n").split(b"\n"))
+
+
+def _retrace_of(tmp_path: Path, run: Path, config: dict | None) -> Path:
+    good = small_settings()["generic"]
+    results = tmp_path / "retrace.jsonl"
+    results.write_text("".join(json.dumps({**g[0], "key": f"generic-{i:03d}#0"}) + "\n" for i, g in enumerate(good)))
+    summary = tmp_path / "retrace.json"
+    summary.write_text(json.dumps({"input": {"path": str(samples_file(run, "generic")), "format": "lm-eval-samples"},
+                                   "index": {"identity": "idx-dynaword-v1"}, "results": str(results),
+                                   **({"config": config} if config is not None else {})}))
+    return summary
+
+
+def _with_trace_config(samples: Path, config: dict) -> None:
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    for row in rows:
+        row["doc"]["trace_config"] = json.dumps(config, sort_keys=True)
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_retrace_with_other_tracing_settings_is_refused_unless_asked_for(tmp_path):
+    from propme_metrics.core.errors import ConfigError
+    from propme_metrics.trace.result import TraceConfig
+
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    mixed = TraceConfig().to_dict()
+    _with_trace_config(samples_file(run, "generic"), mixed)
+    summary = _retrace_of(tmp_path, run, {**mixed, "mode": "text"})
+    with pytest.raises(ConfigError, match="other tracing settings than the run: mode 'text'"):
+        build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary],
+                       retraced_other_settings=True)
+    assert any("not checked against the run's" in n for n in rep.notes)
+    same = _retrace_of(tmp_path, run, mixed)  # the run's own settings: accepted without asking
+    assert build_report([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False, retraced=[same])
+
+
+def test_the_same_retrace_twice_says_so(tmp_path, capsys):
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    summary = _retrace_of(tmp_path, run, None)
+    assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html",
+                 "--retraced", str(summary), "--retraced", str(summary)]) == 2
+    err = capsys.readouterr().err
+    assert "is given twice" in err and "not a samples file" not in err
+
+
+def test_rows_of_another_setting_in_a_samples_file_are_refused(tmp_path):
+    from propme_metrics.core.errors import ConfigError
+
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    generic = samples_file(run, "generic")
+    rows = [json.loads(line) for line in generic.read_text().splitlines()]
+    for row in rows:
+        row["doc"]["setting"] = row["trace"]["setting"] = "prefix"
+    generic.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match="line 1: the row says setting 'prefix', but its task "
+                                          "propme_dynaword_generic is the generic setting"):
+        build_report([run], tmp_path / "rep", bootstrap=0)
