@@ -186,3 +186,14 @@ def test_markup_in_a_model_name_or_path_prints_and_exits_0(tmp_path, index_copy,
     code, out, err = cli_run("index", "info", link)
     assert code == 0, err
     assert "idx[red]b:100:" in "".join(out.split())
+
+
+def test_markup_in_a_rejected_candidate_id_prints_as_written(tmp_path, index_copy, synthetic_records, cli_run):
+    verbatim = synthetic_records[0]["text"].split(". ")[0]  # occurs in the index: rejected
+    cands = write_jsonl(tmp_path / "c.jsonl", [
+        {"id": "[/x] [strike]gone[/strike] :100:", "prompt": verbatim},
+        {"id": "ok", "prompt": "Write a short poem about the sea, please."}])
+    code, out, err = cli_run("prompts", "build", "--index", index_copy, "--setting", "generic", "--n", "1",
+                             "--language", "en", "--candidates", cands, "--out", tmp_path / "p.jsonl", "--quiet")
+    assert code == 0, err
+    assert "[/x] [strike]gone[/strike] :100:" in out
