@@ -58,8 +58,10 @@ def check_outputs(outputs: dict[str, str | Path | None], inputs: dict[str, str |
     output, or lies inside an index folder; and a file output that names an existing folder.
 
     `outputs` and `inputs` map an option's name (for the message) to a path; `folders` are input
-    folders that no output may lie inside (e.g. the runs a report reads); names in
-    `output_folders` are outputs that are folders themselves (e.g. a report's --out)."""
+    folders that no output may lie inside (e.g. the parts an index join reads); names in
+    `output_folders` are outputs that are folders themselves (e.g. a report's --out), and those in
+    `index_outputs` folders that may already hold an index (the --out of an index build, which
+    replaces only its own index)."""
     hint = "choose an output path that is none of the command's inputs, outputs or index files"
     given = {k: Path(v) for k, v in outputs.items() if v is not None}
     sources = {k: Path(v) for k, v in (inputs or {}).items() if v is not None}
