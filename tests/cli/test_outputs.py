@@ -129,7 +129,7 @@ def test_tasks_new_and_index_join_never_write_into_an_index(tmp_path, index_copy
 # --- the fuzz test: any output among the inputs and index files changes nothing --------------------
 
 
-FUZZ = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+FUZZ = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                        HealthCheck.too_slow])
 
 
@@ -141,23 +141,35 @@ def test_no_output_drawn_among_inputs_and_index_files_changes_an_input(data, tmp
     inp = write_jsonl(root / "g.jsonl", [{"id": "g0", "completion": "The editor sold the church tower."}])
     cands = root / "cands.txt"
     cands.write_text("Write a short poem about the sea.\nDescribe your favourite meal.\n")
+    run = write_run(root / "run", DFM, "", {"generic": setting_prompts("generic", 2, [(2, 10)], {0: 0.2}, set()),
+                                            "prefix": setting_prompts("prefix", 2, [(2, 12)], {0: 0.5}, {0})})
     (root / "link.jsonl").symlink_to(inp)
     os.link(cands, root / "hard.txt")
     index_files = sorted(str(p.relative_to(index_copy)) for p in index_copy.rglob("*") if p.is_file())
-    pool = st.one_of(st.sampled_from([inp, cands, root / "link.jsonl", root / "hard.txt", index_copy,
-                                      root / "fresh.jsonl", root / "fresh.json"]),
-                     st.sampled_from(index_files).map(lambda name: index_copy / name))
-    command = data.draw(st.sampled_from(["trace", "prompts"]))
+    run_files = sorted(run.iterdir())
+    pool = st.one_of(st.sampled_from([inp, cands, root / "link.jsonl", root / "hard.txt", index_copy, run,
+                                      root / "fresh.jsonl", root / "fresh.json", root / "fresh-folder"]),
+                     st.sampled_from(index_files).map(lambda name: index_copy / name),
+                     st.sampled_from(run_files))
+    command = data.draw(st.sampled_from(["trace", "prompts", "report", "tasks-new", "join"]))
     first, second = data.draw(pool), data.draw(pool)
-    protected = {inp if command == "trace" else cands, index_copy}
+    inputs = {"trace": [inp], "prompts": [cands], "report": [run]}.get(command, [])
+    protected = [*inputs, index_copy]
     before = snapshot(*protected)
     if command == "trace":
-        code, _, err = cli_run(*trace(index_copy, inp, first, second))
+        args = trace(index_copy, inp, first, second)
+    elif command == "prompts":
+        args = ["prompts", "build", "--index", index_copy, "--setting", "generic", "--n", "1", "--language", "en",
+                "--quiet", "--candidates", cands, "--out", first]
+    elif command == "report":
+        args = ["report", run, "--out", first, "--bootstrap", "0", "--no-html"]
+    elif command == "tasks-new":
+        args = ["tasks-new", "mine", "--index", index_copy, "--language", "en", "--out", first]
     else:
-        code, _, err = cli_run("prompts", "build", "--index", index_copy, "--setting", "generic", "--n", "1",
-                               "--language", "en", "--quiet", "--candidates", cands, "--out", first)
-    assert code in (0, 2), err
-    assert snapshot(*protected) == before
+        args = ["index", "join", index_copy, "--out", first]
+    code, _, err = cli_run(*args)
+    assert code in (0, 2, 3), err
+    assert snapshot(*protected) == before, (command, first, second)
 
 
 # --- rule 5: messages print what they say --------------------------------------------------------
