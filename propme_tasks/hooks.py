@@ -142,7 +142,7 @@ def load_prompts(**meta: Any):
     """`custom_dataset` hook: validate index, prompts and start token; return {'test': Dataset}."""
     import datasets
 
-    from propme_metrics.prompts.prompt_free import prompt_free_records
+    from propme_metrics.prompts.prompt_free import check_generations_fit, prompt_free_records
 
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
@@ -182,6 +182,11 @@ def load_prompts(**meta: Any):
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         repeats = 1  # each record is one generation (the resampling unit of prompt-free settings)
     else:
+        try:  # sized before the prompt set is built
+            check_generations_fit(_int_setting(meta, "n_prompts", DEFAULT_N_PROMPTS) * repeats,
+                                  "n_prompts x generations_per_prompt")
+        except PropMeError as exc:
+            raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         records = _prompt_set(meta, index, corpus, setting, language, seed).records
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
               "trace_config": config_json, "trace_backend": backend_json, "start_token": start.token,

@@ -8,7 +8,9 @@ task YAML's `metric_list` and docs/method.md's metric table equal it.
 
 A metric's value over a set of generations is pooled: the sum of numerators over the sum of
 denominators, divided once (never a mean of per-prompt means). `max` metrics take the largest
-per-generation value instead.
+per-generation value instead. With nothing to pool (no counted generation, or a ratio without a
+denominator, e.g. NVR without document entries) a metric is undefined, never 0: `Metric.pooled`
+gives None (null in JSON, NaN in lm-eval's table, `n/a` in terminal and Markdown tables).
 """
 from __future__ import annotations
 
@@ -58,11 +60,26 @@ class Metric:
     proportion: bool = False         #: a share of generations: Wilson intervals as well
     settings: tuple[str, ...] = ()   #: settings that have it (empty: every setting)
     pm: bool = True                  #: PM = p / (p + c) is reported for it
-    empty: float | None = 0.0        #: its value when no generation contributes (None: undefined)
     higher_is_better: bool = False   #: every PropMe metric measures memorization: lower is better
 
     def applies(self, setting: str | None) -> bool:
         return not self.settings or setting in self.settings
+
+    def pooled(self, numerator: float, denominator: float) -> float | None:
+        """The value from pooled sums (`max` metrics: the largest value and the number of
+        generations); None, undefined and never 0, when the denominator is 0."""
+        if not denominator:
+            return None
+        return float(numerator) if self.aggregation == "max" else numerator / denominator
+
+
+#: how an undefined value (None) is written in terminal, Markdown, CSV-free text and HTML tables
+UNDEFINED_TEXT = "n/a"
+
+
+def is_undefined(value: float | None) -> bool:
+    """A metric value that has nothing to compute it from: None (or NaN, lm-eval's spelling)."""
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def _share(flag: Callable[[Generation], bool]) -> Callable[[Generation], Contribution]:
@@ -98,7 +115,7 @@ METRICS: tuple[Metric, ...] = (
              _share(lambda g, n=n: g.trace.longest_span >= n), proportion=True) for n in LONG_SPAN_TOKENS),
     Metric("extraction", "extraction",
            "prefix only: the document's next 50 tokens reproduced (discoverable extraction)",
-           _extraction, proportion=True, settings=("prefix",), pm=False, empty=None),
+           _extraction, proportion=True, settings=("prefix",), pm=False),
     Metric("pii", "PII", "share of generations that reproduced personal data from a training document",
            _share(lambda g: bool(g.pii.leaked)), proportion=True),
     *(Metric(f"pii_{t}", f"PII {t}", f"the same, {t} items only", _pii_type(t), proportion=True) for t in PII_TYPES),

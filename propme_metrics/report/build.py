@@ -76,7 +76,8 @@ Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capabil
 diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its traced segments; click a segment for its source
-documents).
+documents). `propme-report-files.json` lists the files written: a later report into the same folder
+removes those of them it does not write again (a stale plot), and never any other file.
 """
 from __future__ import annotations
 
@@ -127,12 +128,34 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
     return metrics
 
 
+#: the list of files the last report wrote into its folder (so the next one removes only those it replaces)
+WRITTEN_NAME = "propme-report-files.json"
+
+
+def _record_written(out: Path, paths: list[Path]) -> None:
+    """Remove the files an earlier report wrote into `out` that this one did not (a stale plot must not
+    sit beside the new report), then record this report's files. A file PropMe did not write is
+    never removed: only names in the earlier record are."""
+    from propme_metrics.core.files import write_atomic
+
+    names = sorted(p.name for p in paths)
+    try:
+        earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        earlier = []
+    for name in earlier if isinstance(earlier, list) else []:
+        if isinstance(name, str) and name not in names and Path(name).name == name and name != WRITTEN_NAME:
+            (out / name).unlink(missing_ok=True)
+    write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
+
+
 def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
                  pm_metrics: Iterable[str] = registry.DEFAULT_PM_METRICS, separate: bool = False, *,
                  html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
                  html_snippet_chars: int = 200, retraced: Sequence[str | Path] = (),
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
-                 discoverable_p: float | None = None) -> Report:
+                 discoverable_p: float | None = None,
+                 retraced_other_settings: bool = False) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -154,6 +177,15 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     notes: list[str] = []
     tasks: list[RunTask] = []
     retraces = [load_retrace(p) for p in retraced]
+    by_samples: dict[Path, Path] = {}
+    for r in retraces:
+        if r.samples_path in by_samples:
+            same = Path(by_samples[r.samples_path]).resolve() == Path(r.summary_path).resolve()
+            raise ConfigError(f"--retraced {r.summary_path} " + ("is given twice" if same else
+                              f"and {by_samples[r.samples_path]} both re-trace {r.samples_path}")
+                              + ": one re-trace per samples file", "pass each re-trace once")
+        by_samples[r.samples_path] = r.summary_path
+        r.mixed_settings = retraced_other_settings
     for run in runs:
         found = load_run(run, retraces)
         if not found:
@@ -163,7 +195,9 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         if not r.used:
             raise ConfigError(f"{r.summary_path} re-traced {r.samples_path}, which is not a samples file of the runs "
                               "given (or none of its keys matched)", "pass the run that holds that samples file")
-        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}")
+        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}"
+                     + (" (its tracing settings were not checked against the run's: --retraced-other-settings)"
+                        if retraced_other_settings else ""))
     if not tasks:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
                           "run lm-eval with --tasks propme_<corpus> --log_samples")
@@ -271,6 +305,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
 
             report.html = write_html(report, out / "report.html", docs_per_segment=html_docs_per_segment,
                                      snippet_chars=html_snippet_chars, show_pii=show_pii)
+        _record_written(out, report.paths)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
     if uncounted:

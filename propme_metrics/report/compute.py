@@ -109,8 +109,8 @@ def _metric_result(task: RunTask, metric: str, bootstrap: int, seed: int) -> Met
     if spec.aggregation == "max":
         return MetricResult(max((v[metric][0] for v in counted), default=0.0))
     stats = task.stats(metric)
-    if spec.empty is None and not sum(s.denominator for s in stats):
-        return MetricResult(None)  # undefined when nothing contributes (extraction: no known continuation)
+    if spec.pooled(0.0, sum(s.denominator for s in stats)) is None:
+        return MetricResult(None)  # undefined when nothing contributes (NVR without documents, extraction)
     out = MetricResult(ratio(stats))
     if bootstrap > 0 and stats:
         iv = bootstrap_metric(stats, iters=bootstrap, seed=seed, confidence=CONFIDENCE)

@@ -65,7 +65,7 @@ def capability_plot(report: Report, label: str, path: Path) -> Path | None:
                 h = ax.errorbar([x], [y], xerr=[[xe[0]], [xe[1]]], yerr=[[ye[0]], [ye[1]]],
                                 fmt=_MARKERS.get(s, "D"), color=colours[id(r)], ms=7, capsize=3, alpha=0.9)
                 handles.setdefault(f"{_row_label(r)} - {s}", h)
-                top = max(top, *(v for v in (x + xe[1], y + ye[1]) if not math.isnan(v)))
+                top = max([top, *(v for v in (x + xe[1], y + ye[1]) if not math.isnan(v))])  # undefined: no point
         top = top * 1.12 if top > 0 else 1.0
         ax.plot([0, top], [0, top], color="0.45", ls="--", lw=1)
         ax.text(0.62 * top, 0.66 * top, "PM = 0.5", rotation=45, rotation_mode="anchor", fontsize=8,

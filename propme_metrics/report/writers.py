@@ -30,7 +30,9 @@ def _csv_cell(v: Any) -> str:
 
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    # RFC 4180 rows (CRLF): the csv module then quotes every cell holding a CR or LF, so that a
+    # name with a bare carriage return can never split its row (with "\n" alone a CR is left bare)
+    writer = csv.writer(buf, lineterminator="\r\n")
     writer.writerow(columns)
     for row in rows:
         writer.writerow([_csv_cell(row.get(c)) for c in columns])

@@ -757,7 +757,9 @@ def test_read_plain_jsonl(tmp_path):
                                               {"completion": ["p", "q"]}, {"id": 7, "completion": None}])
     gens, fmt = read_generations(path)
     assert fmt == "jsonl"
-    assert gens == [("a", "x", "y"), ("1#0", "p", None), ("1#1", "q", None), ("7", "", None)]
+    assert [g[:3] for g in gens] == [("a", "x", "y"), ("1#0", "p", None), ("1#1", "q", None), ("7", "", None)]
+    assert [g.missing for g in gens[:3]] == [None] * 3  # a null completion is reported failed, with why
+    assert gens[3].missing == f"{path}:3: field 'completion' is null (no generation)"
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
