@@ -276,12 +276,13 @@ def _is_environ(node: ast.AST) -> bool:
 
 
 def _code_reads() -> _Reads:
-    """What lm-eval's loader hook reads from the task metadata (and the environment), plus every
+    """What lm-eval's loader hooks read from the task metadata (and the environment), plus every
     `PROPME_*` variable any function of the packages reads directly."""
-    from propme_tasks import hooks
+    from propme_tasks import hooks, likelihood
 
     reads = _Reads()
     reads.follow(hooks.load_prompts, "meta", {})
+    reads.follow(likelihood._discoverability, "meta", {})  # the likelihood subtask's own keys
     for package in (propme_metrics, propme_tasks):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             module = __import__(info.name, fromlist=["_"])
