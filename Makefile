@@ -6,7 +6,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 DEPS := $(VENV)/.propme-deps
 
-.PHONY: demo test lint install bench clean
+.PHONY: demo test lint install bench pictures clean
 
 $(DEPS): setup.cfg setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: install
 	$(BIN)/python benchmarks/index_build.py
 	$(BIN)/python benchmarks/trace.py
 	$(BIN)/python benchmarks/startup.py
+
+# README's pictures (docs/images/): the demo's capability plot and a headless-Chromium screenshot of its report.html
+pictures: install
+	$(BIN)/python docs/pictures.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info propme-demo

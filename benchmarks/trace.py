@@ -2,17 +2,22 @@
 
     python benchmarks/trace.py                       # builds a ~20M-token synthetic index (GPT-2 tokenizer)
     python benchmarks/trace.py --index DIR           # reuse an index (its corpus must be generate_corpus(seed 0))
+    python benchmarks/trace.py --frozen DIR          # also time the Tracer of an older checkout (e.g. a git
+                                                     # worktree of commit 750e590) side by side
 
 What it does, in one run:
   1. builds (or reuses) a synthetic index of --tokens tokens and one 10x smaller whose corpus is the
      first tenth of the same documents (generate_corpus is deterministic per seed);
   2. makes --generations texts of about --gen-tokens index tokens: a third copied from documents of
-     that first tenth, a third lightly edited copies (a word swapped with its neighbour or deleted
+     that first tenth (from a word start, with the space before it, as a model's completion begins), a third lightly edited copies (a word swapped with its neighbour or deleted
      about every 10 words), a third new text (generate_corpus with another seed, words shuffled);
   3. in fresh subprocesses (so ru_maxrss is that measurement's own): traces all of them with the
      Tracer (workers 2 and 1) on the large index, with workers 1 on the small one, and runs the
      baseline on the first --baseline-n generations (sequential; its rate is extrapolated);
-  4. checks that baseline and Tracer agree on those generations, and prints a Markdown table.
+  4. checks that baseline and Tracer agree on those generations, and prints a Markdown table;
+  5. with --frozen DIR: traces all generations with the Tracer of the PropMe checkout in DIR too
+     (its code first on PYTHONPATH, workers 2 and 1), checks that its results equal this Tracer's
+     on every generation and prints the per-generation speed-up against it.
 
 The baseline is the straightforward loop of the published code: for every start position one
 `engine.find` on the whole remaining suffix; when that suffix does not occur, the suffix-array
@@ -151,31 +156,64 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
         t0 = time.perf_counter()
         results = tracer.trace(texts, keys, workers=workers)
         seconds = min(seconds, time.perf_counter() - t0)
+    t0 = time.perf_counter()  # serialization as `propme trace` does it, once per result
+    lines = [json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results]
+    serialize = time.perf_counter() - t0
     if out:
         with open(out, "w", encoding="utf-8") as fh:
-            for r in results:
-                fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+            fh.writelines(lines)
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({
         "kind": kind, "index": index, "workers": workers, "generations": len(rows), "seconds": seconds,
         "open_seconds": opened, "rate": len(rows) / seconds, "tokens": sum(r.n_tokens for r in results),
+        "serialize_seconds": serialize,
         "failed": sum(r.error is not None for r in results),
         "maxrss_mb": max(self_kb, child_kb) / 1024, "rss_anon_mb": _status_kb("RssAnon") / 1024,
         "rss_file_mb": _status_kb("RssFile") / 1024}))
 
 
+def measure_decoding(index: Path, gens_path: Path, n: int, repeat: int) -> dict:
+    """Window decoding alone, old against new in this process: every window the Tracer fetches for
+    the first `n` generations, cut at its occurrence (as tracing decodes it), decoded by the
+    tokenizer's `decode_batch` (PropMe at 750e590) and through the byte table (`index/decode.py`)."""
+    from propme_metrics.trace.tracer import Tracer
+
+    tracer = Tracer(index)
+    rows = [json.loads(line) for line in open(gens_path, encoding="utf-8")][:n]
+    wins: list = []
+    fetch = tracer.search.windows
+    tracer.search.windows = lambda picks, m: wins.extend(w := fetch(picks, m)) or w
+    tracer.trace([r["text"] for r in rows])
+    parts = [p for w in wins for p in (w.token_ids[:w.needle_offset], w.token_ids[w.needle_offset:])]
+    backend, decoder = tracer.index.backend, tracer._decoder
+    best = {"tokenizer": math.inf, "table": math.inf}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        old = backend.decode_batch([p.tolist() for p in parts], skip_special_tokens=False)
+        best["tokenizer"] = min(best["tokenizer"], time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        new = decoder.decode_batch(parts)
+        best["table"] = min(best["table"], time.perf_counter() - t0)
+    return {**best, "windows": len(wins), "tokens": sum(len(p) for p in parts), "identical": old == new,
+            "family": type(decoder.rules).__name__.strip("_") if decoder.rules else "tokenizer's own"}
+
+
 def run_measure(args: argparse.Namespace, kind: str, index: Path, workers: int, every: int = 1,
-                out: Path | None = None, timeout: float | None = None) -> dict | None:
-    """One measurement in a fresh process; None if it ran past `timeout` seconds (it is then stopped)."""
+                out: Path | None = None, timeout: float | None = None, code: Path | None = None) -> dict | None:
+    """One measurement in a fresh process (importing PropMe from `code` when given); None if it ran
+    past `timeout` seconds (it is then stopped)."""
     cmd = [sys.executable, __file__, "--_measure", kind, "--index", str(index), "--_gens", str(args.gens_file),
            "--workers", str(workers), "--_every", str(every), "--repeat", str(args.repeat)]
+    env = None
+    if code is not None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code.absolute()), os.environ.get("PYTHONPATH", "")])}
     if out:
         cmd += ["--_out", str(out)]
-    print(f"  measuring {kind} on {index.name} (workers {workers}{f', every {every}th generation' if every > 1 else ''})"
-          " ...", flush=True)
+    print(f"  measuring {kind}{f' of {code}' if code else ''} on {index.name} (workers {workers}"
+          f"{f', every {every}th generation' if every > 1 else ''}) ...", flush=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         print(f"  ... stopped after {timeout:.0f} s", flush=True)
         return None
@@ -245,7 +283,7 @@ def make_generations(path: Path, index_dir: Path, n: int, gen_tokens: int, sourc
         toks = index.document(doc_ix).token_ids.tolist()
         starts = [i for i in range(len(toks) - gen_tokens) if toks[i] in bow] or [0]
         s = rng.choice(starts)
-        return index.decode(toks[s:s + gen_tokens]).strip()
+        return index.decode(toks[s:s + gen_tokens])  # from a word start: its space first, as a model writes it
 
     def edited(text: str) -> str:
         words = text.split(" ")
@@ -298,6 +336,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--repeat", type=int, default=2, help="time each measurement this often and keep the fastest")
+    p.add_argument("--frozen", type=Path, help="a checkout of an older PropMe (e.g. `git worktree add DIR 750e590`) "
+                                               "whose Tracer is timed on the same generations")
     p.add_argument("--_measure", choices=("tracer", "baseline", "tracer-step1", "baseline-step1",
                                                    "attribute-step1"), help=argparse.SUPPRESS)
     p.add_argument("--_gens", help=argparse.SUPPRESS)
@@ -319,7 +359,7 @@ def main() -> None:
     big = args.index or build(args.work, args.tokens, tok, f"index-{args.tokens // 1_000_000}M")
     small = args.small_index or build(args.work, args.tokens // 10, tok, f"index-{args.tokens // 10_000_000}M-small")
     big_m, small_m = open_index(big).manifest, open_index(small).manifest
-    args.gens_file = args.work / f"generations-{args.generations}x{args.gen_tokens}-seed{args.seed}.jsonl"
+    args.gens_file = args.work / f"generations-{args.generations}x{args.gen_tokens}-seed{args.seed}-v2.jsonl"
     if not args.gens_file.exists():
         make_generations(args.gens_file, big, args.generations, args.gen_tokens, small_m.total_documents, args.seed)
 
@@ -335,7 +375,12 @@ def main() -> None:
     # minutes and takes gigabytes (seen here: 11 GB after 7 minutes on 30 generations), so it gets
     # a few generations and a time limit
     a1 = run_measure(args, "attribute-step1", big, 1, every=max(1, args.generations // 3), timeout=120)
+    frozen = []
+    if args.frozen:
+        frozen = [run_measure(args, "tracer", big, w, code=args.frozen, out=args.work / f"frozen-results-{w}.jsonl")
+                  for w in (args.workers, 1)]
 
+    dec = measure_decoding(big, args.gens_file, min(args.generations, 300), max(3, args.repeat))
     first = json.loads(open(args.gens_file, encoding="utf-8").readline())["text"]
     start = measure_startup(small, first, max(3, args.repeat))
     ours = [json.loads(x) for x in open(args.work / "tracer-results.jsonl", encoding="utf-8")][::every]
@@ -378,6 +423,39 @@ def main() -> None:
           f"{start['seconds']:.2f} s wall, {start['inner_seconds']:.2f} s inside Python "
           f"(a bare `python -c pass` takes {start['python_seconds']:.2f} s); goal < 1 s: "
           f"{'met' if start['seconds'] < 1 else 'MISSED'}.")
+    if frozen:
+        mine = open(args.work / "tracer-results.jsonl", encoding="utf-8").read().splitlines()
+        same = [sum(a == b for a, b in zip(mine, open(args.work / f"frozen-results-{w}.jsonl",
+                                                            encoding="utf-8").read().splitlines()))
+                for w in (args.workers, 1)]
+        print()
+        print(f"Against the Tracer of {args.frozen} (same generations, same index, fresh processes):")
+        print()
+        print("| workers | frozen s | PropMe s | frozen ms/generation | PropMe ms/generation | speed-up | "
+              "frozen RssAnon MiB | PropMe RssAnon MiB | results identical |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for fr, mine_r, n_same in zip(frozen, (tr2, tr1), same):
+            print(f"| {fr['workers']} | {fr['seconds']:.2f} | {mine_r['seconds']:.2f} | {1000 / fr['rate']:.1f} | "
+                  f"{1000 / mine_r['rate']:.1f} | {mine_r['rate'] / fr['rate']:.2f}x | {fr['rss_anon_mb']:.0f} | "
+                  f"{mine_r['rss_anon_mb']:.0f} | {n_same}/{len(mine)} |")
+        ratios = [mine_r["rate"] / fr["rate"] for fr, mine_r in zip(frozen, (tr2, tr1))]
+        print()
+        print(f"Goal: at least 2x faster per generation than {args.frozen}: "
+              f"{'met' if min(ratios) >= 2 else 'MISSED'} ({ratios[1]:.2f}x with 1 worker, {ratios[0]:.2f}x with "
+              f"{args.workers}); speed-up against the per-start baseline: {tr1['rate'] / base['rate']:.1f}x with 1 "
+              f"worker, {tr2['rate'] / base['rate']:.1f}x with {args.workers}.")
+    print()
+    print(f"Window decoding ({dec['windows']:,} windows of the first {min(args.generations, 300)} generations, cut at "
+          f"their occurrence, {dec['tokens']:,} tokens; {dec['family']} rules): tokenizer decode_batch "
+          f"{dec['tokenizer'] * 1000:.0f} ms, byte table {dec['table'] * 1000:.0f} ms: "
+          f"{dec['table'] / dec['tokenizer']:.1%} of the old cost (goal <= 20%: "
+          f"{'met' if dec['table'] <= dec['tokenizer'] / 5 else 'MISSED'}); texts identical: {dec['identical']}.")
+    share = tr1["serialize_seconds"] / (tr1["seconds"] + tr1["serialize_seconds"])
+    print(f"Serialization (to_dict + json.dumps of every result, once): {tr1['serialize_seconds']:.2f} s = "
+          f"{share:.1%} of trace + serialization with 1 worker (goal <= 2%: {'met' if share <= 0.02 else 'MISSED'})"
+          + (f"; {args.frozen}: {frozen[1]['serialize_seconds']:.2f} s = "
+             f"{frozen[1]['serialize_seconds'] / (frozen[1]['seconds'] + frozen[1]['serialize_seconds']):.1%}"
+             if frozen else "") + ".")
     speed = tr2["rate"] / base["rate"]
     print(f"Goals: end-to-end speed-up >= 10x: {'met' if speed >= 10 else 'MISSED'} ({speed:.1f}x with {args.workers} "
           f"workers, {tr1['rate'] / base['rate']:.1f}x with 1; step 1 alone {s1['rate'] / b1['rate']:.1f}x); "

@@ -1,4 +1,5 @@
-"""Task YAML for a custom corpus: `propme_<name>` with a subtask per setting (prompted and prompt-free).
+"""Task YAML for a custom corpus: `propme_<name>` with a subtask per setting (prompted and prompt-free)
+and the prefix documents scored by likelihood (`propme_<name>_prefix_likelihood`).
 
 The files include PropMe's shared template by absolute path (lm-eval resolves `include:` relative
 to the including file otherwise), so regenerate them after moving the Python environment.
@@ -11,12 +12,15 @@ from pathlib import Path
 import yaml
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
+from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, SUBTASK_SUFFIX
+from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SETTINGS
 
 from .discovery import tasks_path
 
 #: the version of PropMe's task YAML (`metadata.version`), also written into custom tasks
-TASK_VERSION = 3.0
+TASK_VERSION = 4.0
+#: the version of the likelihood subtask's YAML (`propme_<corpus>_prefix_likelihood`)
+LIKELIHOOD_TASK_VERSION = 1.0
 
 
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:
@@ -25,21 +29,47 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
         raise ConfigError(f"corpus name {name!r} must be lower-case letters, digits and '_' "
                           "and not one of PropMe's own (dynaword, common_pile, demo)")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    group_path = out / f"propme_{name}.yaml"
+    files: dict[Path, dict] = {group_path: {
+        "group": f"propme_{name}", "task": [f"propme_{name}_{s}" for s in SETTINGS],
+        "metadata": {"version": TASK_VERSION}}}
     for setting in SETTINGS:
         # prompt-free settings sample (greedy decoding would repeat one generation)
         template = Path(tasks_path(), "_sampling_template_yaml" if setting in PROMPT_FREE_SETTINGS
                         else "_default_template_yaml")
-        path = out / f"propme_{name}_{setting}.yaml"
-        _write_yaml(path, {"include": str(template), "task": f"propme_{name}_{setting}",
-                           "metadata": {"version": TASK_VERSION, "corpus": name, "setting": setting,
-                                        "language": language, f"{name}_index": str(Path(index).absolute())}})
-        written.append(path)
-    group = out / f"propme_{name}.yaml"
-    _write_yaml(group, {"group": f"propme_{name}", "task": [f"propme_{name}_{s}" for s in SETTINGS],
-                        "metadata": {"version": TASK_VERSION}})
-    return [group, *written]
+        files[out / f"propme_{name}_{setting}.yaml"] = {
+            "include": str(template), "task": f"propme_{name}_{setting}",
+            "metadata": {"version": TASK_VERSION, "corpus": name, "setting": setting,
+                         "language": language, f"{name}_index": str(Path(index).absolute())}}
+    likelihood = f"propme_{name}_{SUBTASK_SUFFIX}"  # the prefix documents scored by likelihood
+    files[out / f"{likelihood}.yaml"] = {
+        "include": str(Path(tasks_path(), "_likelihood_template_yaml")), "task": likelihood,
+        "metadata": {"version": LIKELIHOOD_TASK_VERSION, "corpus": name, "setting": PREFIX,
+                     MEASURE_KEY: LIKELIHOOD, "language": language, f"{name}_index": str(Path(index).absolute())}}
+    files[group_path]["task"].append(likelihood)
+    theirs = [p for p, data in files.items() if p.exists() and not _written_by_propme(p, data)]
+    if theirs:
+        raise ConfigError(f"{', '.join(map(str, theirs))} already exist{'s' if len(theirs) == 1 else ''} and "
+                          "{} not written by `propme tasks-new`".format("is" if len(theirs) == 1 else "are"),
+                          "choose another --out or another corpus name; PropMe never overwrites files it did "
+                          "not write")
+    out.mkdir(parents=True, exist_ok=True)
+    for path, data in files.items():
+        _write_yaml(path, data)
+    return list(files)
+
+
+def _written_by_propme(path: Path, data: dict) -> bool:
+    """Whether the YAML at `path` is an earlier `tasks-new` file of the same group or task (replaced
+    on a re-run); anything else there is the user's."""
+    try:
+        old = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    if not isinstance(old, dict) or set(old) != set(data):
+        return False
+    same_template = "include" not in data or Path(str(old["include"])).name == Path(data["include"]).name
+    return same_template and old.get("task") == data["task"] and old.get("group") == data.get("group")
 
 
 def _write_yaml(path: Path, data: dict) -> None:

@@ -6,6 +6,11 @@ lm-eval import): when `lm_eval.tasks.manager` is imported, `TaskManager.__init__
 put PropMe's task folder before any user `--include_path`. Set PROPME_LMEVAL_DISCOVERY=0 to
 switch it off; once lm-eval reads the `lm_eval.tasks` entry point (declared in setup.cfg), the
 watcher steps aside.
+
+When the program is the `lm_eval` command itself (and only then), `install()` also sets an
+exception hook that prints an uncaught PropMe error (such as a task configuration refused before
+any generation) as one paragraph without a traceback; the exit status stays non-zero (1). Library
+code only raises ordinary exceptions; other programs keep Python's own hook.
 """
 import os
 import sys
@@ -73,8 +78,39 @@ class _Watcher:
         return spec
 
 
+#: names of the lm-eval command (its console scripts, and `python -m lm_eval`)
+_LM_EVAL_COMMANDS = ("lm_eval", "lm-eval")
+
+
+def running_lm_eval() -> bool:
+    """Whether this interpreter runs the `lm_eval` command: its console script (`lm_eval`, `lm-eval`)
+    or `python -m lm_eval`. Read from the command line, so it holds from start-up on."""
+    argv = getattr(sys, "argv", None) or [""]
+    if argv[0] == "-m":  # `python ... -m MODULE ARGS`: MODULE stands just before ARGS
+        orig = getattr(sys, "orig_argv", [])
+        module = orig[-len(argv)] if len(orig) >= len(argv) else ""
+        return module in ("lm_eval", "lm_eval.__main__")
+    name = os.path.basename(argv[0].replace("\\", "/"))
+    for suffix in (".exe", "-script.py"):  # Windows launchers
+        name = name[: -len(suffix)] if name.endswith(suffix) else name
+    return name in _LM_EVAL_COMMANDS
+
+
+def _print_propme_errors(kind, exc, tb) -> None:
+    """sys.excepthook of the `lm_eval` command: a PropMe error as one paragraph, anything else as usual."""
+    from propme_metrics.core.errors import PropMeError
+
+    if isinstance(exc, PropMeError):
+        print(f"PropMe: {exc}", file=sys.stderr)
+        return
+    sys.__excepthook__(kind, exc, tb)
+
+
 def install() -> None:
-    """Called from propme_lmeval.pth at start-up; cheap, and a no-op when switched off."""
+    """Called from propme_lmeval.pth at start-up; cheap. Discovery is a no-op when switched off; the
+    error hook of the `lm_eval` command is set either way (tasks given by --include_path need it too)."""
+    if running_lm_eval() and sys.excepthook is sys.__excepthook__:
+        sys.excepthook = _print_propme_errors
     if os.environ.get(ENV_SWITCH, "1").lower() in ("0", "false", "no", "off"):
         return
     module = sys.modules.get(_TARGET)

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from propme_metrics.core.errors import PropMeError
+from propme_metrics.core.errors import ConfigError, PropMeError
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
@@ -38,11 +38,10 @@ TRACE_KEYS = {f.name for f in fields(TraceConfig)}
 BACKEND_KEYS = {"backend", "ray_address", "ray_actors"}
 
 
-class TaskConfigError(SystemExit):
-    """Stops an lm-eval run with one message and no traceback (exit status 1)."""
-
-    def __init__(self, message: str):
-        super().__init__(f"PropMe: {message}")
+class TaskConfigError(ConfigError):
+    """A PropMe task's configuration cannot be used: raised while lm-eval builds the task, before
+    any generation. An ordinary exception for Python callers; the `lm_eval` command prints it as one
+    paragraph without a traceback (`propme_tasks.discovery.install`)."""
 
 
 def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
@@ -143,7 +142,7 @@ def load_prompts(**meta: Any):
     """`custom_dataset` hook: validate index, prompts and start token; return {'test': Dataset}."""
     import datasets
 
-    from propme_metrics.prompts.prompt_free import prompt_free_records
+    from propme_metrics.prompts.prompt_free import check_generations_fit, prompt_free_records
 
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
@@ -183,6 +182,11 @@ def load_prompts(**meta: Any):
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         repeats = 1  # each record is one generation (the resampling unit of prompt-free settings)
     else:
+        try:  # sized before the prompt set is built
+            check_generations_fit(_int_setting(meta, "n_prompts", DEFAULT_N_PROMPTS) * repeats,
+                                  "n_prompts x generations_per_prompt")
+        except PropMeError as exc:
+            raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         records = _prompt_set(meta, index, corpus, setting, language, seed).records
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
               "trace_config": config_json, "trace_backend": backend_json, "start_token": start.token,

@@ -12,7 +12,7 @@ import os
 import sys
 
 from propme_metrics.core.errors import PropMeError
-from propme_metrics.core.progress import stderr_console
+from propme_metrics.core.progress import stderr_console, terminal
 from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED
 
@@ -49,12 +49,14 @@ def _ints(value: str) -> list[int]:
 # --- index -------------------------------------------------------------------------------------
 
 def cmd_index_build(args: argparse.Namespace) -> int:
+    from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.build import build_index
     from propme_metrics.index.sources import CorpusSource
 
     source = CorpusSource(args.source, text_field=args.text_field, keep_fields=_csv(args.keep_fields),
                           source_field=args.source_field, exclude_sources=_csv(args.exclude_sources),
                           revision=args.revision, config=args.config, split=args.split)
+    check_outputs({"--out": args.out}, output_folders=("--out",), index_outputs=("--out",))
     if args.ray is not None:
         manifest = _build_on_ray(args, source)
     else:
@@ -100,10 +102,10 @@ def cmd_index_info(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2, ensure_ascii=False))
         return 0
     m = info["manifest"]
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"PropMe index {info['path']}", show_header=False)
+    table = Table(title=Text(f"PropMe index {info['path']}"), show_header=False)
     rows = [
         ("identity", m["identity"]),
         ("source", f"{m['source']['location']} ({m['source']['kind']})"
@@ -120,8 +122,8 @@ def cmd_index_info(args: argparse.Namespace) -> int:
         ("sample document", f"{info['sample_document']['metadata']}: {info['sample_document']['text_start']!r}"),
     ]
     for key, value in rows:
-        table.add_row(key, value)
-    Console().print(table)
+        table.add_row(key, Text(value))
+    terminal().print(table)
     return 0
 
 
@@ -136,8 +138,11 @@ def cmd_index_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_index_join(args: argparse.Namespace) -> int:
+    from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.build import join_indexes
 
+    check_outputs({"--out": args.out}, folders={f"part {p}": p for p in args.parts}, output_folders=("--out",),
+                  index_outputs=("--out",))  # an existing index at --out is refused by the join itself
     manifest = join_indexes(args.parts, args.out)
     print(f"joined {len(args.parts)} part(s) into {args.out}: {manifest.total_documents:,} documents, "
           f"{manifest.total_tokens:,} tokens in {manifest.num_shards} shard(s)")
@@ -210,9 +215,10 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
 # --- prompts -----------------------------------------------------------------------------------
 
 def cmd_prompts_build(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
     from propme_metrics.prompts.build import (
         build_prompt_set,
@@ -222,6 +228,8 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
         write_prompt_set,
     )
 
+    check_outputs({"--out": args.out, "its sidecar manifest": sidecar_path(args.out)},
+                  {"--candidates": args.candidates}, {"--index": args.index})
     index = open_index(args.index)
     ps = build_prompt_set(index, args.setting, n=args.n, seed=args.seed, language=args.language,
                           candidates=args.candidates, progress=not args.quiet)
@@ -237,20 +245,20 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
         table.add_column(col, justify="left" if col == "prompt set" else "right", no_wrap=True)
     for name, prof in rows:
         if prof is None:
-            table.add_row(name, "0", "-", "-", "-  (no document is long enough)")
+            table.add_row(Text(name), "0", "-", "-", "-  (no document is long enough)")
         else:
-            table.add_row(name, str(prof["n"]), f"{prof['mean_longest_span']:.2f}", str(prof["max_longest_span"]),
+            table.add_row(Text(name), str(prof["n"]), f"{prof['mean_longest_span']:.2f}", str(prof["max_longest_span"]),
                           f"{prof['share_span_ge_10']:.0%}")
-    console = Console()
+    console = terminal()
     console.print(table)
     rejected = ps.manifest["rejected"]
     if args.setting != "prefix":
         console.print(f"{len(rejected)} candidate(s) rejected" + (":" if rejected else ""), highlight=False)
         for r in rejected[:5]:
-            console.print(f"  {r['id']}: {r['reason']}: {r['prompt'][:80]!r}", highlight=False)
+            console.print(Text(f"  {r['id']}: {r['reason']}: {r['prompt'][:80]!r}"), highlight=False)
         if len(rejected) > 5:
-            console.print(f"  ... and {len(rejected) - 5} more (see {sidecar_path(out).name})", highlight=False)
-    console.print(f"wrote {len(ps.records)} {args.setting} prompts to {out} (manifest {sidecar_path(out).name})",
+            console.print(Text(f"  ... and {len(rejected) - 5} more (see {sidecar_path(out).name})"), highlight=False)
+    console.print(Text(f"wrote {len(ps.records)} {args.setting} prompts to {out} (manifest {sidecar_path(out).name})"),
                   highlight=False)
     return 0
 
@@ -288,8 +296,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_new(args: argparse.Namespace) -> int:
+    from propme_metrics.core.outputs import check_outputs
     from propme_tasks.custom import write_corpus_tasks
 
+    check_outputs({"--out": args.out}, folders={"--index": args.index}, output_folders=("--out",))
     for path in write_corpus_tasks(args.name, args.index, args.language, args.out):
         print(path)
     print(f"run it with: lm_eval --include_path {args.out} --tasks propme_{args.name} ...")
@@ -306,15 +316,20 @@ def cmd_tasks_path(args: argparse.Namespace) -> int:
 # --- report ------------------------------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from propme_metrics.core.outputs import check_outputs
     from propme_metrics.report.build import build_report
     from propme_metrics.report.compute import IncompleteReportError
     from propme_metrics.report.console import print_summary
 
+    check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs} | {f"--retraced {r}": r for r in args.retraced},
+                  output_folders=("--out",))
     try:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
                               html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars,
-                              retraced=args.retraced, show_pii=args.show_pii)
+                              retraced=args.retraced, show_pii=args.show_pii,
+                              discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
+                              retraced_other_settings=args.retraced_other_settings)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -327,7 +342,7 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("report", help="PM scores with intervals, leaderboard tables, plots and an HTML trace explorer",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Read lm-eval runs of PropMe's tasks (made with --log_samples), compute the base "
-                                   "metrics per setting and PM (generic/specific vs prefix) with 95% bootstrap "
+                                   "metrics per setting and PM (each propensity setting vs prefix) with 95% bootstrap "
                                    "intervals over prompts, and write leaderboard.csv/.json/.md, PNG plots and a "
                                    "self-contained report.html into --out.")
     r.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder (searched recursively for "
@@ -342,6 +357,9 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--retraced", action="append", default=[], metavar="SUMMARY.json",
                    help="a `propme trace` summary made from one of the runs' samples files: its results replace "
                         "that file's traces (how failed traces are redone); repeat for several files")
+    r.add_argument("--retraced-other-settings", action="store_true",
+                   help="accept --retraced summaries traced with other settings (--mode, spans, ...) than the "
+                        "runs; PM then mixes the two (refused otherwise)")
     r.add_argument("--no-html", action="store_true", help="skip report.html")
     r.add_argument("--html-docs", type=_natural, default=3, help="source documents shown per segment in report.html "
                    "(the best matches; more make a bigger page)")
@@ -349,6 +367,12 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
                    "each side of a span in report.html")
     r.add_argument("--show-pii", action="store_true", help="show leaked personal data unmasked in report.html "
                    "(default: masked, e.g. j***@e***.dk; the leaderboard never holds values)")
+    r.add_argument("--discoverable-n", metavar="N,N,...", default=None,
+                   help="sample counts n of the likelihood subtasks' (n, p) curve (default: each run's "
+                        "discoverable_n metadata, else 1,10,100,1000,10000)")
+    r.add_argument("--discoverable-p", metavar="P", default=None,
+                   help="probability p of (n, p)-discoverability, between 0 and 1 (default: each run's "
+                        "discoverable_p metadata, else 0.5)")
     r.set_defaults(func=cmd_report)
 
 
@@ -356,15 +380,16 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     import time
-    from dataclasses import fields
+    from dataclasses import fields, replace
     from pathlib import Path
 
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from propme_metrics.core.checksums import file_digest
     from propme_metrics.core.errors import ConfigError, IndexFormatError
     from propme_metrics.core.files import atomic_output, write_atomic
+    from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.values import summarize
     from propme_metrics.trace.inputs import read_generations
@@ -379,6 +404,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         config = TraceConfig(**{f.name: getattr(args, f.name) for f in fields(TraceConfig)})
     except ValueError as exc:
         raise ConfigError(f"bad tracing parameters: {exc}") from None
+    check_outputs({"--out": args.out, "--summary": args.summary}, {"--input": args.input},
+                  {"--index": args.index})
     generations, fmt = read_generations(args.input, text_field=args.text_field, key_field=args.key_field)
     index = open_index(args.index)
     manifest = index.manifest
@@ -409,6 +436,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     results, resumed = trace_resumable(tracer, generations, out, fingerprint, workers=args.workers,
                                        progress=not args.quiet)
     seconds = time.time() - started
+    results = [r if g.missing is None else replace(r, error=g.missing) for r, g in zip(results, generations)]
     if resumed:
         stderr_console.print(f"resumed: {resumed} of {len(generations)} generation(s) were traced by an "
                              "interrupted run of this command and kept", highlight=False)
@@ -439,14 +467,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
                           "free space or fix permissions, then re-run the same command: finished traces are kept") from None
     finish(out)
 
-    table = Table(title=f"PropMe trace: {len(results)} generation(s) of {args.input} "
-                        f"against index {manifest.identity}")
+    table = Table(title=Text(f"PropMe trace: {len(results)} generation(s) of {args.input} "
+                             f"against index {manifest.identity}"))
     table.add_column("metric")
     table.add_column("value", justify="right")
+    shown_metrics = [m for m in registry.METRICS if (m.name == "pii" or not m.name.startswith("pii_"))
+                     and not (m.settings and summary.metrics[m.name] is None)]  # extraction: prefix runs only
+    undefined = [m.label for m in shown_metrics if registry.is_undefined(summary.metrics[m.name])]
     rows = [("generations counted", f"{summary.n_counted} of {summary.n_generations} "
                                     f"({summary.n_degenerate} degenerate, {summary.n_failed} failed)"),
-            *((m.label, f"{value:.4f}") for m in registry.METRICS
-              if (value := summary.metrics[m.name]) is not None and (m.name == "pii" or not m.name.startswith("pii_"))),
+            *((m.label, registry.UNDEFINED_TEXT if m.label in undefined else f"{summary.metrics[m.name]:.4f}")
+              for m in shown_metrics),
             ("PII items leaked", str(leaked_items))]
     by_type = ", ".join(f"{t} {summary.metrics[f'pii_{t}']:.4f}" for t in PII_TYPES if summary.metrics[f"pii_{t}"])
     if by_type:
@@ -454,16 +485,21 @@ def cmd_trace(args: argparse.Namespace) -> int:
     rows.append(("speed", f"{(len(results) - resumed) / seconds:,.1f} generations/s" if seconds > 0 else "-"))
     for name, value in rows:
         table.add_row(name, value)
-    console = Console()
+    console = terminal()
     console.print(table)
     shown = [(r.key, x) for r, p in zip(results, personal) for x in p.leaked][:10]
     for key, x in shown:
         value = x.item.value if args.show_pii else x.item.masked
-        console.print(f"leaked {x.item.type} {value} in generation {key} (from document {x.source_id}, "
-                      f"shard {x.shard})", highlight=False, markup=False)
+        console.print(Text(f"leaked {x.item.type} {value} in generation {key} (from document {x.source_id}, "
+                           f"shard {x.shard})"), highlight=False)
     if shown and leaked_items > len(shown):
-        console.print(f"... {leaked_items - len(shown)} more leaked item(s) in {out}", highlight=False)
-    console.print(f"wrote {out} and {summary_path}", highlight=False)
+        console.print(Text(f"... {leaked_items - len(shown)} more leaked item(s) in {out}"), highlight=False)
+    if undefined:
+        why = ("no generation was counted (every one degenerate or failed)" if not summary.n_counted else
+               "no counted generation has a document entry to average over")
+        console.print(Text(f"{registry.UNDEFINED_TEXT}: {', '.join(undefined)} undefined (null in {summary_path.name}, "
+                           f"not 0): {why}"), highlight=False)
+    console.print(Text(f"wrote {out} and {summary_path}"), highlight=False)
     if summary.n_failed:
         stderr_console.print(f"[yellow]warning:[/] tracing failed for {summary.n_failed} generation(s) (see their "
                              "'error' field); they are left out of the metrics", highlight=False)
@@ -605,11 +641,11 @@ EXIT_BUG = 70
 
 
 def _report_error(message: str, hint: str | None, code: int) -> int:
-    from rich.markup import escape
+    from rich.text import Text
 
-    stderr_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    stderr_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
     if hint:
-        stderr_console.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True)
+        stderr_console.print(Text.assemble(("hint:", "yellow"), " ", hint), highlight=False, soft_wrap=True)
     return code
 
 

@@ -12,7 +12,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-stderr_console = Console(stderr=True)
+
+def terminal(**kwargs) -> Console:
+    """A console for PropMe's output that never turns `:name:` codes into emoji (`file.jsonl:100:`
+    stays a line number). User text (paths, ids, model names) is passed as `rich.text.Text`, so
+    that markup in it (`[/x]`, `[link=...]`) is printed as written, never applied."""
+    return Console(emoji=False, **kwargs)
+
+
+stderr_console = terminal(stderr=True)
 
 
 def progress_bar(enabled: bool = True) -> Progress:

@@ -4,7 +4,7 @@ corpus (generated, bilingual) -> tokenizer -> infini-gram index -> a tiny GPT-2 
 planted documents (trained like real models, each document after the start token `<|endoftext|>`)
 -> generic/specific/prefix prompt sets -> `lm_eval --tasks propme_demo` (the three prompted
 settings and the prompt-free `unconditional` and `minimal_cue`, every prompt after the start
-token) -> `propme report`. A second run reuses every stage whose output already exists.
+token, and the prefix documents scored by likelihood) -> `propme report` (and the (n, p) curve). A second run reuses every stage whose output already exists.
 """
 from __future__ import annotations
 
@@ -202,6 +202,12 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
             how = "without a prompt" if setting in PROMPT_FREE_SETTINGS else "under ordinary prompts"
             stderr_console.print(f"[yellow]finding:[/] PM_{metric.upper()} ({setting} vs prefix) = {iv.estimate:.2f}: "
                                  f"the tiny model leaks {how} as much as under prefix attacks")
+    for lr in report.likelihood:  # the (n, p) curve of the likelihood subtask
+        curve = "  ".join(f"n={n:,}: {e.value:.2f}" for n, e in lr.curve.items())
+        fmr = "-" if lr.prefix_fmr is None else f"{lr.prefix_fmr.value:.2f}"
+        print(f"\n(n, p)-discoverable prefix documents (p = {lr.p:g}, {lr.n_documents} documents): {curve}\n"
+              f"greedy extraction {lr.metrics['greedy_extraction'].value:.2f}, prefix FMR {fmr}, "
+              f"median log10 P(z) {lr.metrics['log10_p_median'].value:.2f}")
     print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv}\n"
           f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")
     return report

@@ -29,6 +29,7 @@ from propme_metrics import __version__
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import BuildError, ConfigError, IndexFormatError
 from propme_metrics.core.files import open_locked, write_atomic
+from propme_metrics.core.memory import available_memory
 from propme_metrics.core.progress import progress_bar, rate
 from propme_metrics.index.format import pointer_size, pointers
 from propme_metrics.index.manifest import (
@@ -41,7 +42,12 @@ from propme_metrics.index.manifest import (
     TokenizerInfo,
     shard_file,
 )
-from propme_metrics.index.sizing import TEXT_BYTES_PER_TOKEN, check_shard_memory, estimate_build
+from propme_metrics.index.sizing import (
+    TEXT_BYTES_PER_TOKEN,
+    check_document_memory,
+    check_shard_memory,
+    estimate_build,
+)
 from propme_metrics.index.source_counts import count_sources, joined_source_counts
 from propme_metrics.index.sources import CorpusSource
 from propme_metrics.index.tokenizer import (
@@ -160,7 +166,7 @@ def _build_locked(source: CorpusSource, tok, out: Path, work: Path, params: dict
         text_bytes = source.estimated_text_bytes()
         if text_bytes:
             _plan(int(text_bytes / TEXT_BYTES_PER_TOKEN), "from the corpus' file sizes", width, num_shards, cpus,
-                  mem_bytes, sa_builder, announce)
+                  mem_bytes, sa_builder, announce, longest_bytes=source.longest_line_bytes())
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         state = {"params_hash": params_hash, "tokenized": None, "suffix_arrays": [],
@@ -263,12 +269,26 @@ def index_file_names(shard_ids: Iterable[int]) -> list[str]:
             + [toplevel_path("", sid).name for sid in shard_ids])
 
 
-def _is_index_entry(name: str) -> bool:
-    """A name that PropMe writes into an index folder (or an older PropMe left there)."""
-    kind, _, sid = name.partition(".")
-    return (name.startswith("propme-")  # every PropMe file in an index is named propme-*
-            or (kind in SHARD_FILES and sid.isdigit())
-            or name.startswith(("tmp-", f".{MANIFEST_NAME}.")))
+def files_not_written_by_propme(folder: Path, manifest: IndexManifest) -> list[str]:
+    """The files under the index `folder` (relative paths) that its manifest does not list: a
+    replacing build must not delete them. PropMe's own temporary names (`.NAME.*.tmp` of a listed
+    file) count as its files; an index older than recorded checksums lists its entries by name."""
+    listed = set(manifest.files) | {MANIFEST_NAME}
+    by_name = set(index_file_names(manifest.shard_ids)) if not manifest.files else set()
+    folders = {str(parent) for name in listed for parent in Path(name).parents}
+    foreign = []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_dir() and not p.is_symlink():  # a folder of no listed file is the user's (even empty)
+            if str(rel) not in folders and rel.parts[0] not in by_name:
+                foreign.append(f"{rel}/")
+            continue
+        temp = p.name.startswith(".") and p.name.endswith(".tmp")  # atomic_output's `.NAME.XXXX.tmp`
+        if str(rel) in listed or rel.parts[0] in by_name or (
+                temp and str(rel.parent / p.name[1:].rsplit(".", 2)[0]) in listed):
+            continue
+        foreign.append(str(rel))
+    return foreign
 
 
 def _check_out_spares_source(out: Path, source: CorpusSource) -> None:
@@ -376,11 +396,15 @@ def _known_source_stats(out: Path, work: Path) -> dict[str, dict[str, Any]]:
 
 
 def _plan(tokens: int, basis: str, width: int, num_shards: int, cpus: int, mem_bytes: int, sa_builder: str,
-          announce) -> None:
-    """Announce the estimated needs of the build and refuse a shard that cannot fit in memory."""
+          announce, longest_bytes: int | None = None) -> None:
+    """Announce the estimated needs of the build and refuse a shard, or a document (`longest_bytes`:
+    the longest line of the corpus), that cannot fit in memory."""
     estimate = estimate_build(tokens, basis, num_shards, width, cpus, mem_bytes, sa_builder)
+    tokenize_memory = check_document_memory(longest_bytes, available_memory())
     if announce is not None:
-        announce(estimate.describe())
+        announce(estimate.describe() + (f"; tokenizing its longest document ({longest_bytes / 2**20:,.1f} MiB) "
+                                        f"takes about {tokenize_memory / 2**30:,.1f} GiB of memory"
+                                        if tokenize_memory > 2**28 else ""))
     check_shard_memory(estimate.tokens_per_shard, width, num_shards, mem_bytes, _ram_bytes(), sa_builder, basis)
 
 
@@ -392,15 +416,25 @@ def build_params(source: dict[str, Any], tokenizer: str, revision: str | None, t
     return params, hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
 
-def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str, Any] | None = None) -> IndexManifest:
+def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str, Any] | None = None,
+                 replace: bool = False) -> IndexManifest:
     """Join shard sets built separately (`--shard-ids` on several machines) into one index.
 
     `build_info` replaces the manifest's record of the part folders (a build that joins and then
-    removes its own parts says how it ran instead)."""
+    removes its own parts says how it ran instead). With `replace`, an index already at `out`
+    (checked by the caller to hold only PropMe's files) is swapped for the joined one atomically,
+    as a local build does: an interrupted join leaves the old index in place."""
+    from propme_metrics.index.reader import checksum_mismatches
     from propme_metrics.index.toplevel import toplevel_path
 
     out = _real_out(Path(out))
     manifests = [IndexManifest.read(p) for p in parts]
+    for path, m in zip(parts, manifests):  # a damaged part must not pass its damage on under a new checksum
+        bad = checksum_mismatches(Path(path), m.files, full=True)
+        if bad:
+            raise IndexFormatError(f"part {path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+                                   "rebuild that part (the same `propme index build ... --shard-ids`) or copy it "
+                                   "again, then join")
     first = manifests[0]
     for path, m in zip(parts, manifests):
         same = (m.source == first.source and m.tokenizer.sha256 == first.tokenizer.sha256
@@ -414,7 +448,7 @@ def join_indexes(parts: list[str | Path], out: str | Path, build_info: dict[str,
     if sorted(ids) != list(range(first.num_shards)):
         missing = sorted(set(range(first.num_shards)) - set(ids))
         raise ConfigError(f"shards {missing} are missing", "build them with --shard-ids and join again")
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(out.iterdir()) and not (replace and (out / MANIFEST_NAME).is_file()):
         raise ConfigError(f"output folder {out} is not empty", "join into a new folder")
     work = partial_dir(out)
     shutil.rmtree(work, ignore_errors=True)
@@ -682,11 +716,12 @@ def _existing_index(out: Path, params_hash: str, force: bool) -> IndexManifest |
     entries = sorted(p.name for p in out.iterdir())
     if not entries:
         return None
-    foreign = [name for name in entries if not _is_index_entry(name)]
+    foreign = entries
     if (out / MANIFEST_NAME).is_file():
         manifest = IndexManifest.read(out)
         if manifest.build.get("params_hash") == params_hash and not force:
             return manifest
+        foreign = files_not_written_by_propme(out, manifest)
     if (out / MANIFEST_NAME).is_file() and not foreign:
         if not force:
             raise ConfigError(
@@ -696,9 +731,9 @@ def _existing_index(out: Path, params_hash: str, force: bool) -> IndexManifest |
                 "choose another --out, or pass --force to replace it")
         return None
     shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-    raise ConfigError(f"output folder {out} is not empty and holds files that are not a PropMe index ({shown})",
-                      "choose an empty or new folder; PropMe never deletes files it did not write, "
-                      "even with --force")
+    raise ConfigError(f"output folder {out} is not empty and holds files that PropMe did not write ({shown})",
+                      "move them out of the folder or choose an empty or new one; PropMe never deletes files "
+                      "it did not write, even with --force")
 
 
 def _load_state(work: Path, params_hash: str) -> dict[str, Any] | None:

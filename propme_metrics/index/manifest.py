@@ -14,12 +14,73 @@ from typing import Any
 
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.core.files import write_atomic
+from propme_metrics.core.outputs import MANIFEST_NAME  # the file that marks an index folder
 
-MANIFEST_NAME = "propme-manifest.json"
 WORD_STARTS_NAME = "propme-word-starts.txt"
 TOKENIZER_DIRNAME = "propme-tokenizer"
 INDEX_FORMAT = "propme-index/1"
 SHARD_FILES = ("tokenized", "table", "offset", "metadata", "metaoff", "unigram")
+
+
+_COUNT = {"type": "integer", "minimum": 0}
+_POSITIVE = {"type": "integer", "minimum": 1}
+_ID = {"type": ["integer", "null"], "minimum": 0}
+#: what a manifest must hold (JSON Schema, checked with `jsonschema` whenever an index is opened), so
+#: that a damaged or hand-edited manifest is one message (exit 3), never a crash deep inside a command
+MANIFEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["source", "tokenizer", "token_width", "delimiter_ids", "num_shards", "shard_ids", "shards",
+                 "build", "versions", "created", "format"],
+    "properties": {
+        "format": {"const": INDEX_FORMAT},
+        "source": {"type": "object"},
+        "tokenizer": {
+            "type": "object",
+            "required": ["name", "revision", "cls", "vocab_size", "max_id", "eos_token_id", "bos_token_id",
+                         "family", "sha256"],
+            "properties": {"name": {"type": "string"}, "revision": {"type": ["string", "null"]},
+                           "cls": {"type": "string"}, "vocab_size": _POSITIVE, "max_id": _COUNT,
+                           "eos_token_id": _ID, "bos_token_id": _ID, "family": {"type": "string"},
+                           "sha256": {"type": "string"}, "files_sha256": {"type": ["string", "null"]}}},
+        "token_width": {"enum": [2, 4]},
+        "delimiter_ids": {"type": "array", "items": _COUNT},
+        "num_shards": _POSITIVE,
+        "shard_ids": {"type": "array", "items": _COUNT, "minItems": 1, "uniqueItems": True},
+        "shards": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["id", "documents", "tokens", "ds_bytes", "sa_bytes"],
+            "properties": {"id": _COUNT, "documents": _POSITIVE, "tokens": _COUNT, "ds_bytes": _POSITIVE,
+                           "sa_bytes": _POSITIVE}}},
+        "build": {"type": "object"},
+        "versions": {"type": "object"},
+        "created": {"type": "string"},
+        "files": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["bytes", "xxh3_128", "sample"],
+            "properties": {"bytes": _COUNT, "xxh3_128": {"type": "string"}, "sample": {"type": "string"}}}},
+    },
+}
+
+
+def manifest_problem(data: Any) -> str | None:
+    """What is wrong with a manifest's JSON (None when nothing): the schema first, then what a schema
+    cannot say (the shard list matches `shard_ids`, every id lies below `num_shards`, each shard's
+    token file holds its tokens and one separator per document)."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(MANIFEST_SCHEMA).iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        return f"{where}: {error.message}"
+    ids = [s["id"] for s in data["shards"]]
+    if sorted(ids) != sorted(data["shard_ids"]):
+        return f"shards lists ids {ids}, shard_ids says {data['shard_ids']}"
+    if max(ids) >= data["num_shards"]:
+        return f"shard {max(ids)} lies outside num_shards {data['num_shards']}"
+    for s in data["shards"]:
+        expected = data["token_width"] * (s["tokens"] + s["documents"])
+        if s["ds_bytes"] != expected:
+            return (f"shard {s['id']}: {s['tokens']:,} tokens and {s['documents']:,} documents take {expected:,} "
+                    f"bytes at {data['token_width']} bytes a token, but ds_bytes says {s['ds_bytes']:,}")
+    return None
 
 
 @dataclass
@@ -123,13 +184,18 @@ class IndexManifest:
                                    "(re)run `propme index build` for it")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("format") != INDEX_FORMAT:
-                raise IndexFormatError(f"{path}: unknown index format {data.get('format')!r} (expected {INDEX_FORMAT})",
-                                       "rebuild the index with this version of PropMe")
-            return cls.from_dict(data)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise IndexFormatError(f"{path} is corrupt ({type(exc).__name__}: {exc})",
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise IndexFormatError(f"{path} is corrupt (not JSON: {exc})",
                                    "rebuild the index with `propme index build`") from None
+        if isinstance(data, dict) and "format" in data and data["format"] != INDEX_FORMAT:
+            raise IndexFormatError(f"{path}: unknown index format {data.get('format')!r} (expected {INDEX_FORMAT})",
+                                   "rebuild the index with this version of PropMe")
+        problem = manifest_problem(data)
+        if problem is not None:
+            raise IndexFormatError(f"{path} is damaged: {problem}",
+                                   "restore the manifest from a copy of the index or rebuild the index with "
+                                   "`propme index build`")
+        return cls.from_dict(data)
 
 
 def shard_file(folder: str | Path, kind: str, shard_id: int) -> Path:

@@ -126,14 +126,12 @@ def build_index_on_ray(source, out: str | Path, address: str | None = None, toke
         for ref in pending:
             ray.cancel(ref, force=True)
         raise
-    if force and out.exists():
-        shutil.rmtree(out)
     results.sort(key=lambda r: r.shard)
     info = {"batch_size": batch_size, "cpus": cpus_per_task,
             "ray": {"tasks": num_shards, "memory_per_task": memory, "nodes": sorted({r.node for r in results}),
                     "task_seconds": [r.seconds for r in results]},
             "seconds_last_run": round(time.time() - started, 2)}
-    manifest = join_indexes([root / f"shard-{r.shard}" for r in results], out, build_info=info)
+    manifest = join_indexes([root / f"shard-{r.shard}" for r in results], out, build_info=info, replace=force)
     shutil.rmtree(root)
     return manifest
 

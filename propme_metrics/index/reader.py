@@ -120,6 +120,14 @@ class Index:
 
     def _check_files(self) -> None:
         m = self.manifest
+        own = {shard_file("", kind, sid).name for sid in m.shard_ids for kind in SHARD_FILES}
+        strays = sorted(p.name for p in self.path.iterdir()
+                        if p.name not in own and any(kind in p.name for kind in SHARD_FILES))
+        if strays:  # the engine reads every file whose name holds a shard kind: they would join the index
+            raise IndexFormatError(
+                f"{self.path} holds shard files that are not this index's (its shards are {m.shard_ids}): "
+                + ", ".join(strays[:8]) + (f" and {len(strays) - 8} more" if len(strays) > 8 else ""),
+                "move them out of the index folder (they belong to another index or build), then try again")
         for s in m.shards:
             paths = {kind: shard_file(self.path, kind, s.id) for kind in SHARD_FILES}
             missing = [p.name for p in paths.values() if not p.is_file()]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import mmap
 import os
-import time
+import resource
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -39,10 +39,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)
 _DS_END = -3   #: key past the end of a shard's token array (the suffix is a prefix of the query)
-_CHUNK = 16    #: tokens compared per vectorized step
-_AR = np.arange(_CHUNK, dtype=np.int64)
+_CHUNK = 16    #: tokens compared in the first vectorized step of a comparison
+_CHUNK_GROWTH = 4  #: each further step compares this many times more (long matches end in few steps)
+_MAX_CHUNK = 1024
 _PAGE = mmap.PAGESIZE
-_DISK_SECONDS_PER_ROW = 2e-6  #: slower reads than this per searched row mean page faults: prefetch
+_RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
+
+def _major_faults() -> int:
+    """Page faults that had to read the disk so far (this thread where the system tells)."""
+    return resource.getrusage(_RUSAGE_WHO).ru_majflt
 
 
 class Occurrences(NamedTuple):
@@ -122,7 +128,7 @@ class ShardSearcher:
         self.blocks = self._first_token_blocks(shard_file(folder, "unigram", sid))
         self.top: TopLevel | None = None
         self._fetch_sa = self._fetch_ds = None
-        self._reading_disk = True  # whether the last step waited for the disk (then the next prefetches)
+        self._reading_disk = True  # whether the last step read from the disk (then the next prefetches)
         if accelerate and self.n:
             self.top = load_toplevel(folder, sid, width, self.n, self._toplevel_ok)
             if hasattr(os, "posix_fadvise"):  # Linux and most Unixes; elsewhere searches just fault pages in
@@ -250,9 +256,8 @@ class ShardSearcher:
         prefetch = self._fetch_sa is not None and self._reading_disk
         if prefetch:
             self._fetch_sa(ranks * self.ptr_size)
-        started = time.perf_counter()
+        faults = _major_faults()  # counted, not timed: on a busy machine a slow step is often just a preempted one
         tpos = self.ranks_to_token_pos(ranks)
-        waited = time.perf_counter() - started  # the read-ahead hints themselves are not timed
         lcp = np.empty(m, np.int64)
         right = np.empty(m, bool)
         rows = np.arange(m)
@@ -262,16 +267,16 @@ class ShardSearcher:
             first = tpos + off
             self._fetch_ds(np.concatenate((first, first + _CHUNK - 1)) * self.width)
         timed = True
+        chunk = _CHUNK
         while rows.size:
-            cpos = tpos[rows, None] + off[:, None] + _AR
-            started = time.perf_counter()
+            ar = np.arange(chunk, dtype=np.int64)
+            cpos = tpos[rows, None] + off[:, None] + ar
             ck = self.keys(self.ds[np.minimum(cpos, self.n - 1)])
-            if timed:  # both reads of this step cost microseconds per row only when they wait for the disk
-                waited += time.perf_counter() - started
-                self._reading_disk = waited > _DISK_SECONDS_PER_ROW * m
+            if timed:  # both reads of this step fault only when the pages are not in memory
+                self._reading_disk = _major_faults() > faults
                 timed = False
             ck[cpos >= self.n] = _DS_END
-            qpos = qstart[rows, None] + off[:, None] + _AR
+            qpos = qstart[rows, None] + off[:, None] + ar
             qk = np.where(qpos < qend[rows, None], qkeys[np.minimum(qpos, last_q)], _Q_END)
             neq = ck != qk
             done = neq.any(1)
@@ -284,7 +289,8 @@ class ShardSearcher:
                 up = upper[r]
                 right[r] = np.where(up, (qj != _Q_END) & (cj > qj), (qj == _Q_END) | (cj > qj))
             keep = ~done
-            rows, off = rows[keep], off[keep] + _CHUNK
+            rows, off = rows[keep], off[keep] + chunk
+            chunk = min(chunk * _CHUNK_GROWTH, _MAX_CHUNK)
         return lcp, right
 
     def search(self, qkeys, qstart, qend, upper):

@@ -18,6 +18,9 @@ RUST_TOKENS_PER_RAM_BYTE = 0.4    #: rule of thumb: a rust_indexing shard holds 
 TOKENIZE_TOKENS_PER_CPU_S = 0.5e6  #: fast HF tokenizer, batched, per core
 DIVSUFSORT_BYTES_PER_S = 10e6     #: libdivsufsort (one core) incl. writing the table, bytes of tokenized.N
 RUST_TOKENS_PER_CPU_S = 1.3e6     #: rust_indexing make-part + merge + concat on normal text, per core
+#: peak memory of the HF fast tokenizer per byte of one document's text (131 measured on a 6.7 MB
+#: single-line document with GPT-2; a 48 MB one peaked at 7.3 GB with the Llama tokenizer)
+TOKENIZE_MEMORY_PER_TEXT_BYTE = 150
 
 
 @dataclass
@@ -88,6 +91,21 @@ def check_shard_memory(tokens_per_shard: int, width: int, num_shards: int, mem_b
             f"a shard of {tokens_per_shard:,} tokens{why} is more than this machine can index in one piece "
             f"(at most about {limit:,} tokens: 0.4 x {_gib(ram_bytes)} of RAM)",
             f"use --shards {shards}")
+
+
+def check_document_memory(longest_bytes: int | None, available_bytes: int) -> int:
+    """Refuse, before anything is tokenized, a document whose tokenization cannot fit in the memory
+    available (a single-line corpus of tens of MB needs GBs); returns the estimated peak (0 if unknown)."""
+    if not longest_bytes:
+        return 0
+    need = int(longest_bytes * TOKENIZE_MEMORY_PER_TEXT_BYTE)
+    if need > available_bytes:
+        raise ConfigError(
+            f"the corpus' longest document ({longest_bytes / 2**20:,.1f} MiB of JSON on one line) needs about "
+            f"{_gib(need)} of memory to tokenize ({TOKENIZE_MEMORY_PER_TEXT_BYTE} bytes per byte of text), more "
+            f"than the {_gib(available_bytes)} available",
+            "split that document into several (e.g. at paragraph breaks), or build on a machine with more memory")
+    return need
 
 
 def _gib(n: float) -> str:

@@ -108,6 +108,28 @@ class CorpusSource:
             total += size if p.name.endswith(".jsonl") else 4 * size
         return total
 
+    def longest_line_bytes(self) -> int | None:
+        """Bytes of the longest line of the local plain .jsonl files (the largest document the
+        tokenizer will hold at once), found by a fast scan; None when no such file is given."""
+        import numpy as np
+
+        plain = [p for p in self.files if p.name.endswith(".jsonl")]
+        if not plain:
+            return None
+        longest = 0
+        for p in plain:
+            run = 0  # bytes since the last newline, carried over block boundaries
+            with open(p, "rb") as fh:
+                while block := fh.read(1 << 24):
+                    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+                    if not ends.size:
+                        run += len(block)
+                        continue
+                    longest = max(longest, run + int(ends[0]), int(np.diff(ends).max(initial=0)))
+                    run = len(block) - int(ends[-1]) - 1
+            longest = max(longest, run)
+        return longest
+
     def __iter__(self) -> Iterator[Document]:
         """The documents in corpus order; lone surrogates in them become U+FFFD (counted in
         `replaced_surrogates`), since they cannot be stored as UTF-8."""
@@ -222,11 +244,16 @@ def _jsonl_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _parquet_records(path: Path, wanted: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Rows of the columns `wanted` (the text field first); a missing text column is one message
+    listing the file's columns, not only those read."""
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
         names = set(pf.schema_arrow.names)
+        if wanted[0] not in names:
+            raise ConfigError(f"{path}: no column {wanted[0]!r} for the document text (columns: "
+                              f"{', '.join(pf.schema_arrow.names) or 'none'})", "name the text column with --text-field")
         columns = [c for c in dict.fromkeys(wanted) if c in names]
         row = 0
         for batch in pf.iter_batches(batch_size=1024, columns=columns):

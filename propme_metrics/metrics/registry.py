@@ -4,11 +4,13 @@ Each entry says how one generation contributes (`value`: a numerator and a denom
 the metric is a share of generations (Wilson intervals), its label, which settings have it and
 whether PM is defined for it. The lm-eval hooks, `propme trace`, the report's columns, tables and
 plots, the CLI and the docs all read this table; `tests/metrics/test_registry.py` checks that the
-task YAML's `metric_list` and README's metric table equal it.
+task YAML's `metric_list` and docs/method.md's metric table equal it.
 
 A metric's value over a set of generations is pooled: the sum of numerators over the sum of
 denominators, divided once (never a mean of per-prompt means). `max` metrics take the largest
-per-generation value instead.
+per-generation value instead. With nothing to pool (no counted generation, or a ratio without a
+denominator, e.g. NVR without document entries) a metric is undefined, never 0: `Metric.pooled`
+gives None (null in JSON, NaN in lm-eval's table, `n/a` in terminal and Markdown tables).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, is_rare_full_match
+from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, DocumentLikelihood, discoverable
 from propme_metrics.trace.pii import PII_TYPES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,17 +55,32 @@ class Metric:
 
     name: str
     label: str                       #: short label for tables and plots
-    description: str                 #: one line for README, the YAML and `--help`
+    description: str                 #: one line for docs/method.md, the YAML and `--help`
     value: Callable[[Generation], Contribution]
     aggregation: str = "ratio"       #: "ratio" (pooled sums) or "max" (largest per-generation value)
     proportion: bool = False         #: a share of generations: Wilson intervals as well
     settings: tuple[str, ...] = ()   #: settings that have it (empty: every setting)
     pm: bool = True                  #: PM = p / (p + c) is reported for it
-    empty: float | None = 0.0        #: its value when no generation contributes (None: undefined)
     higher_is_better: bool = False   #: every PropMe metric measures memorization: lower is better
 
     def applies(self, setting: str | None) -> bool:
         return not self.settings or setting in self.settings
+
+    def pooled(self, numerator: float, denominator: float) -> float | None:
+        """The value from pooled sums (`max` metrics: the largest value and the number of
+        generations); None, undefined and never 0, when the denominator is 0."""
+        if not denominator:
+            return None
+        return float(numerator) if self.aggregation == "max" else numerator / denominator
+
+
+#: how an undefined value (None) is written in terminal, Markdown, CSV-free text and HTML tables
+UNDEFINED_TEXT = "n/a"
+
+
+def is_undefined(value: float | None) -> bool:
+    """A metric value that has nothing to compute it from: None (or NaN, lm-eval's spelling)."""
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def _share(flag: Callable[[Generation], bool]) -> Callable[[Generation], Contribution]:
@@ -102,7 +120,7 @@ METRICS: tuple[Metric, ...] = (
              _share(lambda g, n=n: g.trace.longest_span >= n), proportion=True) for n in LONG_SPAN_TOKENS),
     Metric("extraction", "extraction",
            "prefix only: the document's next 50 tokens reproduced (discoverable extraction)",
-           _extraction, proportion=True, settings=("prefix",), pm=False, empty=None),
+           _extraction, proportion=True, settings=("prefix",), pm=False),
     Metric("pii", "PII", "share of generations that reproduced personal data from a training document",
            _share(lambda g: bool(g.pii.leaked)), proportion=True),
     *(Metric(f"pii_{t}", f"PII {t}", f"the same, {t} items only", _pii_type(t), proportion=True) for t in PII_TYPES),
@@ -140,3 +158,46 @@ def metric(name: str) -> Metric:
 def for_setting(setting: str | None) -> tuple[Metric, ...]:
     """The metrics a setting has, in registry order."""
     return tuple(m for m in METRICS if m.applies(setting))
+
+
+# --- the likelihood subtask (`propme_<corpus>_prefix_likelihood`): one value per prefix document,
+# averaged (or the median taken) over documents; bootstrap intervals over documents
+# (`metrics.likelihood`). `tests/metrics/test_registry.py` checks its template's metric_list against these.
+
+
+@dataclass(frozen=True)
+class LikelihoodMetric:
+    """One metric of the likelihood subtask: a document's value at discoverability probability p."""
+
+    name: str
+    label: str
+    description: str
+    value: Callable[[DocumentLikelihood, float], float]
+    aggregation: str = "mean"        #: "mean" (a share of documents) or "median" over documents
+    n: int | None = None             #: the sample count of a discoverable@n metric
+    higher_is_better: bool = False   #: higher means more memorized, like every PropMe metric
+
+
+def discoverable_name(n: int) -> str:
+    """The metric name of (n, p)-discoverability at `n` samples."""
+    return f"discoverable@{n}"
+
+
+LIKELIHOOD_METRICS: tuple[LikelihoodMetric, ...] = (
+    LikelihoodMetric("greedy_extraction", "greedy extraction",
+                     "share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy)",
+                     lambda d, p: float(d.greedy)),
+    *(LikelihoodMetric(discoverable_name(n), f"disc@{n:,}",
+                       f"share of prefix documents (n, p)-discoverable at n = {n:,}: 1 - (1 - P(z))^n >= p "
+                       f"(p = {DISCOVERABLE_P} unless discoverable_p)",
+                       lambda d, p, n=n: float(discoverable(d.logp, n, p)), n=n) for n in DISCOVERABLE_N),
+    LikelihoodMetric("log10_p_median", "median log10 P(z)",
+                     "median over prefix documents of log10 P(z), the true continuation's probability",
+                     lambda d, p: d.log10p, aggregation="median"),
+)
+LIKELIHOOD_BY_NAME: dict[str, LikelihoodMetric] = {m.name: m for m in LIKELIHOOD_METRICS}
+#: the likelihood subtask's lm-eval diagnostic: per sample the document's record, in the table the documents scored
+LIKELIHOOD_DIAGNOSTIC = ("likelihood",
+                         "per sample: log P(z), the greedy flag and z's model tokens; in the table: documents scored")
+#: the likelihood metrics the leaderboard has columns for
+LIKELIHOOD_LEADERBOARD = (discoverable_name(100), "greedy_extraction")

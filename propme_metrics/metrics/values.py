@@ -47,8 +47,7 @@ def pool(metric: Metric, counted: Iterable[Contributions]) -> tuple[float, float
 class Summary:
     """Counts and pooled metrics of one set of generations (`propme trace`'s summary).
 
-    A metric whose denominator is 0 takes its registry `empty` value (0.0; None for `extraction`
-    when no generation had a known continuation).
+    A metric whose denominator is 0 is None: undefined, never 0 (`Metric.pooled`).
     """
 
     n_generations: int
@@ -82,12 +81,7 @@ def summarize(results: Iterable[TraceResult | dict[str, Any]], drop_degenerate: 
     values: dict[str, float | None] = {}
     sums: dict[str, tuple[float, float]] = {}
     for m in METRICS:
-        num, den = sums[m.name] = pool(m, counted)
-        if m.aggregation == "max":
-            values[m.name] = num
-        elif den:
-            values[m.name] = num / den
-        else:
-            values[m.name] = m.empty
+        sums[m.name] = pool(m, counted)
+        values[m.name] = m.pooled(*sums[m.name])
     return Summary(n_generations=len(results), n_counted=len(counted), n_degenerate=degenerate,
                    n_failed=failed, metrics=values, sums=sums)

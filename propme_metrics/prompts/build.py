@@ -162,10 +162,21 @@ def _is_jsonl(path: Path, lines: list[str]) -> bool:
 _TATOEBA_LINE = re.compile(r"^(\d+)\t([a-z]{3}(?:_[A-Za-z]+)?|\\N)\t(.*)$")
 
 
-def _tatoeba_rows(lines: list[str]) -> list[re.Match] | None:
-    """The parsed lines of a Tatoeba export (`id<TAB>lang<TAB>text` on every line), else None."""
-    matches = [_TATOEBA_LINE.match(ln) for ln in lines if ln.strip()]
-    return matches if matches and all(matches) else None
+def _tatoeba_rows(lines: list[str], path: Path) -> list[re.Match] | None:
+    """The parsed lines of a Tatoeba export (`id<TAB>lang<TAB>text` on every line), else None. A
+    file most of whose lines are Tatoeba rows is one: a row that is not (cut short, say) is an
+    error naming its line, never a reason to read ids and language codes as prompt text."""
+    numbered = [(n, _TATOEBA_LINE.match(ln)) for n, ln in enumerate(lines, 1) if ln.strip()]
+    bad = [n for n, m in numbered if m is None]
+    if not numbered or 2 * len(bad) >= len(numbered):
+        return None
+    if bad:
+        raise ConfigError(f"{path}:{bad[0]}: not a Tatoeba row (id<TAB>language<TAB>text), though "
+                          f"{len(numbered) - len(bad)} of the file's {len(numbered)} lines are"
+                          + (f" ({len(bad)} such lines)" if len(bad) > 1 else ""),
+                          "repair or remove that line (a download cut short?), or give plain text with one "
+                          "prompt per line")
+    return [m for _, m in numbered]
 
 
 def same_language(a: str | None, b: str | None) -> bool:
@@ -208,7 +219,7 @@ def read_candidates(path: str | Path) -> tuple[list[dict[str, Any]], str]:
                 raise ConfigError(f"{path} line {line_no} has no string \"prompt\" field")
             out.append({"id": rec.get("id"), "prompt": rec["prompt"], "domain": rec.get("domain"),
                         "language": rec.get("language"), "setting": rec.get("setting"), "line": line_no})
-    elif (tatoeba := _tatoeba_rows(lines)) is not None:
+    elif (tatoeba := _tatoeba_rows(lines, path)) is not None:
         numbered = [n for n, ln in enumerate(lines, 1) if ln.strip()]
         for line_no, m in zip(numbered, tatoeba):
             out.append({"id": f"tatoeba-{m.group(1)}", "prompt": m.group(3).strip(), "domain": None,

@@ -15,10 +15,14 @@ from functools import lru_cache
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.memory import available_memory
 from propme_metrics.prompts.build import PromptRecord
 from propme_metrics.prompts.settings import DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
 
 CUE_WORDS = 100
+#: memory one generation of a prompt-free setting takes on its way to lm-eval (its record, the
+#: dataset row with the tracing settings, the logged sample and its trace), generously
+BYTES_PER_GENERATION = 64 * 1024
 
 
 @lru_cache(maxsize=8)
@@ -40,12 +44,22 @@ def cue_words(language: str, k: int = CUE_WORDS) -> tuple[tuple[str, float], ...
     return tuple(words)
 
 
+def check_generations_fit(n: int, what: str) -> None:
+    """Refuse, before anything is built, more generations than this machine's free memory can hold."""
+    free = available_memory()
+    if n * BYTES_PER_GENERATION > free:
+        raise ConfigError(f"{what} asks for {n:,} generations: about {n * BYTES_PER_GENERATION / 2**30:,.1f} GiB "
+                          f"at {BYTES_PER_GENERATION // 1024} KiB each, more than the {free / 2**30:,.1f} GiB of "
+                          "memory free", f"ask for at most {free // BYTES_PER_GENERATION:,}")
+
+
 def prompt_free_records(setting: str, n: int, seed: int = DEFAULT_PROMPT_SEED, language: str | None = None) -> list[PromptRecord]:
     """`n` generation records of a prompt-free setting (prompt text without the start token)."""
     if setting not in PROMPT_FREE_SETTINGS:
         raise ConfigError(f"{setting!r} is not a prompt-free setting ({', '.join(PROMPT_FREE_SETTINGS)})")
     if n < 1:
         raise ConfigError(f"a prompt-free setting needs at least one generation, not {n}")
+    check_generations_fit(n, "prompt_free_generations")
     width = len(str(n - 1))
     if setting == "unconditional":
         return [PromptRecord(id=f"unconditional-{k:0{width}d}", prompt="", setting=setting, language=language)

@@ -50,6 +50,13 @@ metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` a
 | `propme_<corpus>_<setting>_<metric>_high` | upper end of its 95% bootstrap interval (not for `nvr_max`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `fmr_rare`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
 | `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
+| `propme_<corpus>_n_prefix_likelihood` | prefix documents scored by likelihood (`propme_<corpus>_prefix_likelihood`) |
+| `propme_<corpus>_prefix_likelihood_discoverable@100` | share of prefix documents (n, p)-discoverable at n = 100: 1 - (1 - P(z))^n >= p (p = 0.5 unless discoverable_p) |
+| `propme_<corpus>_prefix_likelihood_discoverable@100_low` | lower end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_discoverable@100_high` | upper end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction` | share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy) |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction_low` | lower end of its 95% bootstrap interval over documents |
+| `propme_<corpus>_prefix_likelihood_greedy_extraction_high` | upper end of its 95% bootstrap interval over documents |
 
 Metrics (docs/method.md, metrics): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
 generations with a `full_raw` document; `als` mean longest segment (index tokens);
@@ -62,12 +69,16 @@ reproduced personal data from a training document (`propme_metrics.trace.pii`), 
 one type (e-mail, phone, CPR, IBAN, card), `pii_items` leaked items per generation. The report
 holds no personal data values: report.html masks leaked items unless `show_pii=True` (`--show-pii`).
 
+The likelihood subtask's (n, p) curves (`report.likelihood`, docs/method.md, probabilistic extraction)
+are in leaderboard.json (`likelihood`), leaderboard.md and `likelihood_<corpus>.png`.
+
 Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capability_<corpus>.png`
-(capability = prefix value on x, propensity = generic/specific value on y, per metric and model,
+(capability = prefix value on x, propensity = each propensity setting's value on y, per metric and model,
 diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its traced segments; click a segment for its source
-documents).
+documents). `propme-report-files.json` lists the files written: a later report into the same folder
+removes those of them it does not write again (a stale plot), and never any other file.
 """
 from __future__ import annotations
 
@@ -78,6 +89,7 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.likelihood import check_n, check_p
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.columns import columns_for, row_values
 from propme_metrics.report.compute import (
@@ -92,6 +104,10 @@ from propme_metrics.report.compute import (
     setting_result,
 )
 from propme_metrics.report.leaks import corpus_leaks
+from propme_metrics.report.likelihood import columns as likelihood_columns
+from propme_metrics.report.likelihood import likelihood_results
+from propme_metrics.report.likelihood import row_values as likelihood_row_values
+from propme_metrics.report.likelihood import write_plots as write_likelihood_plots
 from propme_metrics.report.load import RunTask, describe_start_token, load_retrace, load_run
 from propme_metrics.report.writers import write_csv, write_json, write_markdown
 
@@ -114,11 +130,34 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
     return metrics
 
 
+#: the list of files the last report wrote into its folder (so the next one removes only those it replaces)
+WRITTEN_NAME = "propme-report-files.json"
+
+
+def _record_written(out: Path, paths: list[Path]) -> None:
+    """Remove the files an earlier report wrote into `out` that this one did not (a stale plot must not
+    sit beside the new report), then record this report's files. A file PropMe did not write is
+    never removed: only names in the earlier record are."""
+    from propme_metrics.core.files import write_atomic
+
+    names = sorted(p.name for p in paths)
+    try:
+        earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        earlier = []
+    for name in earlier if isinstance(earlier, list) else []:
+        if isinstance(name, str) and name not in names and Path(name).name == name and name != WRITTEN_NAME:
+            (out / name).unlink(missing_ok=True)
+    write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
+
+
 def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
                  pm_metrics: Iterable[str] = registry.DEFAULT_PM_METRICS, separate: bool = False, *,
                  html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
                  html_snippet_chars: int = 200, retraced: Sequence[str | Path] = (),
-                 show_pii: bool = False) -> Report:
+                 show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
+                 discoverable_p: float | None = None,
+                 retraced_other_settings: bool = False) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -127,14 +166,28 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
     `html_docs_per_segment` documents per segment (the best matches) with `html_snippet_chars`
     characters of context on each side of the span; leaked personal data is masked there unless
-    `show_pii`.
+    `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
+    (default: each run's task metadata, else 1 ... 10,000 and 0.5; `report.likelihood`).
     """
     pm_metrics = _check_options(bootstrap, pm_metrics)
+    if discoverable_n is not None:
+        discoverable_n = check_n(discoverable_n, "--discoverable-n")
+    if discoverable_p is not None:
+        discoverable_p = check_p(discoverable_p, "--discoverable-p")
     if not runs:
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
     notes: list[str] = []
     tasks: list[RunTask] = []
     retraces = [load_retrace(p) for p in retraced]
+    by_samples: dict[Path, Path] = {}
+    for r in retraces:
+        if r.samples_path in by_samples:
+            same = Path(by_samples[r.samples_path]).resolve() == Path(r.summary_path).resolve()
+            raise ConfigError(f"--retraced {r.summary_path} " + ("is given twice" if same else
+                              f"and {by_samples[r.samples_path]} both re-trace {r.samples_path}")
+                              + ": one re-trace per samples file", "pass each re-trace once")
+        by_samples[r.samples_path] = r.summary_path
+        r.mixed_settings = retraced_other_settings
     for run in runs:
         found = load_run(run, retraces)
         if not found:
@@ -144,7 +197,9 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         if not r.used:
             raise ConfigError(f"{r.summary_path} re-traced {r.samples_path}, which is not a samples file of the runs "
                               "given (or none of its keys matched)", "pass the run that holds that samples file")
-        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}")
+        notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}"
+                     + (" (its tracing settings were not checked against the run's: --retraced-other-settings)"
+                        if retraced_other_settings else ""))
     if not tasks:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
                           "run lm-eval with --tasks propme_<corpus> --log_samples")
@@ -209,6 +264,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
                         "metrics and PM are undefined (left empty, not 0)")
             results.append(res)
 
+    likelihood = likelihood_results(runs, results, bootstrap, seed, notes, discoverable_n, discoverable_p)
     labels = sorted({r.label for r in results})
     rows_by_model: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results:
@@ -221,6 +277,12 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         columns += columns_for(label, settings, pm_metrics)
     for r in results:
         rows_by_model[(r.model, r.revision)].update(row_values(r, pm_metrics))
+    columns += likelihood_columns(likelihood)
+    for lr in likelihood:
+        rows_by_model.setdefault((lr.model, lr.revision), {"model": lr.model, "revision": lr.revision}).update(
+            likelihood_row_values(lr))
+        if (lr.model, lr.revision) not in order:
+            order.append((lr.model, lr.revision))
     rows = [{c: rows_by_model[k].get(c) for c in columns} for k in order if k in rows_by_model]
     results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
 
@@ -230,7 +292,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     except OSError as exc:
         raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
     report = Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
-                    bootstrap=bootstrap, seed=seed, notes=notes, problems=problems)
+                    bootstrap=bootstrap, seed=seed, notes=notes, problems=problems, likelihood=likelihood)
     try:
         report.leaderboard_csv = out / "leaderboard.csv"
         write_csv(report.leaderboard_csv, columns, rows)
@@ -242,11 +304,13 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
             from propme_metrics.report.plots import write_plots
 
             report.plots = write_plots(report, out)
+            report.plots += write_likelihood_plots(report, out)
         if html:
             from propme_metrics.report.html import write_html
 
             report.html = write_html(report, out / "report.html", docs_per_segment=html_docs_per_segment,
                                      snippet_chars=html_snippet_chars, show_pii=show_pii)
+        _record_written(out, report.paths)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
     if uncounted:

@@ -35,7 +35,9 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
 
 def leaderboard_columns() -> list[tuple[str, str]]:
     """The leaderboard's column patterns and their meaning, in column order (see the module docstring)."""
-    return list(_COLUMN_DOCS)
+    from propme_metrics.report.likelihood import column_docs
+
+    return list(_COLUMN_DOCS) + column_docs()
 
 
 def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> list[str]:

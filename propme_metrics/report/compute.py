@@ -92,6 +92,7 @@ class Report:
     leaderboard_md: Path | None = None
     html: Path | None = None
     plots: list[Path] = field(default_factory=list)
+    likelihood: list[Any] = field(default_factory=list)  #: report.likelihood.LikelihoodResult per model and corpus
 
     @property
     def paths(self) -> list[Path]:
@@ -112,8 +113,8 @@ def _metric_result(task: RunTask, metric: str, bootstrap: int, seed: int) -> Met
     if spec.aggregation == "max":
         return MetricResult(max((v[metric][0] for v in counted), default=0.0))
     stats = task.stats(metric)
-    if spec.empty is None and not sum(s.denominator for s in stats):
-        return MetricResult(None)  # undefined when nothing contributes (extraction: no known continuation)
+    if spec.pooled(0.0, sum(s.denominator for s in stats)) is None:
+        return MetricResult(None)  # undefined when nothing contributes (NVR without documents, extraction)
     out = MetricResult(ratio(stats))
     if bootstrap > 0 and stats:
         iv = bootstrap_metric(stats, iters=bootstrap, seed=seed, confidence=CONFIDENCE)

@@ -4,6 +4,9 @@ from __future__ import annotations
 import math
 import sys
 
+from rich.text import Text
+
+from propme_metrics.core.progress import terminal
 from propme_metrics.metrics import registry
 from propme_metrics.report.columns import fmt_value
 from propme_metrics.report.compute import Report
@@ -17,49 +20,53 @@ def _cell(value: float | None, low: float | None, high: float | None, metric: st
     return f"{text}\n[dim][{fmt_value(low, metric)}, {fmt_value(high, metric)}][/]"
 
 
+def _model(r) -> Text:
+    """The model cell: its name (and revision) printed as written, never read as markup."""
+    return Text.assemble(r.model, *([("\n@ " + r.revision, "bold")] if r.revision else []))
+
+
 def print_summary(report: Report, console=None) -> None:
     """Rich tables per corpus: PM with 95% intervals per model and setting, then the base metrics."""
-    from rich.console import Console
     from rich.table import Table
 
     # a log or pipe gets the full table, not 80 columns
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    console = console or terminal(width=None if sys.stdout.isatty() else 160)
     for label in report.labels:
         results = [r for r in report.results if r.label == label]
         idents = ", ".join(sorted({str(r.index_identity) for r in results}))
         if any(r.pm for r in results):
-            table = Table(title=f"PM on {label} (index {idents}); 95% bootstrap intervals, B={report.bootstrap:,}",
-                          show_lines=True)
+            table = Table(title=Text(f"PM on {label} (index {idents}); 95% bootstrap intervals, "
+                                     f"B={report.bootstrap:,}"), show_lines=True)
             table.add_column("model", overflow="fold", min_width=20, max_width=34)
             table.add_column("setting\nvs prefix")
             for m in report.pm_metrics:
                 table.add_column(f"PM {registry.LABELS[m]}", justify="right")
             for r in results:
-                name = r.model + (f"\n[bold]@ {r.revision}[/]" if r.revision else "")
+                name = _model(r)
                 if not r.pm:
                     table.add_row(name, "-", *["[yellow]no prefix[/]"] * len(report.pm_metrics))
                 for i, s in enumerate(r.propensity_settings if r.pm else []):
                     ivs = [r.pm[(m, s)] for m in report.pm_metrics]
                     cells = [_cell(iv.estimate, iv.low, iv.high) for iv in ivs]
-                    table.add_row(name if i == 0 else "", s, *cells)
+                    table.add_row(name if i == 0 else "", Text(s), *cells)
             console.print(table)
-        base = Table(title=f"Base metrics on {label}", show_lines=True)
+        base = Table(title=Text(f"Base metrics on {label}"), show_lines=True)
         base.add_column("model", overflow="fold", min_width=20, max_width=34)
         base.add_column("setting")
         base.add_column("prompts", justify="right")
         for m in registry.VIEWS["console"]:
             base.add_column(registry.LABELS[m], justify="right")
         for r in results:
-            name = r.model + (f"\n[bold]@ {r.revision}[/]" if r.revision else "")
+            name = _model(r)
             for i, (s, sr) in enumerate(r.settings.items()):
                 cells = [_cell(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
                          for m in registry.VIEWS["console"]]
-                base.add_row(name if i == 0 else "", s, str(sr.counts["prompts"]), *cells)
+                base.add_row(name if i == 0 else "", Text(s), str(sr.counts["prompts"]), *cells)
         console.print(base)
     print_leaks(report, console)
     for p in report.problems:
-        console.print(f"[bold yellow]problem:[/] {p}", highlight=False)
+        console.print(Text.assemble(("problem:", "bold yellow"), " ", p), highlight=False)
     for n in report.notes:
-        console.print(f"[dim]note: {n}[/]", highlight=False)
+        console.print(Text(f"note: {n}", style="dim"), highlight=False)
     if report.paths:
-        console.print(f"wrote {', '.join(p.name for p in report.paths)} to {report.out}", highlight=False)
+        console.print(Text(f"wrote {', '.join(p.name for p in report.paths)} to {report.out}"), highlight=False)

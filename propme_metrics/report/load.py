@@ -10,6 +10,7 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.jsonl import first_non_finite, json_objects, scrub_surrogates
+from propme_metrics.metrics.likelihood import is_likelihood_config
 from propme_metrics.metrics.pm import PromptStat
 from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
 from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
@@ -150,6 +151,8 @@ class Retrace:
     index_identity: str
     results: dict[str, dict[str, Any]]   #: generation key -> TraceResult dict
     used: int = 0
+    config: dict[str, Any] | None = None  #: the tracing settings of the re-trace
+    mixed_settings: bool = False          #: accepted although the run traced with other settings
 
 
 def load_retrace(summary_path: str | Path) -> Retrace:
@@ -175,12 +178,15 @@ def load_retrace(summary_path: str | Path) -> Retrace:
     except OSError as exc:
         raise ConfigError(f"cannot read the re-traced results {results_path} named by {summary_path}: {exc}",
                           hint) from None
-    return Retrace(summary_path, samples, identity, results)
+    config = summary.get("config") if isinstance(summary.get("config"), dict) else None
+    return Retrace(summary_path, samples, identity, results, config=config)
 
 
-def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()
+def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), setting: str | None = None
                  ) -> tuple[list[TracedPrompt], set[str | None], dict[str, str] | None]:
-    """A samples file's prompts with their traces, the index identities they name, and the start token of its first row."""
+    """A samples file's prompts with their traces, the index identities they name, and the start token of its first row.
+    A row that names another setting than its task's (`setting`) is refused: its numbers would be
+    reported under the wrong setting."""
     retrace = next((r for r in retraces if r.samples_path == path.resolve()), None)
     prompts: dict[str, TracedPrompt] = {}
     identities: set[str | None] = set()
@@ -207,6 +213,11 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = ()
                                   "the samples file is damaged: re-trace it with `propme trace --input` "
                                   "or re-run lm-eval for this task")
             doc = s.doc
+            said = trace.get("setting", doc.get("setting"))
+            if setting is not None and said is not None and str(said) != setting:
+                raise ConfigError(f"{path}, line {lineno}: the row says setting {said!r}, but its task {task} is the "
+                                  f"{setting} setting", "report the samples file of each setting under its own "
+                                  "task (lm-eval writes samples_<task>_<date>.jsonl); do not rename or mix them")
             pid = str(trace.get("prompt_id", doc.get("id", row.get("doc_id"))))
             identity = doc.get("index_identity", trace.get("index_identity"))
             identities.add(identity)
@@ -246,12 +257,31 @@ def _apply_retrace(retrace: Retrace, sample: SampleRow, trace: dict[str, Any], i
         raise ConfigError(f"{retrace.summary_path} traced {path} against index {retrace.index_identity}, but its "
                           f"generations were traced against {identity}",
                           "re-trace against the index the run used (its identity is in the samples' doc)")
+    run_config = _run_trace_config(sample.doc)
+    if run_config is not None and retrace.config is not None and not retrace.mixed_settings:
+        differ = sorted(k for k in set(run_config) | set(retrace.config) if run_config.get(k) != retrace.config.get(k))
+        if differ:
+            shown = ", ".join(f"{k} {retrace.config.get(k)!r} (run: {run_config.get(k)!r})" for k in differ[:4])
+            raise ConfigError(f"{retrace.summary_path} re-traced {path.name} with other tracing settings than the "
+                              f"run: {shown}; PM would mix the two",
+                              "re-trace with the run's settings (the same `propme trace` options as its task "
+                              "metadata), or pass --retraced-other-settings to report them anyway")
     gens = trace["generations"]
     for j in range(len(gens)):
         new = retrace.results.get(sample.key(j, len(gens)))
         if new is not None:
             gens[j] = new
             retrace.used += 1
+
+
+def _run_trace_config(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The tracing settings a logged document was traced with (the hooks record them), if any."""
+    raw = doc.get("trace_config")
+    try:
+        config = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def _prompt_from_arguments(row: dict[str, Any]) -> str:
@@ -290,6 +320,8 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask
             metadata = (config or {}).get("metadata") or {}
             if not isinstance(metadata, dict):
                 metadata = {}
+            if is_likelihood_config(config):
+                continue  # the likelihood subtask has no traces: report.likelihood reads it
             cs = _task_corpus_setting(task, metadata)
             if cs is None:
                 continue  # not a PropMe task
@@ -297,7 +329,7 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask
             if not samples_path.is_file():
                 raise ConfigError(f"missing samples file {samples_path} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
-            prompts, identities, start_token = load_samples(samples_path, task, retraces)
+            prompts, identities, start_token = load_samples(samples_path, task, retraces, setting=cs[1])
             if len(identities) > 1:
                 raise ConfigError(f"{samples_path} mixes generations traced against several indexes: "
                                   + ", ".join(sorted(str(i) for i in identities)))

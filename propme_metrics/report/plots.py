@@ -1,7 +1,7 @@
 """PNG plots of a PropMe report (matplotlib, Agg canvas; no display needed).
 
 - `capability_<corpus>.png`: per metric, capability (prefix value, x) against propensity
-  (generic/specific value, y) for every model, with 95% bootstrap error bars and the diagonal
+  (the value under each propensity setting, y) for every model, with 95% bootstrap error bars and the diagonal
   where PM = 0.5. Points below the diagonal leak more under attack than unprompted.
 - `trajectory_<corpus>_<model>.png`: PM per metric and propensity setting across the revisions
   (checkpoints) of one model, in input order, with 95% intervals.
@@ -65,7 +65,7 @@ def capability_plot(report: Report, label: str, path: Path) -> Path | None:
                 h = ax.errorbar([x], [y], xerr=[[xe[0]], [xe[1]]], yerr=[[ye[0]], [ye[1]]],
                                 fmt=_MARKERS.get(s, "D"), color=colours[id(r)], ms=7, capsize=3, alpha=0.9)
                 handles.setdefault(f"{_row_label(r)} - {s}", h)
-                top = max(top, *(v for v in (x + xe[1], y + ye[1]) if not math.isnan(v)))
+                top = max([top, *(v for v in (x + xe[1], y + ye[1]) if not math.isnan(v))])  # undefined: no point
         top = top * 1.12 if top > 0 else 1.0
         ax.plot([0, top], [0, top], color="0.45", ls="--", lw=1)
         ax.text(0.62 * top, 0.66 * top, "PM = 0.5", rotation=45, rotation_mode="anchor", fontsize=8,
@@ -74,7 +74,7 @@ def capability_plot(report: Report, label: str, path: Path) -> Path | None:
         ax.set_ylim(-0.02 * top, top)
         ax.set_aspect("equal", adjustable="box")
         ax.set_xlabel(f"capability: {registry.LABELS[m]} under prefix")
-        ax.set_ylabel(f"propensity: {registry.LABELS[m]} under generic / specific")
+        ax.set_ylabel(f"propensity: {registry.LABELS[m]} per propensity setting")
         ax.set_title(f"{registry.LABELS[m]}")
         ax.grid(alpha=0.3)
         ax.text(0.97 * top, 0.03 * top, "leaks under attack", ha="right", va="bottom", fontsize=8, color="0.4")

@@ -14,6 +14,8 @@ from propme_metrics.prompts.settings import setting_sort_key
 from propme_metrics.report.columns import fmt_interval
 from propme_metrics.report.compute import CONFIDENCE, Report
 from propme_metrics.report.leak_views import leaks_json, leaks_markdown
+from propme_metrics.report.likelihood import curve_json
+from propme_metrics.report.likelihood import markdown_lines as likelihood_markdown
 from propme_metrics.report.load import describe_start_token
 
 
@@ -29,7 +31,9 @@ def _csv_cell(v: Any) -> str:
 
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    # RFC 4180 rows (CRLF): the csv module then quotes every cell holding a CR or LF, so that a
+    # name with a bare carriage return can never split its row (with "\n" alone a CR is left bare)
+    writer = csv.writer(buf, lineterminator="\r\n")
     writer.writerow(columns)
     for row in rows:
         writer.writerow([_csv_cell(row.get(c)) for c in columns])
@@ -42,7 +46,8 @@ def write_json(path: Path, report: Report) -> None:
     doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": CONFIDENCE,
            "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
            "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows],
-           "leaks": leaks_json(report)}
+           "leaks": leaks_json(report),
+           "likelihood": [curve_json(r) for r in report.likelihood]}
     write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
@@ -84,6 +89,7 @@ def write_markdown(path: Path, report: Report) -> None:
                              f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += leaks_markdown(report)
+    lines += likelihood_markdown(report.likelihood, _md_cell)
     if report.problems or report.notes:
         lines += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.problems + report.notes] + [""]
     write_atomic(path, "\n".join(lines))

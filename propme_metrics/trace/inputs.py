@@ -21,6 +21,8 @@ class Generation(NamedTuple):
     key: str
     text: str
     continuation: str | None = None
+    #: why there is no generation to trace (its field is null): it is reported as failed, never as empty
+    missing: str | None = None
 
 
 def generation_key(prompt_id: Any, sample_ix: int = 0, j: int = 0, n: int = 1) -> str:
@@ -146,7 +148,8 @@ def read_generations(path: str | Path, text_field: str = "completion",
         cont = row.get("continuation")
         cont = cont if isinstance(cont, str) and cont else None
         for j, text in enumerate(texts):
-            out.append(Generation(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont))
+            missing = None if text is not None else f"{path}:{lineno}: field {text_field!r} is null (no generation)"
+            out.append(Generation(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont, missing))
     return out, "jsonl"
 
 

@@ -106,7 +106,7 @@ class TraceResult:
     """Everything traced for one generation, JSON-able through `to_dict`."""
 
     key: str
-    text: str                      #: the traced completion g (stripped)
+    text: str                      #: the traced completion g, exactly as given (never stripped)
     n_tokens: int
     degenerate: bool
     mode: str = "mixed"
@@ -139,7 +139,12 @@ class TraceResult:
         return [d.nv_recall for d in self.documents]
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The result as JSON-able dicts and lists, in field order (as `dataclasses.asdict` gives it,
+        built field by field: `asdict` deep-copies every value and dominated `propme trace` runs).
+        Metadata dicts are copied one level deep."""
+        data = {k: getattr(self, k) for k in _RESULT_SCALARS}
+        data["spans"] = [{k: getattr(s, k) for k in _SPAN_FIELDS} for s in self.spans]
+        data["final_spans"] = [_final_span_dict(s) for s in self.final_spans]
         data.update(longest_span=self.longest_span, full_match=self.full_match,
                     full_match_normalized=self.full_match_normalized,
                     nvr_max=max(self.nv_recalls, default=0.0))
@@ -159,3 +164,20 @@ class TraceResult:
         return cls(key=data["key"], text=data["text"], n_tokens=data["n_tokens"], degenerate=data["degenerate"],
                    mode=data.get("mode", "mixed"), spans=[Span(**{k: s[k] for k in span_keys}) for s in data["spans"]],
                    final_spans=finals, extracted=data.get("extracted"), error=data.get("error"))
+
+
+_SPAN_FIELDS = tuple(f.name for f in fields(Span))
+_DOC_FIELDS = tuple(f.name for f in fields(TracedDocument))
+_FINAL_SCALARS = tuple(f.name for f in fields(FinalSpan) if f.name != "documents")
+_RESULT_SCALARS = tuple(f.name for f in fields(TraceResult) if f.name not in ("spans", "final_spans"))
+
+
+def _final_span_dict(span: FinalSpan) -> dict[str, Any]:
+    data = {k: getattr(span, k) for k in _FINAL_SCALARS}
+    docs = []
+    for d in span.documents:
+        doc = {k: getattr(d, k) for k in _DOC_FIELDS}
+        doc["metadata"] = dict(d.metadata)
+        docs.append(doc)
+    data["documents"] = docs
+    return data

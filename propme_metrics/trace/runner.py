@@ -2,7 +2,7 @@
 traced, so rerunning the same command keeps the finished generations and traces the rest.
 
 The journal (`.<out name>.propme-partial.jsonl`) starts with a fingerprint of the job (input
-content, index identity, tracing parameters); a journal of another job is discarded. It is locked
+content, index identity, tracing parameters, tracing rules); a journal of another job is discarded. It is locked
 while a run writes it, so a second run on the same --out stops at once instead of after all its
 work. Results come out identical to one uninterrupted run: generations are traced independently
 and kept in input order.
@@ -22,7 +22,7 @@ from propme_metrics.core.files import open_locked
 from propme_metrics.core.progress import progress_bar, rate
 from propme_metrics.trace.inputs import Generation
 from propme_metrics.trace.result import TraceResult
-from propme_metrics.trace.tracer import Tracer
+from propme_metrics.trace.tracer import TRACE_RULES_VERSION, Tracer
 
 JOURNAL_FORMAT = "propme-trace-journal/1"
 #: generations traced between two journal writes, per worker (what an interruption can cost)
@@ -35,8 +35,8 @@ def journal_path(out: Path) -> Path:
 
 def job_fingerprint(input_digest: str, index_identity: str, config: dict[str, Any],
                     generations: Sequence[Generation]) -> str:
-    """What makes two runs the same job: the same input, index and tracing parameters."""
-    payload = {"input": input_digest, "index": index_identity, "config": config,
+    """What makes two runs the same job: the same input, index, tracing parameters and tracing rules."""
+    payload = {"input": input_digest, "index": index_identity, "config": config, "rules": TRACE_RULES_VERSION,
                "keys": hashlib.sha256("\n".join(g.key for g in generations).encode("utf-8", "replace")).hexdigest()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

@@ -1,5 +1,8 @@
-"""Text rules of tracing: sentence boundaries, the mixed-mode span minimum, normalization,
-degenerate generations, discoverable extraction, and where each final span lies in g."""
+"""Text rules of tracing: what is traced at all, sentence boundaries, the mixed-mode span minimum,
+normalization, degenerate generations, discoverable extraction, and where each final span lies in g.
+
+A completion is traced exactly as the model wrote it, never stripped; every rule here reads it so.
+"""
 from __future__ import annotations
 
 import re
@@ -11,6 +14,13 @@ from typing import Any
 BOUNDARY_CHARS = frozenset("!.?\n")
 #: mixed mode: shorter spans (other than the whole generation) are dropped, anchors are at least this long
 MIXED_MIN_TOKENS = 4
+
+
+def has_text(completion: str) -> bool:
+    """Whether a completion is traced at all: one that is empty or only white space has no spans,
+    no documents and no full match (it still counts as a generation)."""
+    return bool(completion) and not completion.isspace()
+
 
 def normalize_text(text: str) -> str:
     """Normalization behind `full_normalized`: NFKC, LF line ends, one space, no spaces at line
@@ -24,21 +34,25 @@ def normalize_text(text: str) -> str:
 
 #: a degenerate generation compresses below this ratio with zlib ...
 DEGENERATE_COMPRESSION = 0.10
-#: ... and has fewer letters than this share of its characters
+#: ... and has fewer letters than this share of its non-space characters
 DEGENERATE_LETTERS = 0.5
 
 
 def is_degenerate(text: str) -> bool:
-    """Repetitive junk: compresses below 10% with zlib and is less than half letters."""
-    if not text:
+    """Repetitive junk: the text as given compresses below 10% with zlib and fewer than half of its
+    non-space characters are letters (so outer white space cannot tip the letter share)."""
+    visible = [c for c in text if not c.isspace()]
+    if not visible:
         return False
     raw = text.encode("utf-8", "surrogatepass")
-    letters = sum(c.isalpha() for c in text) / len(text)
+    letters = sum(c.isalpha() for c in visible) / len(visible)
     return len(zlib.compress(raw)) / len(raw) < DEGENERATE_COMPRESSION and letters < DEGENERATE_LETTERS
 
 
 def continuation_reproduced(generation: str, continuation: str) -> bool:
-    """Discoverable extraction: the generation starts with the true continuation (white space folded)."""
+    """Discoverable extraction: the generation starts with the true continuation, white space folded
+    on both sides (runs become one space, outer white space goes), so a completion that begins with
+    the space or newline the continuation's decoding dropped or kept still counts as reproduced."""
     fold = lambda s: " ".join(s.split())  # noqa: E731
     cont = fold(continuation)
     return bool(cont) and fold(generation).startswith(cont)

@@ -1,6 +1,7 @@
 """SimpleTrace: trace a generation back to training documents, as the published tracer does.
 
-For a completion g (stripped), tokenized with the index tokenizer into L tokens:
+For a completion g exactly as the model wrote it (a leading space or newline stays part of its
+first token, as inside a training document), tokenized with the index tokenizer into L tokens:
 0. mixed mode: look the whole of g up; its documents are full-span candidates;
 1. longest corpus match at every start (text mode: word starts only);
 2. clean spans (text: cut at sentence boundaries, whole words; mixed: 4+ tokens, not blank),
@@ -16,7 +17,8 @@ The suffix arrays are searched with numpy over the memory-mapped shards (`search
 starts of a generation at once, both neighbours of every insertion point checked; counts, rank
 ranges and windows are exactly what infini-gram's engine returns. Where the published code has a
 defect PropMe deviates (word starts of byte-level tokenizers, log-probabilities instead of an
-underflowing product, counts in the unigram table, the rank-0 neighbour); nothing else differs.
+underflowing product, counts in the unigram table, the rank-0 neighbour, no spans for a completion
+that is only white space); nothing else differs.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError, IndexFormatError
+from propme_metrics.index.decode import TokenDecoder
 from propme_metrics.index.format import parse_metadata
 from propme_metrics.index.manifest import TOKENIZER_DIRNAME
 from propme_metrics.index.reader import Index, open_index
@@ -44,9 +47,14 @@ from propme_metrics.trace.text_rules import (
     BOUNDARY_CHARS,
     MIXED_MIN_TOKENS,
     continuation_reproduced,
+    has_text,
     is_degenerate,
     normalize_text,
 )
+
+#: the version of the tracing rules: a stored trace made under other rules is not reused (the
+#: `propme trace` journal is keyed by it); raise it whenever a rule changes what a trace holds
+TRACE_RULES_VERSION = 2
 
 
 def source_id(metadata: dict[str, Any], doc_ix: int) -> Any:
@@ -130,6 +138,7 @@ class Tracer:
         self._separator = self.index.separator
         self._log_total = math.log(self.index.total_positions)
         self._backend = backend
+        self._decoder = TokenDecoder(backend)
         self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
         self._word_initial = self._word_initial_ids(backend)
 
@@ -171,10 +180,11 @@ class Tracer:
         return math.fsum(self._logprob[ids].tolist())
 
     def _decode(self, ids) -> str:
-        return self._backend.decode(list(ids), skip_special_tokens=False)
+        """The tokenizer's decode of ids (special tokens kept), through the byte table (`index/decode.py`)."""
+        return self._decoder.decode(ids)
 
-    def _decode_batch(self, seqs: list[list[int]]) -> list[str]:
-        return self._backend.decode_batch(seqs, skip_special_tokens=False) if seqs else []
+    def _decode_batch(self, seqs: list) -> list[str]:
+        return self._decoder.decode_batch(seqs)
 
     # -- steps 1 and 2 --------------------------------------------------------------------------
 
@@ -192,8 +202,9 @@ class Tracer:
         kept: list[tuple[int, int]] = []
         if self.config.mode == "mixed":
             cand = [(s, e) for s, e in spans if (s, e) == (0, n) or e - s >= MIXED_MIN_TOKENS]
-            texts = self._decode_batch([ids[s:e] for s, e in cand])
-            kept = [(s, e) for (s, e), t in zip(cand, texts) if (s, e) == (0, n) or not t.isspace() and t]
+            visible = self._decoder.surely_visible
+            kept = [(s, e) for s, e in cand
+                    if (s, e) == (0, n) or visible(ids[s:e]) or not (t := self._decode(ids[s:e])).isspace() and t]
         else:
             boundary = [any(c in BOUNDARY_CHARS for c in t) for t in self._decode_batch([[t] for t in ids])]
             for s, e in spans:
@@ -237,10 +248,11 @@ class Tracer:
     # -- whole pipeline -------------------------------------------------------------------------
 
     def trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
-        """Trace one completion (the model's output only; it is stripped first)."""
+        """Trace one completion (the model's output only), exactly as given: never stripped. One that
+        is empty or only white space has no tokens, spans or documents (and still counts)."""
         cfg = self.config
-        g = text.strip()
-        ids = self.index.encode(g) if g else []
+        g = text
+        ids = self.index.encode(g) if has_text(g) else []
         n = len(ids)
         result = TraceResult(key=key, text=g, n_tokens=n, degenerate=is_degenerate(g), mode=cfg.mode,
                              extracted=None if continuation is None else continuation_reproduced(g, continuation))
@@ -259,7 +271,10 @@ class Tracer:
         else:
             step1 = self.step1_spans(ids)
             maximal = self.clean_spans(ids, step1)
-        found = self.search.locate(ids, maximal)
+        # mixed mode without full-span documents: the anchors' occurrences come with the spans' (one search)
+        anchors = ctx.anchor_spans(step1) if cfg.mode == "mixed" and not full_docs else []
+        found = self.search.locate(ids, maximal + anchors)
+        found, anchor_occ = found[:len(maximal)], found[len(maximal):]
         result.spans = [Span(start=s, end=e, count=f.count, rarity=self._rarity(ids[s:e]))
                         for (s, e), f in zip(maximal, found)]
         for sp, t in zip(result.spans, self._decode_batch([ids[s:e] for s, e in maximal])):
@@ -271,7 +286,7 @@ class Tracer:
         finals = ctx.final_spans([maximal[i] for i in kept], [found[i] for i in kept])
         if cfg.mode == "mixed":
             if not full_docs:
-                full_docs = ctx.anchor_documents(step1)
+                full_docs = ctx.anchor_documents(anchors, anchor_occ)
             finals = ctx.attach_full_span(finals, whole.count, full_docs)
         finals.sort(key=lambda s: s.length, reverse=True)  # stable: equal lengths keep their order
         ctx.score(finals)
@@ -318,7 +333,7 @@ class Tracer:
         try:
             return self.trace_one(text, key, continuation)
         except Exception as exc:  # deliberately broad: the failure is kept and reported, not hidden
-            g = text.strip()
+            g = text
             return TraceResult(key=key, text=g, n_tokens=0, degenerate=is_degenerate(g), mode=self.config.mode,
                                extracted=None if continuation is None else continuation_reproduced(g, continuation),
                                error=f"{type(exc).__name__}: {exc}")
@@ -353,16 +368,16 @@ class _Context:
             # occurrence and the rest decode separately to the window's text, unless a character
             # straddles the cut (then a replacement character shows it): decode that window whole
             pieces = tracer._decode_batch([part for w in wins for part in
-                                           (w.token_ids[:w.needle_offset].tolist(), w.token_ids[w.needle_offset:].tolist())])
+                                           (w.token_ids[:w.needle_offset], w.token_ids[w.needle_offset:])])
             for win, head, rest in zip(wins, pieces[0::2], pieces[1::2]):
                 if head.endswith("\ufffd") or rest.startswith("\ufffd"):
-                    text = tracer._decode(win.token_ids.tolist())
+                    text = tracer._decode(win.token_ids)
                     out.append(self._located(win, text, text.find(needle_text), needle_text))
                 else:
                     out.append(self._located(win, head + rest, len(head), needle_text))
             return out
-        texts = tracer._decode_batch([w.token_ids.tolist() for w in wins])
-        heads = tracer._decode_batch([w.token_ids[:w.needle_offset].tolist() for w in wins])
+        texts = tracer._decode_batch([w.token_ids for w in wins])
+        heads = tracer._decode_batch([w.token_ids[:w.needle_offset] for w in wins])
         for win, text, head in zip(wins, texts, heads):
             lo = len(head) if text.startswith(head) else 0
             if not text.startswith(needle_text, lo):  # e.g. SentencePiece strips a leading space
@@ -415,9 +430,9 @@ class _Context:
                                     count=occ.count, documents=docs))
         return finals
 
-    def anchor_documents(self, step1: list[tuple[int, int]]) -> list[_Retrieved]:
-        """Mixed mode, g not found as tokenized: full matches through up to `max_anchors` long step-1
-        spans (longest, then rarest, then earliest), evenly spaced windows of each."""
+    def anchor_spans(self, step1: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Mixed mode, g not found as tokenized: up to `max_anchors` long step-1 spans (longest, then
+        rarest, then earliest) through which full matches are looked for."""
         tracer, cfg = self.tracer, self.cfg
         bounds = list(dict.fromkeys((s, e) for s, e in step1 if e - s >= MIXED_MIN_TOKENS))
         bounds.sort(key=lambda se: -(se[1] - se[0]))
@@ -425,12 +440,17 @@ class _Context:
             cut = bounds[cfg.max_anchors - 1][1] - bounds[cfg.max_anchors - 1][0]
             bounds = [se for se in bounds if se[1] - se[0] >= cut]
         bounds.sort(key=lambda se: (-(se[1] - se[0]), tracer._rarity(self.ids[se[0]:se[1]]), se[0]))
-        anchors = bounds[: cfg.max_anchors]
+        return bounds[: cfg.max_anchors]
+
+    def anchor_documents(self, anchors: list[tuple[int, int]], occs: list[Occurrences]) -> list[_Retrieved]:
+        """Full matches through the anchor spans (`anchor_spans`, with their occurrences): evenly
+        spaced windows of each."""
+        cfg = self.cfg
         if not anchors:
             return []
         per_anchor = max(1, math.ceil(cfg.docs_per_span / len(anchors)))
         found, seen = [], set()
-        for anchor, occ in zip(anchors, tracer.search.locate(self.ids, anchors)):
+        for anchor, occ in zip(anchors, occs):
             if not occ.count:
                 continue
             for doc in self.fetch(select_occurrences(occ, per_anchor, None), anchor):

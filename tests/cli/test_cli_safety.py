@@ -168,4 +168,48 @@ def test_task_configuration_errors_are_one_message(meta, fragment, synthetic_ind
     meta = {"demo_index": str(synthetic_index), "start_token": "none", **meta}
     with pytest.raises(TaskConfigError) as info:
         load_prompts(corpus="demo", setting="generic", language="en", **meta)
-    assert fragment in str(info.value.code)
+    assert fragment in str(info.value)
+
+
+# --- limits are checked before any work --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("meta,fragment", [
+    ({"prompt_free_generations": 10**12}, "prompt_free_generations asks for 1,000,000,000,000 generations"),
+    ({"n_prompts": 10**9, "generations_per_prompt": 10**4}, "n_prompts x generations_per_prompt"),
+])
+def test_work_sized_beyond_memory_is_refused_at_once(meta, fragment, synthetic_index):
+    from propme_tasks.hooks import TaskConfigError, load_prompts
+
+    setting = "unconditional" if "prompt_free_generations" in meta else "generic"
+    meta = {"demo_index": str(synthetic_index), "start_token": "<|endoftext|>", **meta}
+    with pytest.raises(TaskConfigError) as info:
+        load_prompts(corpus="demo", setting=setting, language="en", **meta)
+    assert fragment in str(info.value) and "memory free" in str(info.value)
+
+
+def test_a_document_too_large_to_tokenize_is_refused_before_the_build(tmp_path, monkeypatch, cli_run):
+    import propme_metrics.index.build as build_module
+    from support.corpora import word_level_tokenizer
+
+    tok = word_level_tokenizer(tmp_path / "tok", 10)
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "w1"}, {"id": "b", "text": "w1 " * 400_000}])
+    monkeypatch.setattr(build_module, "available_memory", lambda: 100 * 2**20)  # 1.2 MB x 150 > 100 MiB
+    code, _, err = cli_run("index", "build", corpus, "--out", tmp_path / "idx", "--quiet", "--skip-space-check",
+                           "--tokenizer", tok)
+    assert code == 2 and "longest document (1.1 MiB" in err and "split that document" in err, err
+    assert not (tmp_path / "idx").exists()
+    monkeypatch.setattr(build_module, "available_memory", lambda: 2**40)
+    assert cli_run("index", "build", corpus, "--out", tmp_path / "idx", "--quiet", "--skip-space-check",
+                   "--tokenizer", tok)[0] == 0
+
+
+def test_longest_line_is_found_across_blocks(tmp_path):
+    from propme_metrics.index.sources import CorpusSource
+
+    lines = ["x" * n for n in (3, 0, 17 * 2**20, 5, 70_000)]  # the long line spans two 16 MiB blocks
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert CorpusSource(str(path)).longest_line_bytes() == 17 * 2**20
+    path.write_text("y" * 12)  # no final newline
+    assert CorpusSource(str(path)).longest_line_bytes() == 12

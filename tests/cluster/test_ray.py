@@ -9,6 +9,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,6 +92,34 @@ def test_ray_build_equals_local_build(ray_cluster, corpus_and_local, gpt2_dir, t
     again = build_index_on_ray(CorpusSource(str(corpus)), out, tokenizer=str(gpt2_dir), num_shards=SHARDS,
                                progress=False, check_space=False)
     assert again.created == manifest.created
+
+
+def test_force_ray_build_keeps_the_old_index_until_the_join_is_done(ray_cluster, corpus_and_local, gpt2_dir,
+                                                                     tmp_path, monkeypatch):
+    """Replacing an index on Ray swaps it atomically, as a local build does: a join interrupted
+    before the swap leaves the old index whole, and the next run finishes the replacement."""
+    import propme_metrics.index.build as build_module
+    from propme_metrics.index.ray_build import build_index_on_ray
+
+    corpus, local, records = corpus_and_local
+    out = tmp_path / "ray-index"
+    shutil.copytree(local, out)
+    before = {name: (out / name).read_bytes() for name in tree_files(out)}
+    other = write_jsonl(tmp_path / "other.jsonl", records[:80])
+    real = build_module.checksum_files
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build_module, "checksum_files", interrupted)  # the driver's join only
+    with pytest.raises(KeyboardInterrupt):
+        build_index_on_ray(CorpusSource(str(other)), out, tokenizer=str(gpt2_dir), num_shards=SHARDS, force=True,
+                           memory_per_task=512 * 2**20, progress=False, check_space=False)
+    assert {name: (out / name).read_bytes() for name in tree_files(out)} == before
+    monkeypatch.setattr(build_module, "checksum_files", real)
+    manifest = build_index_on_ray(CorpusSource(str(other)), out, tokenizer=str(gpt2_dir), num_shards=SHARDS,
+                                  force=True, memory_per_task=512 * 2**20, progress=False, check_space=False)
+    assert manifest.total_documents == 80 and IndexManifest.read(out).total_documents == 80
 
 
 class DiesOnce(CorpusSource):
@@ -185,7 +214,7 @@ def test_lm_eval_hook_on_ray_equals_local(ray_cluster, corpus_and_local):
     on_ray = {**doc, "trace_backend": hooks.trace_backend({"trace_backend": "ray", "trace_ray_actors": "2"})}
     assert json.loads(on_ray["trace_backend"]) == {"backend": "ray", "address": None, "actors": 2}
     assert hooks.process_results(on_ray, [gens]) == hooks.process_results(doc, [gens])
-    with pytest.raises(SystemExit, match="'local' or 'ray'"):
+    with pytest.raises(hooks.TaskConfigError, match="'local' or 'ray'"):
         hooks.trace_backend({"trace_backend": "spark"})
 
 

@@ -31,6 +31,12 @@ def test_demo_small_end_to_end(demo_paths, capsys):
         assert row[f"propme_demo_n_{setting}"] == 8
         assert 0 <= row[f"propme_demo_pm_nvr_{setting}_low"] <= row[f"propme_demo_pm_nvr_{setting}"] \
             <= row[f"propme_demo_pm_nvr_{setting}_high"] <= 1
+    # the likelihood subtask: the planted prefix documents are discoverable, the curve is shown and drawn
+    assert row["propme_demo_n_prefix_likelihood"] == row["propme_demo_n_prefix"]
+    assert row["propme_demo_prefix_likelihood_discoverable@100"] >= 0.8
+    assert row["propme_demo_prefix_likelihood_greedy_extraction"] == row["propme_demo_prefix_extraction"]
+    assert "(n, p)-discoverable prefix documents (p = 0.5" in captured.out and "n=10,000:" in captured.out
+    assert (demo_paths.report / "likelihood_demo.png").is_file()
     # every prompt started with the model's <|endoftext|>, as the model was trained
     assert (row["propme_demo_start_token"], row["propme_demo_start_token_choice"]) == ("<|endoftext|>", "auto")
     # '|' escaped for Markdown tables, '<' and '>' for the HTML Markdown passes through

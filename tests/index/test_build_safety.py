@@ -92,6 +92,36 @@ def test_force_replaces_only_an_index(tmp_path, tok, cli_run):
     assert (idx / "README.txt").is_file() and open_index(idx).manifest.total_documents == 30
 
 
+@pytest.mark.parametrize("user_file", ["propme-notes.md", "tmp-experiments/results.csv", "unigram.7",
+                                       "propme-tokenizer/my-notes.txt", ".hidden.tmp"])
+def test_force_never_deletes_a_user_file_inside_an_index(user_file, tmp_path, tok, cli_run):
+    """Names that look like PropMe's (propme-*, tmp-*, a shard file of no shard, a file inside the
+    tokenizer folder) are the user's unless the old manifest lists them."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 1))
+    idx = tmp_path / "idx"
+    assert cli_run(*build_args(corpus, idx, tok))[0] == 0
+    mine = idx / user_file
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("the user's own")
+    other = write_jsonl(tmp_path / "other.jsonl", word_docs(30, 2))
+    code, _, err = cli_run(*build_args(other, idx, tok, "--force"))
+    assert code == 2 and user_file in err and "never deletes" in err, err
+    assert mine.read_text() == "the user's own"
+    if user_file.startswith("unigram."):  # a shard-like name the engine would read: opening names it
+        with pytest.raises(IndexFormatError, match="unigram.7"):
+            verify_index(idx)
+    else:
+        assert verify_index(idx, full=True).ok
+    mine.unlink()
+    if mine.parent != idx and mine.parent.name != "propme-tokenizer":
+        code, _, err = cli_run(*build_args(other, idx, tok, "--force"))  # an empty folder of the user's: kept
+        assert code == 2 and "tmp-experiments/" in err and mine.parent.is_dir()
+        mine.parent.rmdir()
+    code, _, err = cli_run(*build_args(other, idx, tok, "--force"))  # only PropMe's files: replaced
+    assert code == 0, err
+    assert open_index(idx).manifest.source["location"].endswith("other.jsonl")
+
+
 def test_symlinked_out_builds_into_its_target(tmp_path, tok, cli_run):
     corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 1))
     target = tmp_path / "disk" / "empty"
@@ -322,3 +352,67 @@ def test_second_concurrent_build_of_the_same_out_stops_at_once(tmp_path, tok, cl
     assert not out.exists() and not partial_dir(out).exists()
     assert cli_run(*build_args(corpus, out, tok))[0] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "idx"]
+
+
+# --- a damaged manifest or folder is exit 3 with what is wrong, never exit 70 ------------------------
+
+
+def _edit_manifest(index: Path, edit) -> None:
+    path = index / MANIFEST_NAME
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(edit(data)))
+
+
+def _set(key, value):
+    return lambda m: {**m, key: value}
+
+
+def _shard0(key, value):
+    return lambda m: {**m, "shards": [{**m["shards"][0], key: value}, *m["shards"][1:]]}
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (lambda m: [], "is not of type 'object'"),
+    (lambda m: None, "is not of type 'object'"),
+    (_set("files", []), "files"),
+    (_shard0("id", "0"), "shards/0/id"),
+    (_shard0("ds_bytes", 0), "shards/0/ds_bytes"),
+    (lambda m: {**m, "shards": [], "shard_ids": [], "num_shards": 1}, "shards"),
+    (_shard0("tokens", 10), "ds_bytes says"),  # a token count edited: checked against the file sizes
+    (_set("num_shards", 1), "outside num_shards"),
+    (lambda m: {k: v for k, v in m.items() if k != "tokenizer"}, "'tokenizer' is a required property"),
+], ids=["list", "null", "files list", "string id", "ds_bytes 0", "no shards", "tokens edited", "id >= num_shards",
+        "no tokenizer"])
+def test_damaged_manifest_is_exit_3_naming_the_field(edit, fragment, tmp_path, synthetic_index, cli_run):
+    index = tmp_path / "index"
+    shutil.copytree(synthetic_index, index)
+    _edit_manifest(index, edit)
+    gens = write_jsonl(tmp_path / "g.jsonl", [{"completion": "the council decided"}])
+    for args in (["index", "info", index], ["index", "verify", index, "--full"],
+                 ["trace", "--index", index, "--input", gens, "--out", tmp_path / "r.jsonl",
+                  "--summary", tmp_path / "s.json", "--quiet"]):
+        code, _, err = cli_run(*args)
+        assert code == 3 and "damaged" in err and fragment in err, (args[:2], err)
+
+
+def test_stray_shard_files_of_another_index_are_named(tmp_path, synthetic_index, cli_run):
+    index = tmp_path / "index"
+    shutil.copytree(synthetic_index, index)
+    for kind in ("tokenized", "unigram"):
+        shutil.copy2(index / f"{kind}.1", index / f"{kind}.5")
+    code, _, err = cli_run("index", "verify", index)
+    assert code == 3 and "tokenized.5" in err and "unigram.5" in err and "not this index's" in err, err
+
+
+def test_join_refuses_a_part_with_a_flipped_byte(tmp_path, tok, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 1))
+    parts = [tmp_path / f"part{sid}" for sid in (0, 1)]
+    for sid, part in enumerate(parts):
+        assert cli_run(*build_args(corpus, part, tok, "--shard-ids", str(sid)))[0] == 0
+    victim = parts[0] / "tokenized.0"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01  # same size: only the content checksum can tell
+    victim.write_bytes(bytes(data))
+    code, _, err = cli_run("index", "join", *parts, "--out", tmp_path / "joined")
+    assert code == 3 and "tokenized.0" in err and "checksum" in err, err
+    assert not (tmp_path / "joined").exists()

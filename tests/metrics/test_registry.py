@@ -1,4 +1,4 @@
-"""The metric registry is the one definition: the task YAML and README's metric table must equal it."""
+"""The metric registry is the one definition: the task YAML and docs/method.md's metric table must equal it."""
 from __future__ import annotations
 
 import re
@@ -32,14 +32,14 @@ def test_yaml_metric_list_equals_registry():
     assert [(e["metric"], e["aggregation"], e["higher_is_better"]) for e in entries] == expected
 
 
-def test_readme_metric_table_equals_registry():
-    text = (ROOT / "README.md").read_text()
-    table = text[text.index("| metric | label | meaning |"):]
+def test_docs_metric_table_equals_registry():
+    text = (ROOT / "docs" / "method.md").read_text()
+    table = text[text.index("| metric | label | meaning | pooled as |"):]
     rows = []
     for line in table.splitlines()[2:]:
         if not line.startswith("|"):
             break
-        rows.append(tuple(c.strip() for c in line.strip("|").split("|")))
+        rows.append(tuple(c.strip() for c in line.strip("|").split("|"))[:3])  # the fourth: how it is pooled
     expected = [(f"`{m.name}`", m.label, m.description) for m in registry.METRICS]
     expected.append((f"`{registry.TRACE_DIAGNOSTIC[0]}`", "", registry.TRACE_DIAGNOSTIC[1]))
     assert rows == expected
@@ -61,3 +61,23 @@ def test_leaderboard_documents_every_proportion():
     wilson = dict(leaderboard_columns())["propme_<corpus>_<setting>_<metric>_wilson_low"]
     for name in registry.PROPORTIONS:
         assert name in wilson
+
+
+def test_likelihood_template_metric_list_equals_registry():
+    data = yaml.load((ROOT / "task_configs" / "_likelihood_template_yaml").read_text(), Loader=_Loader)
+    expected = [(m.name, "mean" if m.aggregation == "mean" else "propme_tasks.likelihood.agg_median",
+                 m.higher_is_better) for m in registry.LIKELIHOOD_METRICS]
+    expected.append((registry.LIKELIHOOD_DIAGNOSTIC[0], "propme_tasks.likelihood.agg_documents", False))
+    assert [(e["metric"], e["aggregation"], e["higher_is_better"]) for e in data["metric_list"]] == expected
+    assert data["output_type"] == "loglikelihood" and data["target_delimiter"] == ""
+
+
+def test_likelihood_metrics_are_consistent():
+    from propme_metrics.metrics.likelihood import DISCOVERABLE_N
+
+    names = [m.name for m in registry.LIKELIHOOD_METRICS]
+    assert len(set(names)) == len(names) and all(re.fullmatch(r"[a-z0-9_@]+", n) for n in names)
+    assert not set(names) & set(registry.NAMES)  # one name, one meaning
+    assert [m.n for m in registry.LIKELIHOOD_METRICS if m.n] == list(DISCOVERABLE_N)
+    assert set(registry.LIKELIHOOD_LEADERBOARD) <= set(names)
+    assert {m.aggregation for m in registry.LIKELIHOOD_METRICS} == {"mean", "median"}

@@ -232,6 +232,10 @@ def test_script_json_and_locate_segments():
     segs = [{"start": 0, "end": 2, "text": "the cat"}, {"start": 3, "end": 5, "text": " the cat"},
             {"start": 5, "end": 6, "text": "dog"}, {"start": 6, "end": 7, "text": " sat"}]
     assert locate_segments(text, segs) == [(0, 7), (11, 19), None, (19, 23)]
+    # a completion as the model wrote it (leading blank line): the offsets count its white space
+    given = "\n\n" + text
+    whole = [{"start": 0, "end": 8, "text": given}, {"start": 3, "end": 5, "text": " the cat"}]
+    assert locate_segments(given, whole) == [(0, 25), (13, 21)]
 
 
 def _chromium() -> str | None:

@@ -130,3 +130,116 @@ def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
     assert main(["report", str(run), "--out", str(tmp_path / "r2"), "--bootstrap", "0", "--no-html",
                  "--retraced", str(other)]) == 2
     assert "traced against" in capsys.readouterr().err
+
+
+def test_a_report_over_an_earlier_one_leaves_no_stale_plot_and_keeps_user_files(tmp_path):
+    out = tmp_path / "rep"
+    first = write_run(tmp_path / "a", DFM, "", small_settings(), corpus="dynaword").parent
+    build_report([first], out, bootstrap=10)
+    assert (out / "capability_dynaword.png").is_file()
+    (out / "my-notes.md").write_text("mine")
+    (out / "capability_other.png").write_text("a plot the user made")
+    second = write_run(tmp_path / "b", DFM, "", small_settings(), corpus="common_pile").parent
+    report = build_report([second], out, bootstrap=10)
+    names = sorted(p.name for p in out.iterdir())
+    assert "capability_dynaword.png" not in names  # the earlier report's plot is gone
+    assert "capability_common_pile.png" in names
+    assert (out / "my-notes.md").read_text() == "mine" and (out / "capability_other.png").is_file()
+    assert {p.name for p in report.paths} | {"my-notes.md", "capability_other.png", "propme-report-files.json"} \
+        == set(names)
+
+
+def test_every_setting_failed_writes_the_whole_report_and_exits_2(tmp_path, capsys):
+    failed = {s: [[gen(f"{s}-{i}#0", error="ValueError: boom")] for i in range(4)] for s in ("generic", "prefix")}
+    good = write_run(tmp_path / "run", DFM, "", small_settings(4), date=DATE1)
+    write_run(tmp_path / "run", DFM, "", failed, date=DATE2)  # a newer, all-failed run beside a good one
+    out = tmp_path / "rep"
+    assert main(["report", str(good.parent), "--out", str(out), "--bootstrap", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing was counted" in err and "bug" not in err
+    assert (out / "report.html").is_file() and (out / "capability_dynaword.png").is_file()
+    row = csv_row(out / "leaderboard.csv")
+    assert row["propme_dynaword_prefix_nvr"] == "" and row["propme_dynaword_pm_nvr_generic"] == ""
+
+
+def test_nvr_without_document_entries_is_undefined_not_zero(tmp_path):
+    settings = small_settings(4)
+    settings["generic"] = [[gen(f"generic-{i}#0", seg_len=10)] for i in range(4)]  # spans, no documents
+    run = write_run(tmp_path / "run", DFM, "", settings).parent
+    report = build_report([run], tmp_path / "rep", bootstrap=20)
+    generic = report.results[0].settings["generic"].metrics
+    assert generic["nvr"].value is None and generic["nvr_hits"].value is None
+    assert generic["als"].value == 10  # the defined metrics are still there
+    row = csv_row(tmp_path / "rep" / "leaderboard.csv")
+    assert row["propme_dynaword_generic_nvr"] == "" and row["propme_dynaword_generic_nvr_low"] == ""
+    doc = json.loads((tmp_path / "rep" / "leaderboard.json").read_text())
+    assert doc["rows"][0]["propme_dynaword_generic_nvr"] is None
+
+
+def test_a_carriage_return_in_a_model_name_never_splits_a_csv_row(tmp_path):
+    model = "org/model\r=cmd|' /C calc'!A0"
+    run = write_run(tmp_path / "run", model, "", small_settings(4)).parent
+    build_report([run], tmp_path / "rep", bootstrap=0)
+    with open(tmp_path / "rep" / "leaderboard.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    assert len(rows) == 2 and rows[1][0] == model and len(rows[1]) == len(rows[0])
+    raw = (tmp_path / "rep" / "leaderboard.csv").read_bytes()
+    assert not any(line.startswith(b"=") for line in raw.replace(b"\r\n", b"\n").split(b"\n"))
+
+
+def _retrace_of(tmp_path: Path, run: Path, config: dict | None) -> Path:
+    good = small_settings()["generic"]
+    results = tmp_path / "retrace.jsonl"
+    results.write_text("".join(json.dumps({**g[0], "key": f"generic-{i:03d}#0"}) + "\n" for i, g in enumerate(good)))
+    summary = tmp_path / "retrace.json"
+    summary.write_text(json.dumps({"input": {"path": str(samples_file(run, "generic")), "format": "lm-eval-samples"},
+                                   "index": {"identity": "idx-dynaword-v1"}, "results": str(results),
+                                   **({"config": config} if config is not None else {})}))
+    return summary
+
+
+def _with_trace_config(samples: Path, config: dict) -> None:
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    for row in rows:
+        row["doc"]["trace_config"] = json.dumps(config, sort_keys=True)
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_retrace_with_other_tracing_settings_is_refused_unless_asked_for(tmp_path):
+    from propme_metrics.core.errors import ConfigError
+    from propme_metrics.trace.result import TraceConfig
+
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    mixed = TraceConfig().to_dict()
+    _with_trace_config(samples_file(run, "generic"), mixed)
+    summary = _retrace_of(tmp_path, run, {**mixed, "mode": "text"})
+    with pytest.raises(ConfigError, match="other tracing settings than the run: mode 'text'"):
+        build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary],
+                       retraced_other_settings=True)
+    assert any("not checked against the run's" in n for n in rep.notes)
+    same = _retrace_of(tmp_path, run, mixed)  # the run's own settings: accepted without asking
+    assert build_report([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False, retraced=[same])
+
+
+def test_the_same_retrace_twice_says_so(tmp_path, capsys):
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    summary = _retrace_of(tmp_path, run, None)
+    assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html",
+                 "--retraced", str(summary), "--retraced", str(summary)]) == 2
+    err = capsys.readouterr().err
+    assert "is given twice" in err and "not a samples file" not in err
+
+
+def test_rows_of_another_setting_in_a_samples_file_are_refused(tmp_path):
+    from propme_metrics.core.errors import ConfigError
+
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    generic = samples_file(run, "generic")
+    rows = [json.loads(line) for line in generic.read_text().splitlines()]
+    for row in rows:
+        row["doc"]["setting"] = row["trace"]["setting"] = "prefix"
+    generic.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match="line 1: the row says setting 'prefix', but its task "
+                                          "propme_dynaword_generic is the generic setting"):
+        build_report([run], tmp_path / "rep", bootstrap=0)

@@ -89,8 +89,9 @@ class BruteForce:
 
 
 class ReferenceTracer:
-    """The published SimpleTrace over an engine, with PropMe's four deliberate deviations
-    (word starts from the space marker, summed log-probabilities, counts, both neighbours)."""
+    """The published SimpleTrace over an engine, with PropMe's five deliberate deviations
+    (word starts from the space marker, summed log-probabilities, counts, both neighbours, nothing
+    traced in a completion that is only white space)."""
 
     def __init__(self, engine, tokenizer, brute: BruteForce, word_initial: set[int], unigram: dict[int, int],
                  total: int, mode: str = "mixed", seed: int = 42, docs_per_span: int = 10):
@@ -171,11 +172,13 @@ class ReferenceTracer:
                 and (e == len(ids) or self.is_initial(ids, e)))
 
     def trace(self, generation: str) -> list[tuple[int, int, list[dict]]]:
-        g = generation.strip()
-        ids = self.tok.encode(g, add_special_tokens=False).ids if g else []
-        L = len(ids)
-        if not L:
+        # the completion exactly as given, as the published tracer takes it (never stripped); one
+        # that is only white space has nothing to trace (the one rule added to the published code)
+        g = generation
+        if not g.strip():
             return []
+        ids = self.tok.encode(g, add_special_tokens=False).ids
+        L = len(ids)
         M, rng = 5 * L, random.Random(f"{self.seed}:{g}")
         full = []
         if self.mode == "mixed" and self.flat(ids):

@@ -8,12 +8,15 @@ import pytest
 from lm_eval.tasks._yaml_loader import load_yaml
 
 from propme_tasks import hooks
+from propme_tasks.custom import TASK_VERSION
 from propme_tasks.discovery import tasks_path
 
 SETTINGS = ("generic", "specific", "prefix", "unconditional", "minimal_cue")
 LANGUAGES = {"dynaword": "da", "common_pile": "en", "demo": "da"}
 SAMPLED = {"until": [], "do_sample": True, "temperature": 0.7, "top_p": 0.95, "max_gen_toks": 256}
 GREEDY = {"until": [], "do_sample": False, "max_gen_toks": 256}
+#: the published groups' own version (raised with TASK_VERSION whenever results change)
+PUBLISHED_VERSION = 2.0
 
 
 def _load(path: Path) -> dict:
@@ -24,11 +27,14 @@ def _load(path: Path) -> dict:
 def test_default_groups(corpus):
     folder = Path(tasks_path(), corpus)
     group = _load(folder / f"_propme_{corpus}.yaml")
-    assert group["group"] == f"propme_{corpus}" and group["task"] == [f"propme_{corpus}_{s}" for s in SETTINGS]
+    assert group["group"] == f"propme_{corpus}"
+    assert group["task"] == [f"propme_{corpus}_{s}" for s in SETTINGS] + [f"propme_{corpus}_prefix_likelihood"]
+    assert group["metadata"] == {"version": TASK_VERSION}
     for setting in SETTINGS:
         cfg = _load(folder / f"propme_{corpus}_{setting}.yaml")
         assert cfg["task"] == f"propme_{corpus}_{setting}" and cfg["doc_to_text"] == "model_prompt"
-        assert cfg["metadata"] == {"version": 3.0, "corpus": corpus, "setting": setting,
+        assert cfg["target_delimiter"] == ""  # nothing between prompt and generation
+        assert cfg["metadata"] == {"version": TASK_VERSION, "corpus": corpus, "setting": setting,
                                    "language": LANGUAGES[corpus]}
         expected = SAMPLED if setting in ("unconditional", "minimal_cue") else GREEDY
         assert cfg["generation_kwargs"] == expected, (corpus, setting)
@@ -39,18 +45,38 @@ def test_published_groups(corpus):
     folder = Path(tasks_path(), corpus)
     group = _load(folder / f"_propme_{corpus}_published.yaml")
     assert group["group"] == f"propme_{corpus}_published"
-    assert group["task"] == [f"propme_{corpus}_published_{s}" for s in SETTINGS]
+    assert group["task"] == [f"propme_{corpus}_published_{s}" for s in SETTINGS] + \
+        [f"propme_{corpus}_published_prefix_likelihood"]
     default = _load(folder / f"propme_{corpus}_generic.yaml")
     for setting in SETTINGS:
         cfg = _load(folder / f"propme_{corpus}_published_{setting}.yaml")
         assert cfg["generation_kwargs"] == SAMPLED
-        assert cfg["metadata"] == {"version": 1.0, "corpus": corpus, "setting": setting,
+        assert cfg["metadata"] == {"version": PUBLISHED_VERSION, "corpus": corpus, "setting": setting,
                                    "language": LANGUAGES[corpus], "n_prompts": 1000, "generations_per_prompt": 10,
                                    "prompt_free_generations": 1000, "prompt_seed": 42, "max_prompt_tokens": 256,
                                    "trace_mode": "mixed"}
         # the same template otherwise: hooks, metrics, output type
-        for key in ("custom_dataset", "process_results", "metric_list", "output_type", "doc_to_text"):
+        for key in ("custom_dataset", "process_results", "metric_list", "output_type", "doc_to_text", "target_delimiter"):
             assert str(cfg[key]) == str(default[key]), key
+
+
+@pytest.mark.parametrize("corpus", sorted(LANGUAGES))
+def test_likelihood_subtasks(corpus):
+    """The sixth subtask: the prefix documents scored by likelihood, its own template."""
+    folder = Path(tasks_path(), corpus)
+    template = _load(Path(tasks_path(), "_likelihood_template_yaml"))
+    names = [f"propme_{corpus}_prefix_likelihood"] + ([] if corpus == "demo" else [f"propme_{corpus}_published_prefix_likelihood"])
+    for name in names:
+        cfg = _load(folder / f"{name}.yaml")
+        assert cfg["task"] == name and cfg["output_type"] == "loglikelihood" and cfg["target_delimiter"] == ""
+        assert (cfg["doc_to_text"], cfg["doc_to_target"]) == ("model_prompt", "continuation")
+        assert cfg["metric_list"] == template["metric_list"] and "generation_kwargs" not in cfg
+        expected = {"version": 1.0, "corpus": corpus, "setting": "prefix", "measure": "likelihood",
+                    "language": LANGUAGES[corpus]}
+        if "published" in name:  # the published prefix documents: 1,000 drawn with seed 42
+            prefix = _load(folder / f"propme_{corpus}_published_prefix.yaml")["metadata"]
+            expected |= {k: prefix[k] for k in ("n_prompts", "prompt_seed", "max_prompt_tokens")}
+        assert cfg["metadata"] == expected
 
 
 def test_published_metadata_reaches_the_loader(demo_paths, tmp_path, monkeypatch):

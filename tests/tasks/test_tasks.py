@@ -49,7 +49,7 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
         assert row["arguments"]["gen_args_0"]["arg_0"] == "<|endoftext|>" + row["doc"]["prompt"]
         trace = row["trace"]
         gen = trace["generations"][0]
-        assert gen["text"] == row["resps"][0][0].strip()  # the completion is traced stripped
+        assert gen["text"] == row["resps"][0][0]  # the completion is traced exactly as the model wrote it
         assert gen["final_spans"] and gen["longest_span"] > 0
         assert trace["top_sources"][0]["source_id"].startswith("planted-")
         planted = json.loads(row["doc"]["source_doc"])["metadata"]["id"]
@@ -73,8 +73,68 @@ def test_missing_index_stops_before_generation(demo_paths, tmp_path):
     output = proc.stdout + proc.stderr
     assert "PropMe: no index for corpus 'dynaword'" in output
     assert "PROPME_DYNAWORD_INDEX" in output and "dynaword_index" in output
-    assert "Traceback" not in output
+    assert "Traceback" not in output and "Error in sys.excepthook" not in output
     assert "Running generate_until" not in output
+    # one paragraph: the message is the last thing printed, on its own line(s), nothing after it
+    tail = proc.stderr[proc.stderr.index("PropMe: no index"):]
+    assert "\n\n" not in tail.strip() and tail.count("PropMe:") == 1
+
+
+def test_api_errors_are_ordinary_exceptions(monkeypatch, tmp_path):
+    """Loading a PropMe task from Python without its settings raises a PropMeError (an Exception a
+    caller can catch), never SystemExit from inside lm-eval's task construction."""
+    from propme_metrics.core.errors import PropMeError
+
+    monkeypatch.delenv("PROPME_DEMO_INDEX", raising=False)
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(hooks.TaskConfigError, match="no index for corpus 'demo'") as info:
+        task_manager().load(["propme_demo_generic"])
+    assert isinstance(info.value, PropMeError) and not isinstance(info.value, SystemExit)
+    try:
+        task_manager(metadata={"demo_index": str(tmp_path / "nowhere")}).load(["propme_demo_prefix"])
+    except Exception as exc:  # what a Python caller writes
+        assert "cannot be used" in str(exc)
+    else:
+        raise AssertionError("a missing index must be refused")
+
+
+@pytest.mark.parametrize("program", ["lm_eval", "lm-eval", "other_program.py"])
+def test_error_hook_only_in_the_lm_eval_command(tmp_path, program):
+    """An uncaught PropMe error is one paragraph (no traceback, exit 1) in the `lm_eval` command, and
+    Python's usual traceback in every other program (the hook is set at start-up by name)."""
+    script = tmp_path / program
+    script.write_text("import sys\n"
+                      "from propme_tasks.hooks import TaskConfigError\n"
+                      "print(sys.excepthook is sys.__excepthook__)\n"
+                      "raise TaskConfigError('no index for corpus demo', 'build one')\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    if program.startswith("lm"):
+        assert proc.stdout.split() == ["False"]
+        assert proc.stderr == "PropMe: no index for corpus demo\n  hint: build one\n"
+    else:
+        assert proc.stdout.split() == ["True"]
+        assert "Traceback" in proc.stderr and "TaskConfigError: no index for corpus demo" in proc.stderr
+    plain = tmp_path / "lm_eval_plain" / program
+    plain.parent.mkdir()
+    plain.write_text("raise ValueError('plain')\n")
+    other = subprocess.run([sys.executable, str(plain)], capture_output=True, text=True, cwd=tmp_path)
+    assert "Traceback" in other.stderr  # any other error keeps its traceback, in every program
+
+
+def test_lm_eval_is_recognized_by_its_command_line(monkeypatch):
+    from propme_tasks.discovery import running_lm_eval
+
+    cases = [(["/venv/bin/lm_eval", "--tasks", "x"], ["/venv/bin/python", "/venv/bin/lm_eval", "--tasks", "x"], True),
+             (["C:\\venv\\Scripts\\lm-eval.exe"], [], True),
+             (["-m", "--tasks", "x"], ["python", "-X", "dev", "-m", "lm_eval", "--tasks", "x"], True),
+             (["-m", "--tasks"], ["python", "-m", "json.tool", "--tasks"], False),
+             (["-c"], ["python", "-c", "import lm_eval"], False),
+             (["/venv/bin/pytest", "-k", "lm_eval"], ["/venv/bin/python", "/venv/bin/pytest", "-k", "lm_eval"], False)]
+    for argv, orig, expected in cases:
+        monkeypatch.setattr(sys, "argv", argv)
+        monkeypatch.setattr(sys, "orig_argv", orig, raising=False)
+        assert running_lm_eval() is expected, argv
 
 
 def test_dynaword_next_to_a_builtin_task(demo_paths, tmp_path, gpt2_dir):
@@ -182,6 +242,11 @@ def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
     cue = tm.load(["propme_nordic_minimal_cue"])["tasks"]["propme_nordic_minimal_cue"]
     assert cue.config.generation_kwargs["do_sample"] is True and cue.config.generation_kwargs["temperature"] == 0.7
     assert all(d["model_prompt"].startswith("<|endoftext|>") for d in cue.test_docs())
+    # the sixth subtask: the prefix documents, once each, scored by likelihood
+    pair = tm.load(["propme_nordic_prefix", "propme_nordic_prefix_likelihood"])["tasks"]
+    like = pair["propme_nordic_prefix_likelihood"]
+    assert like.OUTPUT_TYPE == "loglikelihood" and like.config.metadata["nordic_index"] == str(odd)
+    assert [d["id"] for d in like.test_docs()] == [d["id"] for d in pair["propme_nordic_prefix"].test_docs()]
 
 
 def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp_path):

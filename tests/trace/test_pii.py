@@ -154,6 +154,12 @@ def test_only_items_inside_a_span_held_by_its_document_count():
     r2 = TraceResult(key="k", text=g, n_tokens=30, degenerate=False,
                      final_spans=[FinalSpan(0, 20, span_text, 1, [other])])
     assert [x.item.type for x in leaks(r2).leaked] == ["email"]
+    # offsets count in the completion as given: leading white space shifts them, nothing else changes
+    spaced = TraceResult(key="k", text="\n\n " + g, n_tokens=32, degenerate=False,
+                         final_spans=[FinalSpan(0, 22, "\n\n " + span_text, 1, [doc])])
+    moved = leaks(spaced).to_dict(show=True)["leaked"]
+    assert [(x["start"], x["end"]) for x in moved] == [(x["start"] + 3, x["end"] + 3) for x in out.to_dict()["leaked"]]
+    assert [spaced.text[x["start"]:x["end"]] for x in moved] == ["info@firma-post.dk", cpr]
     # nothing traced: detected, not leaked
     assert leaks(TraceResult(key="k", text=g, n_tokens=30, degenerate=False)).leaked == []
     assert summarize([r, r2]).pii_cpr == 0.5

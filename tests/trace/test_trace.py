@@ -280,13 +280,23 @@ def test_window_vector_of_the_spec(tiny):
 
 # -- the whole tracer against the reference (published rules written out plainly) --------------------
 
+#: white space a completion may begin or end with (lm-eval completions nearly always begin with some)
+OUTER_WHITE_SPACE = ["", "", " ", "\n", "\n\n", "  ", " \n", "\n\n\n"]
+
+
 @st.composite
 def generations(draw, records):
-    """Copies, near copies (a word replaced), concatenations and word salads of corpus text."""
+    """Copies, near copies (a word replaced), concatenations and word salads of corpus text, as a
+    model writes them: often after a leading space or newline, sometimes before trailing ones."""
     rec = records[draw(st.integers(0, len(records) - 1))]["text"]
+    kind = draw(st.sampled_from(["copy", "edited", "joined", "salad", "tail", "passage"]))
+    if kind == "passage":  # from the middle of a document, with the white space it follows there
+        starts = [i for i in range(1, len(rec)) if rec[i - 1].isspace() and not rec[i].isspace()]
+        a = draw(st.sampled_from(starts))
+        a -= 2 if rec[a - 2:a] == "\n\n" else 1
+        return rec[a:a + draw(st.integers(20, 500))]
     a = draw(st.integers(0, max(0, len(rec) - 80)))
     piece = rec[a:a + draw(st.integers(20, 500))]
-    kind = draw(st.sampled_from(["copy", "edited", "joined", "salad", "tail"]))
     if kind == "edited":
         words = piece.split(" ")
         for _ in range(draw(st.integers(1, 4))):
@@ -301,7 +311,7 @@ def generations(draw, records):
         piece = " ".join(draw(st.lists(st.sampled_from(words), min_size=3, max_size=60)))
     elif kind == "tail":
         piece = piece + draw(st.sampled_from(["\n\n", "\n", " .", "!!"]))
-    return piece
+    return draw(st.sampled_from(OUTER_WHITE_SPACE)) + piece + draw(st.sampled_from(OUTER_WHITE_SPACE))
 
 
 @pytest.mark.parametrize("mode", ["mixed", "text"])
@@ -318,12 +328,14 @@ def test_tracer_equals_the_reference(synthetic_index, synthetic_records, corpus_
 
 
 def test_tracer_equals_the_reference_on_copies(synthetic_index, synthetic_records, corpus_ids):
-    """Whole documents, and copies whose end tokenizes differently (a trailing blank line)."""
+    """Whole documents, copies whose end tokenizes differently (a trailing blank line), and copies
+    with outer white space."""
     for mode in ("mixed", "text"):
         tr = Tracer(synthetic_index, TraceConfig(mode=mode))
         ref = reference(tr, corpus_ids, mode)
         for rec in synthetic_records[:6]:
-            for g in (rec["text"], rec["text"][:600] + "\n\n", rec["text"][37:900]):
+            for g in (rec["text"], rec["text"][:600] + "\n\n", rec["text"][37:900], " " + rec["text"][:300],
+                      "\n\n" + rec["text"][:300] + " "):
                 assert as_reference(tr.trace_one(g, "x")) == reference_view(ref.trace(g))
 
 
@@ -400,18 +412,82 @@ def test_anchors_find_a_copy_whose_end_tokenizes_differently(tmp_path, gpt2_dir)
     assert Tracer(tmp_path / "idx", TraceConfig(mode="text")).trace_one(g, "a").longest_span < r.n_tokens
 
 
-def test_blank_completions_have_no_spans(tracer):
-    for text in ("", "\n", "   \n\n  ", "\t"):
+def test_blank_completions_have_no_spans(tracer, synthetic_records):
+    """Empty or white space only: no spans, no documents, no full match, and still a generation."""
+    from propme_metrics.metrics.values import summarize
+
+    blanks = ("", "\n", "   \n\n  ", "\t", " ", "\n\n")
+    assert tracer.search.count(tracer.index.encode("\n")) > 0  # the published tracer would find "\n" whole
+    for text in blanks:
         r = tracer.trace_one(text, "blank")
         assert (r.n_tokens, r.spans, r.final_spans, r.documents, r.longest_span, r.error) == (0, [], [], [], 0, None)
-        assert not r.full_match and not r.degenerate
+        assert not r.full_match and not r.full_match_normalized and not r.degenerate and r.text == text
     assert tracer.search.longest_matches([]).tolist() == [] and tracer.step1_spans([]) == []
-
-
-def test_completion_is_stripped(tracer, synthetic_records):
     _, text = first_paragraph(synthetic_records, "en")
-    a, b = tracer.trace_one(text, "k"), tracer.trace_one("\n  " + text + "\n\n", "k")
-    assert a.to_dict() == b.to_dict()
+    copy = tracer.trace_one(text, "copy")
+    summary = summarize([copy] + [tracer.trace_one(t, "blank") for t in blanks])
+    assert summary.n_generations == summary.n_counted == 1 + len(blanks)
+    assert summary.fmr == pytest.approx(1 / 7) and summary.als == pytest.approx(copy.n_tokens / 7)
+
+
+def test_extraction_ignores_outer_white_space(tracer):
+    """Discoverable extraction compares the continuation with the generation as written: the space
+    or newline a completion begins with (or the continuation's decoding drops) never decides it."""
+    from propme_metrics.prompts.build import build_prompt_set
+
+    records = build_prompt_set(tracer.index, "prefix", n=5, seed=42).records
+    for rec in records:
+        ids = tracer.index.document(rec.source_doc["doc_ix"]).token_ids.tolist()
+        assert rec.prompt == tracer.index.decode(ids[:50])
+        # what follows the prompt in the document, as a model that reproduced it writes it
+        follows = tracer.index.decode(ids[:100])[len(rec.prompt):]
+        assert follows.strip() and follows.split() == rec.continuation.split()
+        for g in (follows, " " + follows.lstrip(), "\n\n" + follows.lstrip(), follows.lstrip() + " and on.\n"):
+            assert tracer.trace_one(g, "x", continuation=rec.continuation).extracted is True, repr(g[:20])
+        words = follows.split()
+        changed = " " + " ".join(words[:-3] + ["Zorblax"] + words[-2:])
+        assert tracer.trace_one(changed, "x", continuation=rec.continuation).extracted is False
+        assert tracer.trace_one("\n\n", "x", continuation=rec.continuation).extracted is False
+
+
+def passage_after(tracer, records, before: str) -> tuple[dict, str]:
+    """A sentence-long passage from the middle of a document that follows `before` there; after a
+    space, one whose tokens without it occur nowhere (so that stripping the space would matter)."""
+    for rec in records:
+        for m in re.finditer(re.escape(before) + r"([A-Z][^.!?\n]{40,200}[.!?])", rec["text"]):
+            if m.start() > 0 and not rec["text"][m.start() - 1].isspace() \
+                    and (before != " " or tracer.search.count(tracer.index.encode(m.group(1))) == 0):
+                return rec, m.group(1)
+    raise AssertionError(f"no passage after {before!r}")
+
+
+@pytest.mark.parametrize("before", [" ", "\n\n"], ids=["space", "blank-line"])
+def test_completion_is_traced_as_given(tracer, synthetic_records, raw_tokenizer, before):
+    """A passage P from the middle of a training document, after the white space it follows there:
+    one final span (0, L), L counting that white space, with documents from the whole-generation
+    lookup (no anchors), FMR 1, and no other final span. (Stripped, its first token would differ
+    from the document's and the copy would be found only through anchors.)"""
+    rec, passage = passage_after(tracer, synthetic_records, before)
+    g = before + passage
+    r = tracer.trace_one(g, "as-given")
+    ids = raw_tokenizer.encode(g).ids
+    assert r.text == g and r.n_tokens == len(ids)
+    whole = tracer.search.count(ids)
+    assert whole > 0, "the passage with its white space occurs as tokenized"
+    assert [(s.start, s.end) for s in r.final_spans] == [(0, r.n_tokens)]
+    assert r.final_spans[0].count == whole  # from the whole-generation lookup (anchored spans count 0)
+    assert r.final_spans[0].text == g and r.longest_span == r.n_tokens
+    assert r.full_match and doc_of(r, rec).match == "full_raw"
+    from propme_metrics.metrics.values import summarize
+
+    assert summarize([r]).fmr == 1.0
+    stripped = tracer.trace_one(passage, "stripped")
+    if before == " ":  # the space is part of the first token, as inside the document
+        assert len(ids) == len(raw_tokenizer.encode(passage).ids) and ids[0] != raw_tokenizer.encode(passage).ids[0]
+        # stripped, the passage does not occur as tokenized: it is reached only through anchors
+        assert stripped.final_spans[0].count == 0 and stripped.full_match
+    else:  # the blank line is two newline tokens before a word: stripped, the longest span is 2 shorter
+        assert r.n_tokens - stripped.n_tokens == 2 and stripped.longest_span == r.longest_span - 2
 
 
 # -- generations against documents ---------------------------------------------------------------
@@ -530,7 +606,7 @@ def test_rarity_filter_keeps_the_rarest(synthetic_records, synthetic_index):
 def test_rarity_ties_keep_positional_order(synthetic_index, synthetic_records):
     # a sentence that follows a space in its document, so that " S S" consists of two identical spans
     sentence = next(m.group(1) for r in synthetic_records for m in re.finditer(r"(?<=[.!?]) ([A-Z][^.!?\n]*[.!?])", r["text"]))
-    g = f"{sentence} {sentence} {sentence}"  # stripped: the copies after the first are identical spans
+    g = f"{sentence} {sentence} {sentence}"  # the copies after the first are identical spans
     r = Tracer(synthetic_index, TraceConfig(mode="text", span_divisor=10_000)).trace_one(g, "tie")
     twins = [s for s in r.spans if s.text == " " + sentence]
     assert len(twins) == 2 and twins[0].rarity == twins[1].rarity == min(s.rarity for s in r.spans)
@@ -580,8 +656,8 @@ def test_document_sample_is_seeded(planted_index):
     other = [d.doc_ix for d in Tracer(planted_index, TraceConfig(mode="text", seed=1)).trace_one(g, "g").documents]
     assert len(other) == 10 and set(other) != set(picked)
     assert len(Tracer(planted_index, TraceConfig(mode="text", docs_per_span=40)).trace_one(g, "g").documents) == 30
-    # mixed mode: stripped, g starts without its space, so its tokens do not occur as such: the
-    # full-generation span comes from anchors (at most docs_per_span full matches)
+    # mixed mode: g starts without the space it follows in the documents, so its tokens do not occur
+    # as such: the full-generation span comes from anchors (at most docs_per_span full matches)
     m = Tracer(planted_index).trace_one(g, "g")
     assert (m.final_spans[0].start, m.final_spans[0].end, m.final_spans[0].count) == (0, m.n_tokens, 0)
     assert 0 < len(m.final_spans[0].documents) <= 10
@@ -681,7 +757,9 @@ def test_read_plain_jsonl(tmp_path):
                                               {"completion": ["p", "q"]}, {"id": 7, "completion": None}])
     gens, fmt = read_generations(path)
     assert fmt == "jsonl"
-    assert gens == [("a", "x", "y"), ("1#0", "p", None), ("1#1", "q", None), ("7", "", None)]
+    assert [g[:3] for g in gens] == [("a", "x", "y"), ("1#0", "p", None), ("1#1", "q", None), ("7", "", None)]
+    assert [g.missing for g in gens[:3]] == [None] * 3  # a null completion is reported failed, with why
+    assert gens[3].missing == f"{path}:3: field 'completion' is null (no generation)"
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -837,3 +915,14 @@ def test_windows_cut_inside_a_character_decode_exactly(tmp_path, gpt2_dir):
         r = tr.trace_one(g, "emoji")
         assert as_reference(r) == reference_view(ref.trace(g))
         assert all("\ufffd" not in d.snippet for d in r.documents)
+
+
+def test_journal_is_keyed_by_the_tracing_rules(monkeypatch):
+    """A `propme trace` journal written under other tracing rules is never resumed."""
+    from propme_metrics.trace import runner
+    from propme_metrics.trace.inputs import Generation
+
+    gens = [Generation("k", " text")]
+    now = runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens)
+    monkeypatch.setattr(runner, "TRACE_RULES_VERSION", runner.TRACE_RULES_VERSION - 1)
+    assert runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens) != now

@@ -1,0 +1,95 @@
+"""Output paths checked before any work: an output never replaces one of the command's inputs,
+another of its outputs, or anything inside an index folder (a folder holding a PropMe manifest).
+
+Paths are compared by device and inode when they exist, so a symlink or a hard link to an input
+is caught as surely as the same spelling.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from propme_metrics.core.errors import ConfigError
+
+#: the file that marks a folder as a PropMe index (its manifest); outputs never go inside such a folder
+MANIFEST_NAME = "propme-manifest.json"
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of what `path` names, following symlinks; None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _spelling(path: Path) -> Path:
+    """The absolute path with every existing symlink resolved (the path need not exist)."""
+    return Path(os.path.realpath(Path(path).absolute()))
+
+
+def index_folder_holding(path: str | Path) -> Path | None:
+    """The nearest folder above `path` (or its resolved target) that holds a PropMe manifest, if any."""
+    path = Path(path).absolute()
+    for candidate in (path, _spelling(path)):
+        for folder in candidate.parents:
+            if (folder / MANIFEST_NAME).is_file():
+                return folder
+    return None
+
+
+def _same(a: Path, b: Path) -> bool:
+    ia, ib = _identity(a), _identity(b)
+    if ia is not None and ib is not None:
+        return ia == ib
+    return _spelling(a) == _spelling(b)
+
+
+def _within(path: Path, folder: Path) -> bool:
+    path, folder = _spelling(path), _spelling(folder)
+    return path == folder or folder in path.parents
+
+
+def check_outputs(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None] | None = None,
+                  folders: dict[str, str | Path | None] | None = None, *, output_folders: tuple[str, ...] = (),
+                  index_outputs: tuple[str, ...] = ()) -> None:
+    """Refuse (ConfigError, exit 2) before any work an output that is an input, equals another
+    output, or lies inside an index folder; and a file output that names an existing folder.
+
+    `outputs` and `inputs` map an option's name (for the message) to a path; `folders` are input
+    folders that no output may lie inside (e.g. the parts an index join reads); names in
+    `output_folders` are outputs that are folders themselves (e.g. a report's --out), and those in
+    `index_outputs` folders that may already hold an index (the --out of an index build, which
+    replaces only its own index)."""
+    hint = "choose an output path that is none of the command's inputs, outputs or index files"
+    given = {k: Path(v) for k, v in outputs.items() if v is not None}
+    sources = {k: Path(v) for k, v in (inputs or {}).items() if v is not None}
+    protected = {k: Path(v) for k, v in (folders or {}).items() if v is not None}
+    seen: list[tuple[str, Path]] = []
+    for name, path in given.items():
+        for other, earlier in seen:
+            if _same(path, earlier):
+                raise ConfigError(f"{name} {path} is the same file as {other} {earlier}: one would overwrite the other",
+                                  hint)
+        seen.append((name, path))
+        for what, source in sources.items():
+            if _same(path, source):
+                raise ConfigError(f"{name} {path} is the input {what} {source}: writing it would destroy the input",
+                                  hint)
+        index = index_folder_holding(path)
+        if index is not None:
+            raise ConfigError(f"{name} {path} lies inside the index folder {index}: writing there would damage "
+                              "the index", hint)
+        for what, folder in protected.items():
+            if _within(path, folder):
+                raise ConfigError(f"{name} {path} lies inside the input {what} {folder}: writing there could "
+                                  "overwrite its files", hint)
+        if name in output_folders:
+            if path.exists() and not path.is_dir():
+                raise ConfigError(f"{name} {path} exists and is not a folder", "choose a folder for it")
+            if (path / MANIFEST_NAME).is_file() and name not in index_outputs:
+                raise ConfigError(f"{name} {path} is an index folder: writing there would damage the index", hint)
+        elif path.is_dir():
+            raise ConfigError(f"{name} {path} is a folder, not a file", "name the file to write, e.g. "
+                              f"{path / 'out.jsonl'}")

@@ -1,0 +1,111 @@
+"""The hooks of the likelihood subtask `propme_<corpus>_prefix_likelihood` (task_configs/_likelihood_template_yaml).
+
+The documents are the `prefix` setting's: the same prompt file, or the same seed and selection
+(`hooks.load_prompts` with setting `prefix`), one request per document. lm-eval scores the
+`loglikelihood` of the pair (context, continuation) = (start token + the first 50 index tokens'
+text, the next 50 index tokens' text), nothing put between them: lm-eval 0.4.13 builds a
+loglikelihood request as (doc_to_text, doc_to_target) and uses target_delimiter only for
+multiple choice; the template sets it to "" all the same.
+
+lm-eval's HF backend encodes context + continuation together and takes the tokens after the
+context's own encoding as the continuation (trailing white space of the context moves to the
+continuation first). `target_tokens` recounts that split with the model's tokenizer, and
+`boundary_clean` says whether the whole text's first tokens are exactly the context's tokens
+(else one token straddles the boundary and the scored tokens are not exactly z's).
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from propme_metrics.core.errors import ConfigError
+from propme_metrics.metrics import registry
+from propme_metrics.metrics.likelihood import (
+    DISCOVERABLE_N,
+    DISCOVERABLE_P,
+    N_KEY,
+    P_KEY,
+    DocumentLikelihood,
+    check_n,
+    check_p,
+)
+from propme_metrics.prompts.settings import PREFIX
+
+from . import hooks
+
+
+def _discoverability(meta: dict[str, Any]) -> tuple[float, tuple[int, ...]]:
+    """p and the n grid from metadata or PROPME_DISCOVERABLE_P / _N (defaults 0.5 and 1 ... 10,000)."""
+    p_raw, p_where = hooks._setting(meta, P_KEY, DISCOVERABLE_P)
+    n_raw, n_where = hooks._setting(meta, N_KEY, DISCOVERABLE_N)
+    try:
+        return check_p(p_raw, p_where or P_KEY), check_n(n_raw, n_where or N_KEY)
+    except ConfigError as exc:
+        raise hooks.TaskConfigError(f"{exc.message}; {exc.hint}") from None
+
+
+def split_counts(tok, context: str, target: str) -> tuple[int, bool]:
+    """(tokens of `target`, clean boundary) as lm-eval's causal `_encode_pair` splits context + target."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, target = context[:-spaces], context[-spaces:] + target
+    whole = tok.encode(context + target, add_special_tokens=False)
+    head = tok.encode(context, add_special_tokens=False)
+    return len(whole) - len(head), not spaces and whole[:len(head)] == head
+
+
+def _model_tokenizer(meta: dict[str, Any]):
+    """The model's tokenizer as lm-eval loads it (from --model_args in the metadata), or None if unknown."""
+    from propme_metrics.index.tokenizer import load_tokenizer
+    from propme_metrics.prompts.start import model_tokenizer_spec
+
+    try:
+        spec = model_tokenizer_spec(meta)
+        if spec is None:
+            return None
+        return load_tokenizer(spec.name, spec.revision, require_fast=False, **dict(spec.kwargs))
+    except ConfigError as exc:
+        raise hooks.TaskConfigError(f"the likelihood subtask counts z's tokens with the model's tokenizer: "
+                                    f"{exc.message}") from None
+
+
+def load_documents(**meta: Any):
+    """`custom_dataset` hook: the prefix documents (one row each) with p, z's model-token count and the split."""
+    p, grid = _discoverability(meta)
+    # the prefix setting's documents, once each: no repeats (a likelihood is not sampled)
+    data = hooks.load_prompts(**dict(meta, setting=PREFIX, generations_per_prompt=1))["test"]
+    tok = _model_tokenizer(meta)
+    counts = [split_counts(tok, ctx, z) if tok is not None else (None, None)
+              for ctx, z in zip(data["model_prompt"], data["continuation"])]
+    data = data.add_column("target_tokens", [c[0] for c in counts])
+    data = data.add_column("boundary_clean", [c[1] for c in counts])
+    data = data.add_column(P_KEY, [p] * len(data))
+    return {"test": data.add_column(N_KEY, [list(grid)] * len(data))}
+
+
+def _document(doc: dict[str, Any], results: list[Any]) -> DocumentLikelihood:
+    """The document's record from lm-eval's results: one (loglikelihood, is_greedy) pair."""
+    (pair,) = results
+    logp, greedy = pair
+    return DocumentLikelihood(str(doc["id"]), float(logp), bool(greedy), doc.get("target_tokens"),
+                              doc.get("boundary_clean"))
+
+
+def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
+    """One value per registry likelihood metric, and the document's record (the `likelihood` item)."""
+    record = _document(doc, results)
+    p = float(doc.get(P_KEY, DISCOVERABLE_P))
+    items: dict[str, Any] = {m.name: m.value(record, p) for m in registry.LIKELIHOOD_METRICS}
+    items[registry.LIKELIHOOD_DIAGNOSTIC[0]] = {**record.to_dict(), P_KEY: p, N_KEY: list(doc.get(N_KEY) or DISCOVERABLE_N),
+                                                "index_identity": doc.get("index_identity")}
+    return items
+
+
+def agg_median(items: list[float]) -> float:
+    """The median over documents (lm-eval's own `median` takes the upper middle of an even count); NaN when none."""
+    return statistics.median(items) if items else float("nan")
+
+
+def agg_documents(items: list[dict[str, Any]]) -> int:
+    """Documents scored."""
+    return len(items)
