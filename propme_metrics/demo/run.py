@@ -72,12 +72,15 @@ class DemoPaths:
 
 
 def _stage(name: str, reused: bool, started: float, detail: str = "") -> None:
+    from rich.text import Text
+
     from propme_metrics.core.progress import stderr_console
 
     n = STAGES.index(name) + 1
     state = "reused" if reused else f"done in {time.time() - started:.1f}s"
-    stderr_console.print(f"[bold cyan][{n}/{len(STAGES)}] {name}[/]: {state}" + (f"  {detail}" if detail else ""),
-                         highlight=False, soft_wrap=True)
+    # the detail holds paths the user chose: printed as written, never as markup
+    stderr_console.print(Text.assemble((f"[{n}/{len(STAGES)}] {name}", "bold cyan"), f": {state}",
+                                       f"  {detail}" if detail else ""), highlight=False, soft_wrap=True)
 
 
 def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> DemoPaths:

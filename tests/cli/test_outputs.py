@@ -209,3 +209,13 @@ def test_markup_in_a_rejected_candidate_id_prints_as_written(tmp_path, index_cop
                              "--language", "en", "--candidates", cands, "--out", tmp_path / "p.jsonl", "--quiet")
     assert code == 0, err
     assert "[/x] [strike]gone[/strike] :100:" in out
+
+
+def test_demo_stage_lines_print_paths_as_written(capsys):
+    import time
+
+    from propme_metrics.demo.run import _stage
+
+    _stage("report", False, time.time(), "/tmp/out [/x] [bold]b[/bold] :100:")
+    err = capsys.readouterr().err
+    assert "/tmp/out [/x] [bold]b[/bold] :100:" in err and "[7/7] report" in err

@@ -25,8 +25,9 @@ from support.corpora import make_index, write_jsonl
 
 CORPORA = {"dynaword": "da", "common_pile": "en", "demo": "da"}
 PUBLISHED = ("dynaword", "common_pile")
-SUBTASKS = sorted([f"propme_{c}_{s}" for c in CORPORA for s in SETTINGS]
-                  + [f"propme_{c}_published_{s}" for c in PUBLISHED for s in SETTINGS])
+GROUPS = [f"propme_{c}" for c in CORPORA] + [f"propme_{c}_published" for c in PUBLISHED]
+#: every setting's subtask and the prefix documents scored by likelihood, in every group
+SUBTASKS = sorted(f"{g}_{s}" for g in GROUPS for s in (*SETTINGS, "prefix_likelihood"))
 LIMIT = 10  # documents each check reads (lm-eval's `limit` fixture)
 
 
@@ -59,13 +60,16 @@ def tasks(tmp_path_factory, verse_index, gpt2_dir):
             if not path.exists():
                 write_prompt_set(build_prompt_set(index, setting, n=LIMIT, seed=42, language=language), path)
             metadata[f"{corpus}_{setting}_prompts"] = str(path)
-    groups = [f"propme_{c}" for c in CORPORA] + [f"propme_{c}_published" for c in PUBLISHED]
-    return task_manager(metadata=metadata).load(groups)["tasks"]
+    return task_manager(metadata=metadata).load(GROUPS)["tasks"]
 
 
 @pytest.fixture(params=SUBTASKS)
 def task(request, tasks):
     return tasks[request.param]
+
+
+def _scored_by_likelihood(task) -> bool:
+    return task.config.task.endswith("_prefix_likelihood")
 
 
 def _docs(task) -> list[dict]:
@@ -127,7 +131,8 @@ def test_doc_to_target(task):
 def test_build_all_requests(task):
     task.build_all_requests(rank=0, limit=LIMIT, world_size=1)
     assert task.instances is not None and len(task.instances) == LIMIT
-    assert all(i.request_type == "generate_until" for i in task.instances)
+    expected = "loglikelihood" if _scored_by_likelihood(task) else "generate_until"
+    assert all(i.request_type == expected for i in task.instances)
 
 
 def test_construct_requests(task):
@@ -135,5 +140,9 @@ def test_construct_requests(task):
     requests = [task.construct_requests(doc=doc, ctx=task.doc_to_text(doc)) for doc in docs]
     assert len(requests) == len(docs) == LIMIT
     for doc, req in zip(docs, requests):
-        prompt, kwargs = req.arguments
-        assert prompt == doc["model_prompt"] and kwargs == task.config.generation_kwargs
+        prompt, second = req.arguments
+        assert prompt == doc["model_prompt"]
+        if _scored_by_likelihood(task):  # (context, the true continuation), nothing between them
+            assert second == task.doc_to_target(doc) and second
+        else:
+            assert second == task.config.generation_kwargs
