@@ -13,6 +13,7 @@ import pytest
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.prompts.start import model_tokenizer_spec, resolve_start_token
 from propme_tasks import hooks
+from support.lmeval import samples_file
 
 SPY = str(Path(__file__).parents[1] / "support" / "lmeval_spy.py")
 
@@ -151,7 +152,7 @@ def test_gpt2_style_model_gets_one_endoftext_and_recalls(demo_paths, tmp_path):
     assert with_start >= 0.8
     for setting in ("unconditional", "minimal_cue"):
         assert results[f"propme_demo_{setting}"]["trace,none"] == 0
-        samples = [json.loads(line) for line in next(out.rglob(f"samples_propme_demo_{setting}_*.jsonl")).open()]
+        samples = [json.loads(line) for line in samples_file(out, f"propme_demo_{setting}").open()]
         assert len(samples) == 6
         assert all(s["trace"]["generations"][0]["text"] == s["resps"][0][0] for s in samples)  # traced as written
         assert samples[0]["arguments"]["gen_args_0"]["arg_1"]["do_sample"] is True
@@ -181,7 +182,7 @@ def test_llama_style_tokenizer_gets_one_bos_not_two(demo_paths, llama_style_dir,
     for row in ids:
         assert row[0] == 1 and (len(row) == 1 or row[1] != 1), row[:4]
     assert sum(row == [1] for row in ids) == 2  # unconditional: <s> alone, added by the tokenizer
-    doc = json.loads(next(out.rglob("samples_propme_demo_generic_*.jsonl")).open().readline())["doc"]
+    doc = json.loads(samples_file(out, "propme_demo_generic").open().readline())["doc"]
     assert doc["start_token"] == "" and doc["model_prompt"] == doc["prompt"]
     assert "adds <s> by itself" in doc["start_token_note"]
     # the ids are the Llama-style tokenizer's encoding of the bare prompt (nothing of <|endoftext|>)

@@ -68,7 +68,7 @@ def _brute_counts(records, tok) -> dict[str, dict[str, int]]:
 def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cli_run):
     from propme_metrics.index.manifest import IndexManifest
     from propme_metrics.report.build import build_report
-    from support.lmeval import run_lm_eval
+    from support.lmeval import run_lm_eval, samples_file
 
     root, records, tok = leak_world
     # the build recorded documents and tokens per source, as a brute-force count over the corpus gives them
@@ -82,7 +82,7 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
                         "--log_samples", "--output_path", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]["propme_demo_prefix"]
-    samples_path = next(out.rglob("samples_propme_demo_prefix_*.jsonl"))
+    samples_path = samples_file(out, "propme_demo_prefix")
     traces = {json.loads(line)["doc"]["id"]: TraceResult.from_dict(json.loads(line)["trace"]["generations"][0])
               for line in samples_path.open()}
     notice = traces.pop("prefix-notice")

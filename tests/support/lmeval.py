@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +28,15 @@ def model_args(demo_paths) -> list[str]:
 def demo_metadata(demo_paths) -> str:
     return json.dumps({"demo_index": str(demo_paths.index), "prompt_free_generations": 8,
                        **{f"demo_{s}_prompts": str(demo_paths.prompts(s)) for s in ("generic", "specific", "prefix")}})
+
+
+def samples_file(out: Path, task: str) -> Path:
+    """The `samples_<task>_<date id>.jsonl` of exactly `task` under an lm-eval output folder.
+
+    A glob `samples_<task>_*` would also match a longer task name that starts with this one
+    (`propme_demo_prefix_likelihood` for `propme_demo_prefix`)."""
+    pattern = re.compile(rf"samples_{re.escape(task)}_\d{{4}}-\d\d-\d\dT[\d.-]+\.jsonl")
+    found = sorted(p for p in out.rglob(f"samples_{task}_*.jsonl") if pattern.fullmatch(p.name))
+    if not found:
+        raise FileNotFoundError(f"no samples file of {task} under {out}")
+    return found[-1]

@@ -18,7 +18,7 @@ from propme_metrics.prompts.settings import PREFIX_MIN_DOC_TOKENS
 from propme_tasks import likelihood, task_manager
 from propme_tasks.discovery import tasks_path
 from support.corpora import make_index, write_jsonl
-from support.lmeval import model_args, run_lm_eval
+from support.lmeval import model_args, run_lm_eval, samples_file
 
 TASKS = "propme_demo_prefix,propme_demo_prefix_likelihood"
 
@@ -53,7 +53,7 @@ def run(demo_paths, mixed, tmp_path_factory):
 
 
 def _rows(out: Path, task: str) -> list[dict]:
-    return [json.loads(line) for line in next(out.rglob(f"samples_{task}_*.jsonl")).open(encoding="utf-8")]
+    return [json.loads(line) for line in samples_file(out, task).open(encoding="utf-8")]
 
 
 def _planted(row: dict) -> bool:
@@ -210,7 +210,7 @@ def test_damaged_likelihood_samples_are_named(run, tmp_path):
     out, _ = run
     copy = tmp_path / "runs"
     shutil.copytree(out, copy)
-    samples = next(copy.rglob("samples_propme_demo_prefix_likelihood_*.jsonl"))
+    samples = samples_file(copy, "propme_demo_prefix_likelihood")
     rows = samples.read_text(encoding="utf-8").splitlines()
     bad = json.loads(rows[1])
     bad["likelihood"]["logp"] = 3.0  # a log-probability above 0
@@ -244,7 +244,7 @@ def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
     out, _ = run
     copy = tmp_path / "runs"
     shutil.copytree(out, copy)
-    samples = next(copy.rglob("samples_propme_demo_prefix_likelihood_*.jsonl"))
+    samples = samples_file(copy, "propme_demo_prefix_likelihood")
     rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
     for r in rows:  # as a run with discoverable_p 0.99 and discoverable_n [2, 5000] records them
         r["likelihood"] |= {"discoverable_p": 0.99, "discoverable_n": [2, 5000]}

@@ -13,7 +13,7 @@ import pytest
 from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
 from propme_tasks import hooks, task_manager
 from propme_tasks.discovery import tasks_path
-from support.lmeval import demo_metadata, model_args, run_lm_eval  # noqa: E402
+from support.lmeval import demo_metadata, model_args, run_lm_eval, samples_file  # noqa: E402
 
 
 def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
@@ -38,11 +38,11 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
     for setting in ("unconditional", "minimal_cue"):  # the prompt-free settings run and are traced
         task = results[f"propme_demo_{setting}"]
         assert task["trace,none"] == 0 and "nvr,none" in task and "extraction,none" not in task
-        rows = [json.loads(line) for line in next(out.rglob(f"samples_propme_demo_{setting}_*.jsonl")).open()]
+        rows = [json.loads(line) for line in samples_file(out, f"propme_demo_{setting}").open()]
         assert len(rows) == 8 and len({r["doc"]["id"] for r in rows}) == 8
         assert all(r["arguments"]["gen_args_0"]["arg_0"].startswith("<|endoftext|>") for r in rows)
-    samples_file = next(out.rglob("samples_propme_demo_prefix_*.jsonl"))
-    samples = [json.loads(line) for line in samples_file.open()]
+    prefix_samples = samples_file(out, "propme_demo_prefix")
+    samples = [json.loads(line) for line in prefix_samples.open()]
     assert len(samples) == sum(1 for _ in open(demo_paths.prompts("prefix")))
     for row in samples:
         assert row["doc"]["start_token"] == "<|endoftext|>" and row["doc"]["start_token_choice"] == "auto"
@@ -57,7 +57,7 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
     # `propme trace` on the samples file redoes exactly what the hooks did (same keys, same documents)
     from propme_metrics.cli.app import main
 
-    assert main(["trace", "--index", str(demo_paths.index), "--input", str(samples_file), "--quiet",
+    assert main(["trace", "--index", str(demo_paths.index), "--input", str(prefix_samples), "--quiet",
                  "--out", str(tmp_path / "re.jsonl"), "--summary", str(tmp_path / "re.json")]) == 0
     redone = [json.loads(line) for line in open(tmp_path / "re.jsonl")]
     assert redone == [row["trace"]["generations"][0] for row in samples]

@@ -218,7 +218,7 @@ def pii_world(tmp_path_factory):
 
 
 def test_prefix_prompts_leak_the_planted_items_generic_do_not(pii_world, tmp_path):
-    from support.lmeval import run_lm_eval
+    from support.lmeval import run_lm_eval, samples_file
 
     root, records = pii_world
     metadata = {"demo_index": str(root / "index"), "demo_prefix_prompts": str(root / "prefix.jsonl"),
@@ -236,7 +236,7 @@ def test_prefix_prompts_leak_the_planted_items_generic_do_not(pii_world, tmp_pat
         assert prefix[f"pii_{kind},none"] > 0, kind
     assert generic["pii,none"] == 0.0
     planted_values = {m for _, s in PLANTED for m in (it.value for it in detect(s))}
-    samples = [json.loads(line) for line in next(out.rglob("samples_propme_demo_prefix_*.jsonl")).open()]
+    samples = [json.loads(line) for line in samples_file(out, "propme_demo_prefix").open()]
     leaked_values, generated = set(), set()
     for row in samples:
         gen = row["trace"]["generations"][0]
