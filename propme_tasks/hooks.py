@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError, PropMeError
+from propme_metrics.core.files import DEFAULT_CACHE_DIR
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
@@ -232,7 +233,7 @@ def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language
     prompt_file, pwhere = _setting(meta, prompt_key)
     if prompt_file is not None:
         _check_path(prompt_file, pwhere, "a prompt file")
-    cache_dir, cwhere = _setting(meta, "cache_dir", Path.home() / ".cache" / "propme")
+    cache_dir, cwhere = _setting(meta, "cache_dir", DEFAULT_CACHE_DIR)
     _check_path(cache_dir, cwhere, "the prompt cache folder")
     cache = None
     try:

@@ -9,6 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+#: where PropMe caches what it computes once (prompt sets, per-source counts) unless `cache_dir` /
+#: PROPME_CACHE_DIR names another folder
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "propme"
+
 
 @contextmanager
 def atomic_output(path: str | Path, mode: str = "w") -> Iterator[IO]:

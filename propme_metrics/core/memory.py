@@ -13,6 +13,11 @@ def available_memory() -> int:
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    return total_memory()
+
+
+def total_memory() -> int:
+    """Bytes of RAM the machine has (8 GiB when unknown)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):

@@ -29,7 +29,7 @@ from propme_metrics import __version__
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import BuildError, ConfigError, IndexFormatError
 from propme_metrics.core.files import open_locked, write_atomic
-from propme_metrics.core.memory import available_memory
+from propme_metrics.core.memory import available_memory, total_memory
 from propme_metrics.core.progress import progress_bar, rate
 from propme_metrics.index.format import pointer_size, pointers
 from propme_metrics.index.manifest import (
@@ -405,7 +405,7 @@ def _plan(tokens: int, basis: str, width: int, num_shards: int, cpus: int, mem_b
         announce(estimate.describe() + (f"; tokenizing its longest document ({longest_bytes / 2**20:,.1f} MiB) "
                                         f"takes about {tokenize_memory / 2**30:,.1f} GiB of memory"
                                         if tokenize_memory > 2**28 else ""))
-    check_shard_memory(estimate.tokens_per_shard, width, num_shards, mem_bytes, _ram_bytes(), sa_builder, basis)
+    check_shard_memory(estimate.tokens_per_shard, width, num_shards, mem_bytes, total_memory(), sa_builder, basis)
 
 
 def build_params(source: dict[str, Any], tokenizer: str, revision: str | None, tok_sha256: str, width: int,
@@ -770,15 +770,8 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _ram_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 8 * 2**30
-
-
 def _half_of_ram() -> int:
-    return _ram_bytes() // 2
+    return total_memory() // 2
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.core.files import write_atomic
+from propme_metrics.core.files import DEFAULT_CACHE_DIR, write_atomic
 from propme_metrics.index.format import document_lengths, metadata_line, parse_metadata
 from propme_metrics.index.manifest import IndexManifest, shard_file
 from propme_metrics.index.sources import CorpusSource
@@ -91,7 +91,7 @@ def manifest_source_field(manifest: IndexManifest) -> str:
 
 
 def _cache_paths(folder: Path, identity: str) -> list[Path]:
-    cache = Path(os.environ.get("PROPME_CACHE_DIR") or Path.home() / ".cache" / "propme")
+    cache = Path(os.environ.get("PROPME_CACHE_DIR") or DEFAULT_CACHE_DIR)
     return [folder / CACHE_NAME, cache / "source-counts" / f"{identity}.json"]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.metrics.pm import percentile_bounds, resample_indices
 
 #: the sample counts n of the `discoverable@n` metrics, and the probability p they are computed at
 DISCOVERABLE_N = (1, 10, 100, 1_000, 10_000)
@@ -27,8 +28,6 @@ N_KEY, P_KEY = "discoverable_n", "discoverable_p"
 MEASURE_KEY, LIKELIHOOD = "measure", "likelihood"
 SUBTASK_SUFFIX = "prefix_likelihood"
 LN10 = math.log(10.0)
-# Bootstrap index matrices are drawn in chunks of at most this many entries to bound memory.
-_CHUNK_ENTRIES = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -141,16 +140,10 @@ def bootstrap_documents(columns: Mapping[str, Sequence[float]], statistics: Mapp
     point = {k: float(statistics[k](v)) for k, v in data.items()}
     if not iters:
         return {k: Estimate(v) for k, v in point.items()}
-    rng = np.random.default_rng(seed)
     samples = {k: np.empty(iters) for k in data}
-    chunk = max(1, _CHUNK_ENTRIES // n)
-    for start in range(0, iters, chunk):
-        idx = rng.integers(0, n, size=(min(chunk, iters - start), n))
+    start = 0
+    for idx in resample_indices(n, iters, np.random.default_rng(seed)):
         for k, v in data.items():
             samples[k][start:start + len(idx)] = statistics[k](v[idx], axis=1)
-    alpha = 1 - confidence
-    out = {}
-    for k, s in samples.items():
-        low, high = np.quantile(s, [alpha / 2, 1 - alpha / 2])
-        out[k] = Estimate(point[k], float(low), float(high))
-    return out
+        start += len(idx)
+    return {k: Estimate(point[k], *percentile_bounds(s, confidence)) for k, s in samples.items()}

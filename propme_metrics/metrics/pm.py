@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
@@ -84,22 +84,34 @@ def _resampled_ratios(
         raise ValueError("cannot bootstrap a setting with no prompts")
     num = np.array([s.numerator for s in stats], dtype=float)
     den = np.array([s.denominator for s in stats], dtype=float)
-    n = len(stats)
-    chunk = max(1, _CHUNK_ENTRIES // n)
     out = np.empty(iters)
-    for start in range(0, iters, chunk):
-        idx = rng.integers(0, n, size=(min(chunk, iters - start), n))
+    start = 0
+    for idx in resample_indices(len(stats), iters, rng):
         num_sum, den_sum = num[idx].sum(axis=1), den[idx].sum(axis=1)
         out[start : start + len(idx)] = np.divide(
             num_sum, den_sum, out=np.zeros_like(num_sum), where=den_sum > 0
         )
+        start += len(idx)
     return out
 
 
-def _percentile_interval(estimate: float, samples: np.ndarray, confidence: float) -> Interval:
+def resample_indices(n: int, iters: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """`iters` bootstrap resamples of `n` units (rows of `n` indices drawn with replacement), in
+    chunks that keep memory bounded; every bootstrap of PropMe draws through it."""
+    chunk = max(1, _CHUNK_ENTRIES // n)
+    for start in range(0, iters, chunk):
+        yield rng.integers(0, n, size=(min(chunk, iters - start), n))
+
+
+def percentile_bounds(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The percentile interval's ends: the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles."""
     alpha = 1 - confidence
     low, high = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
-    return Interval(estimate, float(low), float(high))
+    return float(low), float(high)
+
+
+def _percentile_interval(estimate: float, samples: np.ndarray, confidence: float) -> Interval:
+    return Interval(estimate, *percentile_bounds(samples, confidence))
 
 
 def bootstrap_metric(
