@@ -111,8 +111,11 @@ def install() -> None:
     error hook of the `lm_eval` command is set either way (tasks given by --include_path need it too)."""
     if running_lm_eval() and sys.excepthook is sys.__excepthook__:
         sys.excepthook = _print_propme_errors
-    if os.environ.get(ENV_SWITCH, "1").lower() in ("0", "false", "no", "off"):
-        return
+    if os.environ.get(ENV_SWITCH, "").strip():  # read only when set: start-up stays stdlib-only
+        from propme_metrics.core.switches import env_switch
+
+        if not env_switch(ENV_SWITCH, default=True):
+            return
     module = sys.modules.get(_TARGET)
     if module is not None:
         patch_task_manager(module)

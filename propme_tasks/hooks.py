@@ -17,6 +17,7 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError, PropMeError
 from propme_metrics.core.files import DEFAULT_CACHE_DIR
+from propme_metrics.core.switches import FALSE_WORDS, TRUE_WORDS, parse_bool
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
@@ -95,14 +96,13 @@ def _typed(raw: Any, kind: type) -> Any:
 
 
 def _bool_setting(meta: dict[str, Any], key: str) -> bool:
-    """A yes/no setting (metadata or PROPME_<KEY>): true, 1, yes or on; false, 0, no, off or unset."""
+    """A yes/no setting (metadata or PROPME_<KEY>, `core.switches.parse_bool`); unset is false."""
     raw, where = _setting(meta, key, False)
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off", ""):
-        return False
-    raise TaskConfigError(f"{where or key} must be true or false, not {raw!r}")
+    try:
+        return parse_bool(raw)
+    except ValueError:
+        raise TaskConfigError(f"{where or key} must be true or false ({', '.join(TRUE_WORDS)} / "
+                              f"{', '.join(FALSE_WORDS)}), not {raw!r}") from None
 
 
 def trace_config(meta: dict[str, Any]) -> TraceConfig:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from propme_metrics.core.errors import PropMeError
 from propme_metrics.core.progress import stderr_console, terminal
+from propme_metrics.core.switches import env_switch
 from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED
 
@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         return _report_error(f"cannot read or write{where}: {exc.strerror or exc}",
                              "check free disk space, permissions and the path, then re-run the same command", 2)
     except Exception as exc:  # anything else is a bug: one paragraph, the traceback on request
-        if os.environ.get("PROPME_DEBUG") == "1":
+        if env_switch("PROPME_DEBUG", default=False):
             raise
         return _report_error(
             f"`propme {args.command}` failed unexpectedly ({type(exc).__module__}.{type(exc).__name__}: "

@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.switches import parse_bool
 
 AUTO, NONE, LITERAL = "auto", "none", "literal"
 #: Model-argument keys that name the model's tokenizer, in the order lm-eval's loaders use them:
@@ -60,15 +61,15 @@ class ModelTokenizerSpec:
     add_bos_token: bool | None = None
 
 
-def _as_bool(value: Any) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"add_bos_token / trust_remote_code must be true or false, not {value!r}")
+def _as_bool(meta: dict[str, Any], key: str) -> bool | None:
+    """A yes/no model argument (`core.switches.parse_bool`), None when absent."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    try:
+        return parse_bool(value)
+    except ValueError:
+        raise ConfigError(f"model argument {key} must be true or false, not {value!r}") from None
 
 
 def model_tokenizer_spec(meta: dict[str, Any]) -> ModelTokenizerSpec | None:
@@ -84,12 +85,12 @@ def model_tokenizer_spec(meta: dict[str, Any]) -> ModelTokenizerSpec | None:
             revision = next((str(meta[k]) for k in REVISION_KEYS if meta.get(k) not in (None, "")), None)
             kwargs: dict[str, Any] = {}
             if meta.get("trust_remote_code") is not None:
-                kwargs["trust_remote_code"] = _as_bool(meta["trust_remote_code"])
+                kwargs["trust_remote_code"] = _as_bool(meta, "trust_remote_code")
             if meta.get("subfolder"):
                 kwargs["subfolder"] = str(meta["subfolder"])
             if meta.get("use_fast_tokenizer") is not None:
-                kwargs["use_fast"] = _as_bool(meta["use_fast_tokenizer"])
-            add_bos = _as_bool(meta.get("add_bos_token"))
+                kwargs["use_fast"] = _as_bool(meta, "use_fast_tokenizer")
+            add_bos = _as_bool(meta, "add_bos_token")
             if add_bos is not None:
                 kwargs["add_bos_token"] = add_bos
             return ModelTokenizerSpec(value.strip(), key, revision, tuple(sorted(kwargs.items())), add_bos)

@@ -190,6 +190,8 @@ class _Reads:
                 return self._add(self.env, call.args[0], scope)
         if isinstance(f, ast.Attribute) and f.attr == "getenv" and _is_name(f.value, "os"):
             return self._add(self.env, call.args[0], scope)
+        if _is_name(f, "env_switch") and call.args:  # core.switches.env_switch(NAME, default)
+            return self._add(self.env, call.args[0], scope)
         if not meta or not any(_is_name(a, meta) for a in call.args):
             return
         callee = scope.resolve(f)
