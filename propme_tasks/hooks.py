@@ -226,7 +226,7 @@ def _truncated(index, prompt: str, max_tokens: int) -> str:
 
 def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language: str | None, seed: int):
     """The prompt set of a prompted setting: the configured file, the cache, or built and cached."""
-    from propme_metrics.prompts.build import build_prompt_set, load_prompt_set, write_prompt_set
+    from propme_metrics.prompts.build import build_prompt_set, cache_tag, load_prompt_set, write_prompt_set
 
     n = _int_setting(meta, "n_prompts", DEFAULT_N_PROMPTS)
     prompt_key = f"{corpus}_{setting}_prompts"
@@ -241,7 +241,7 @@ def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language
             return load_prompt_set(prompt_file, index=index, setting=setting)
         cache = Path(cache_dir) / "prompts"
         cache.mkdir(parents=True, exist_ok=True)
-        prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}-{_source_tag(setting, language)}.jsonl"
+        prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}-{cache_tag(setting, language)}.jsonl"
         pwhere = "the prompt cache"
         if prompt_file.exists():
             return load_prompt_set(prompt_file, index=index, setting=setting)
@@ -255,17 +255,6 @@ def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language
             raise TaskConfigError(f"cannot create the prompt cache {cache} (metadata key 'cache_dir' or "
                                   f"PROPME_CACHE_DIR): {exc.strerror or exc}; point it at a writable folder") from None
         raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
-
-
-def _source_tag(setting: str, language: str | None) -> str:
-    """Names what a cached prompt set was built from, so a changed built-in set is rebuilt."""
-    import hashlib
-
-    from propme_metrics import __version__
-    from propme_metrics.prompts.build import builtin_file_bytes
-
-    payload = builtin_file_bytes(language) if setting != "prefix" and language else b""
-    return hashlib.sha256(__version__.encode() + b"|" + payload).hexdigest()[:10]
 
 
 def _doc_tracer(doc: dict[str, Any]) -> Tracer:

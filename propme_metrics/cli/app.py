@@ -14,7 +14,7 @@ from propme_metrics.core.errors import PropMeError
 from propme_metrics.core.progress import stderr_console, terminal
 from propme_metrics.core.switches import env_switch
 from propme_metrics.metrics import registry
-from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED
+from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PREFIX, PROMPTED_SETTINGS
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -221,6 +221,7 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
     from propme_metrics.prompts.build import (
+        SPAN_THRESHOLD,
         build_prompt_set,
         eligible_documents,
         overlap_profile,
@@ -235,13 +236,13 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
                           candidates=args.candidates, progress=not args.quiet)
     out = write_prompt_set(ps, args.out)
     rows = [(f"{args.setting} ({ps.manifest['source']['kind']})", ps.manifest["overlap_profile"])]
-    if args.setting != "prefix":
+    if args.setting != PREFIX:
         n_ref = min(args.n, len(eligible_documents(index, ps.manifest["min_doc_tokens"])))
-        ref = (overlap_profile(build_prompt_set(index, "prefix", n=n_ref, seed=args.seed).records)
+        ref = (overlap_profile(build_prompt_set(index, PREFIX, n=n_ref, seed=args.seed).records)
                if n_ref else None)
         rows.append(("prefix (reference)", ref))
     table = Table(title=f"overlap with index {index.manifest.identity} (longest span in tokens)")
-    for col in ("prompt set", "n", "mean span", "max span", "span >= 10"):
+    for col in ("prompt set", "n", "mean span", "max span", f"span >= {SPAN_THRESHOLD}"):
         table.add_column(col, justify="left" if col == "prompt set" else "right", no_wrap=True)
     for name, prof in rows:
         if prof is None:
@@ -252,7 +253,7 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
     console = terminal()
     console.print(table)
     rejected = ps.manifest["rejected"]
-    if args.setting != "prefix":
+    if args.setting != PREFIX:
         console.print(f"{len(rejected)} candidate(s) rejected" + (":" if rejected else ""), highlight=False)
         for r in rejected[:5]:
             console.print(Text(f"  {r['id']}: {r['reason']}: {r['prompt'][:80]!r}"), highlight=False)
@@ -276,7 +277,7 @@ def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
                                     "index, spread evenly over domains. Prints the set's overlap profile next "
                                     "to that of a prefix set of the same index.")
     b.add_argument("--index", required=True, help="index folder")
-    b.add_argument("--setting", required=True, choices=("generic", "specific", "prefix"), help="prompt setting")
+    b.add_argument("--setting", required=True, choices=PROMPTED_SETTINGS, help="prompt setting")
     b.add_argument("--out", required=True, help="prompt file to write (FILE.jsonl; sidecar FILE.jsonl.manifest.json)")
     b.add_argument("--n", type=_positive, default=DEFAULT_N_PROMPTS, help="number of prompts")
     b.add_argument("--seed", type=_natural, default=DEFAULT_PROMPT_SEED, help="sampling seed")

@@ -1,8 +1,8 @@
 """Prompt sets for the three prompted settings (docs/method.md, prompt settings): `generic`, `specific` and `prefix`.
 
-* `prefix` (capability): documents of at least `min_doc_tokens` (100) index tokens are sampled
-  from the index with `numpy.random.default_rng(seed)`; the prompt is the decoded first
-  `prefix_tokens` (50) tokens, and the next `continuation_tokens` (50) are kept as the true
+* `prefix` (capability): documents of at least `min_doc_tokens` (PREFIX_MIN_DOC_TOKENS) index tokens
+  are sampled from the index with `numpy.random.default_rng(seed)`; the prompt is the decoded first
+  `prefix_tokens` (PREFIX_TOKENS) tokens, and the next `continuation_tokens` (CONTINUATION_TOKENS) are kept as the true
   continuation so that discoverable extraction can be scored.
 * `generic` / `specific` (propensity): prompts come from a candidates file (plain text, one per
   line, or JSONL objects with a "prompt" field) or from the built-in sets shipped in
@@ -40,12 +40,15 @@ from propme_metrics.prompts.settings import (
     CONTINUATION_TOKENS,
     DEFAULT_N_PROMPTS,
     DEFAULT_PROMPT_SEED,
+    PREFIX,
     PREFIX_MIN_DOC_TOKENS,
     PREFIX_TOKENS,
     PROMPTED_SETTINGS,
 )
 
 PROMPTS_FORMAT = "propme-prompts/1"
+#: bump when the same index, setting, n and seed would give other prompts (keys the prompt cache)
+PROMPT_RULES_VERSION = 1
 SPAN_THRESHOLD = 10  # the overlap profile's "share of prompts with a span of 10+ tokens"
 SIDECAR_SUFFIX = ".manifest.json"
 _LANGUAGE_RE = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?$")
@@ -115,9 +118,13 @@ def _builtin_file(language: str):
     return _builtin_dir() / f"{language}.jsonl"
 
 
-def builtin_file_bytes(language: str) -> bytes:
-    """The shipped prompt file of `language`, as bytes (to fingerprint what a set was built from)."""
-    return _builtin_file(language).read_bytes()
+def cache_tag(setting: str, language: str | None) -> str:
+    """What a cached prompt set depends on beyond its index, setting, n and seed: the file format,
+    the selection rules and, for the built-in prompts, the shipped file. A change to any of them
+    names another cache file, so an old set is rebuilt rather than reused."""
+    payload = _builtin_file(language).read_bytes() if setting != PREFIX and language else b""
+    key = f"{PROMPTS_FORMAT}|rules{PROMPT_RULES_VERSION}|".encode() + payload
+    return hashlib.sha256(key).hexdigest()[:10]
 
 
 def builtin_prompts(language: str) -> list[dict[str, Any]]:
@@ -326,7 +333,7 @@ def overlap_profile(records: Iterable[PromptRecord]) -> dict[str, Any]:
 # building
 
 
-def eligible_documents(index, min_doc_tokens: int = 100) -> np.ndarray:
+def eligible_documents(index, min_doc_tokens: int = PREFIX_MIN_DOC_TOKENS) -> np.ndarray:
     """doc_ix (sorted) of the documents with at least `min_doc_tokens` tokens."""
     return np.flatnonzero(np.asarray(index.document_lengths) >= min_doc_tokens)
 
@@ -358,7 +365,7 @@ def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int 
     n = int(n)
     rejected: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
-    if setting == "prefix":
+    if setting == PREFIX:
         records = _build_prefix(index, n, seed, language, prefix_tokens, continuation_tokens, min_doc_tokens,
                                 progress)
         source: dict[str, Any] = {"kind": "index"}
@@ -436,7 +443,7 @@ def _build_prefix(index, n, seed, language, prefix_tokens, continuation_tokens, 
             prompt = index.decode(prompt_ids)
             meta = doc.meta
             records.append(PromptRecord(
-                id=f"prefix-{identity}-{int(doc_ix)}", prompt=prompt, setting="prefix",
+                id=f"prefix-{identity}-{int(doc_ix)}", prompt=prompt, setting=PREFIX,
                 domain=meta.get("source"), language=language if language is not None else meta.get("language"),
                 longest_span=len(prompt_ids), longest_span_count=index.count(prompt_ids), longest_span_text=prompt,
                 source_doc={"doc_ix": int(doc_ix), "shard": doc.shard, "metadata": meta},

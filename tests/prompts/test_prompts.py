@@ -304,3 +304,22 @@ def test_cli_prompts_build(synthetic_index, synthetic_records, tmp_path, capsys)
     rc = main(["prompts", "build", "--index", str(synthetic_index), "--setting", "specific",
                "--candidates", str(tmp_path / "empty.txt"), "--out", str(tmp_path / "x.jsonl"), "--quiet"])
     assert rc == 2 and not (tmp_path / "x.jsonl").exists()
+
+
+def test_cache_tag_follows_format_rules_and_builtin_file_not_the_release(monkeypatch):
+    """The prompt cache is keyed on what the prompts depend on: a release that changes none of it
+    reuses the cached sets; a new format, new selection rules or an edited built-in file do not."""
+    import propme_metrics
+    from propme_metrics.prompts import build
+
+    tags = {(s, lang): build.cache_tag(s, lang) for s in ("generic", "specific", "prefix") for lang in ("da", "en")}
+    assert tags[("prefix", "da")] == tags[("prefix", "en")]  # prefix prompts come from the index alone
+    assert len({tags[("generic", "da")], tags[("generic", "en")], tags[("prefix", "da")]}) == 3
+    monkeypatch.setattr(propme_metrics, "__version__", "99.0.0")
+    assert build.cache_tag("generic", "da") == tags[("generic", "da")]
+    monkeypatch.setattr(build, "PROMPT_RULES_VERSION", build.PROMPT_RULES_VERSION + 1)
+    assert build.cache_tag("generic", "da") != tags[("generic", "da")]
+    assert build.cache_tag("prefix", None) != tags[("prefix", "da")]
+    monkeypatch.undo()
+    monkeypatch.setattr(build, "PROMPTS_FORMAT", "propme-prompts/2")
+    assert build.cache_tag("prefix", None) != tags[("prefix", "da")]
