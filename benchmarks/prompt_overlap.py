@@ -2,9 +2,9 @@
 
     python benchmarks/prompt_overlap.py [--tokens 2000000] [--work DIR] [--repeat 3]
 
-Every prompt candidate is checked for its longest span in the corpus (`prompts.build.longest_span`).
+Every prompt candidate is checked for its longest span in the corpus (`prompts.build.longest_overlap`).
 PropMe once did this with two pointers over the prompt and one infini-gram engine `count` per step
-(about 2L counts for L tokens); it now asks `IndexSearch.longest_span`, the longest match at every
+(about 2L counts for L tokens); it now asks `IndexSearch.longest_match_bounds`, the longest match at every
 start in one vectorized search, as the tracer does. This script times both on the same prompts (the
 built-in English and Danish candidates, plus passages copied from and edited out of the corpus, so
 that long spans occur), checks that they give the same (length, count, span) for every prompt, and
@@ -35,7 +35,7 @@ def _trace_benchmark():
     return module
 
 
-def engine_longest_span(index, ids: list[int]) -> tuple[int, int, list[int]]:
+def engine_longest_overlap(index, ids: list[int]) -> tuple[int, int, list[int]]:
     """The former method: two pointers, one engine count per step (if ids[i:j] occurs, so does ids[i+1:j])."""
     count = lambda q: index.engine.count(input_ids=q)["count"]  # noqa: E731
     best_len, best_start, end = 0, 0, 0
@@ -88,7 +88,7 @@ def main() -> None:
     args = p.parse_args()
 
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import longest_span
+    from propme_metrics.prompts.build import longest_overlap
     from support.corpora import gpt2_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
@@ -98,10 +98,10 @@ def main() -> None:
     index = open_index(_trace_benchmark().build(args.work, args.tokens, tok, f"index-{args.tokens // 1_000_000}M"))
     prompts = candidates(index, args.corpus_prompts, args.seed)
     index.engine  # noqa: B018 - both paths opened before timing
-    longest_span(index, prompts[0])
-    engine_longest_span(index, prompts[0])
-    base_s, base = best_of(args.repeat, lambda ids: engine_longest_span(index, ids), prompts)
-    new_s, new = best_of(args.repeat, lambda ids: longest_span(index, ids), prompts)
+    longest_overlap(index, prompts[0])
+    engine_longest_overlap(index, prompts[0])
+    base_s, base = best_of(args.repeat, lambda ids: engine_longest_overlap(index, ids), prompts)
+    new_s, new = best_of(args.repeat, lambda ids: longest_overlap(index, ids), prompts)
     same = sum(a == b for a, b in zip(base, new))
     tokens = sum(map(len, prompts))
     print(f"index: {index.manifest.total_tokens:,} tokens; {len(prompts)} prompts, {tokens:,} tokens, "
@@ -109,7 +109,7 @@ def main() -> None:
     print("| method | s | ms/prompt | ratio to engine |")
     print("|---|---:|---:|---:|")
     print(f"| engine, two pointers (former) | {base_s:.3f} | {1000 * base_s / len(prompts):.2f} | 1.00 |")
-    print(f"| IndexSearch.longest_span (now) | {new_s:.3f} | {1000 * new_s / len(prompts):.2f} | {base_s / new_s:.1f}x faster |")
+    print(f"| IndexSearch.longest_match_bounds (now) | {new_s:.3f} | {1000 * new_s / len(prompts):.2f} | {base_s / new_s:.1f}x faster |")
     print(f"identical (length, count, span): {same} of {len(prompts)}")
     if same != len(prompts):
         sys.exit("the two methods disagree")

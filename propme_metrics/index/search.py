@@ -384,7 +384,7 @@ class IndexSearch:
             best = np.maximum(best, np.maximum(llo, lhi))
         return starts + best
 
-    def longest_span(self, ids: Sequence[int]) -> tuple[int, int]:
+    def longest_match_bounds(self, ids: Sequence[int]) -> tuple[int, int]:
         """(start, end) of the longest sub-sequence of `ids` that occurs in the corpus, the leftmost
         of equally long ones; (0, 0) when not even one token occurs."""
         if not len(ids):

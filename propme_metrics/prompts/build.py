@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -284,18 +284,27 @@ def _rejection(cid: str, line: int | None, prompt: str, reason: str, span: int |
 # overlap with the index
 
 
-def longest_span(index, ids: Iterable[int]) -> tuple[int, int, list[int]]:
-    """Longest contiguous sub-sequence of `ids` that occurs in the corpus: (length, count, ids).
+class Overlap(NamedTuple):
+    """The longest contiguous piece of a prompt's tokens that occurs in the corpus."""
 
-    The tracer's search (`IndexSearch.longest_span`: the longest match at every start, all starts
-    in one vectorized search); ties go to the leftmost span; (0, 0, []) when not even one token occurs.
+    length: int
+    count: int       #: its occurrences in the corpus
+    ids: list[int]
+
+
+def longest_overlap(index, ids: Iterable[int]) -> Overlap:
+    """The longest contiguous sub-sequence of `ids` that occurs in the corpus.
+
+    The tracer's search (`IndexSearch.longest_match_bounds`: the longest match at every start, all
+    starts in one vectorized search); ties go to the leftmost piece; (0, 0, []) when not even one
+    token occurs.
     """
     ids = [int(t) for t in ids]
-    start, end = index.search.longest_span(ids)
+    start, end = index.search.longest_match_bounds(ids)
     if end == start:
-        return 0, 0, []
+        return Overlap(0, 0, [])
     span = ids[start:end]
-    return end - start, index.count(span), span
+    return Overlap(end - start, index.count(span), span)
 
 
 def _token_variants(index, prompt: str) -> list[list[int]]:
@@ -309,14 +318,14 @@ def _token_variants(index, prompt: str) -> list[list[int]]:
 
 def check_prompt(index, prompt: str) -> tuple[bool, int, int, str]:
     """(occurs verbatim, longest span, its count, its text) of `prompt` against the index."""
-    verbatim, best = False, (0, 0, [])
+    verbatim, best = False, Overlap(0, 0, [])
     for ids in _token_variants(index, prompt):
-        length, count, span = longest_span(index, ids)
-        if length == len(ids):
+        overlap = longest_overlap(index, ids)
+        if overlap.length == len(ids):
             verbatim = True
-        if length > best[0]:
-            best = (length, count, span)
-    return verbatim, best[0], best[1], index.decode(best[2]) if best[2] else ""
+        if overlap.length > best.length:
+            best = overlap
+    return verbatim, best.length, best.count, index.decode(best.ids) if best.ids else ""
 
 
 def overlap_profile(records: Iterable[PromptRecord]) -> dict[str, Any]:

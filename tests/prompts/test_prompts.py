@@ -19,7 +19,7 @@ from propme_metrics.prompts.build import (
     builtin_prompts,
     candidate_id,
     load_prompt_set,
-    longest_span,
+    longest_overlap,
     overlap_profile,
     sidecar_path,
     write_prompt_set,
@@ -114,7 +114,7 @@ def test_longest_span_matches_brute_force(index, synthetic_records):
         ids = index.encode(text)
         best = max((j - i for i in range(len(ids)) for j in range(i + 1, len(ids) + 1)
                     if index.count(ids[i:j]) > 0), default=0)
-        length, count, span = longest_span(index, ids)
+        length, count, span = longest_overlap(index, ids)
         assert length == best == len(span), text
         assert count == (index.count(span) if span else 0)
         if span:
