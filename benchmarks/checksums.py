@@ -30,7 +30,8 @@ from index_build import write_corpus  # noqa: E402
 
 import propme_metrics.index.reader as index_module  # noqa: E402
 from propme_metrics.core.checksums import checksum_files, file_digest  # noqa: E402
-from propme_metrics.index.build import build_index, index_file_names  # noqa: E402
+from propme_metrics.index.build import build_index  # noqa: E402
+from propme_metrics.index.format import index_file_names  # noqa: E402
 from propme_metrics.index.reader import open_index, verify_index  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402

@@ -36,9 +36,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
-from propme_metrics.index.build import _half_of_ram, build_index, build_suffix_array  # noqa: E402
-from propme_metrics.index.manifest import shard_file  # noqa: E402
+from propme_metrics.index.build import build_index, default_build_memory  # noqa: E402
+from propme_metrics.index.format import shard_file  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
+from propme_metrics.index.suffix_array import build_suffix_array  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
 from support.corpora import gpt2_tokenizer  # noqa: E402
 
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="propme-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     cpus = args.cpus or os.cpu_count() or 1
-    mem_bytes = _half_of_ram()
+    mem_bytes = default_build_memory()
     try:
         tok_dir = gpt2_tokenizer(workdir / "gpt2-tokenizer")
         tok = load_tokenizer(str(tok_dir))

@@ -26,11 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # suppor
 
 
 def run_builder(ds: str, out: str, builder: str) -> None:
-    from propme_metrics.index.build import _half_of_ram, build_suffix_array
+    from propme_metrics.index.build import default_build_memory
+    from propme_metrics.index.suffix_array import build_suffix_array
 
     ds_path = Path(ds)
     t = time.perf_counter()
-    build_suffix_array(ds_path, Path(out), 2, os.cpu_count() or 1, _half_of_ram(), Path(out + ".tmp"), builder=builder)
+    build_suffix_array(ds_path, Path(out), 2, os.cpu_count() or 1, default_build_memory(), Path(out + ".tmp"), builder=builder)
     seconds = time.perf_counter() - t
     # VmHWM is this process's own peak (ru_maxrss would carry the parent's across exec); the
     # children are rust_indexing's binaries

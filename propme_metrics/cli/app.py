@@ -139,7 +139,7 @@ def cmd_index_verify(args: argparse.Namespace) -> int:
 
 def cmd_index_join(args: argparse.Namespace) -> int:
     from propme_metrics.core.outputs import check_outputs
-    from propme_metrics.index.build import join_indexes
+    from propme_metrics.index.join import join_indexes
 
     check_outputs({"--out": args.out}, folders={f"part {p}": p for p in args.parts}, output_folders=("--out",),
                   index_outputs=("--out",))  # an existing index at --out is refused by the join itself
@@ -387,7 +387,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from propme_metrics.core.checksums import file_digest
-    from propme_metrics.core.errors import ConfigError, IndexFormatError
+    from propme_metrics.core.errors import ConfigError
     from propme_metrics.core.files import atomic_output, write_atomic
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
@@ -410,15 +410,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     index = open_index(args.index)
     manifest = index.manifest
     if args.check_tokenizer:
-        from propme_metrics.index.tokenizer import load_tokenizer, tokenizer_hash
-
-        given = tokenizer_hash(load_tokenizer(args.check_tokenizer))
-        if given != manifest.tokenizer.sha256:
-            raise IndexFormatError(
-                f"tokenizer {args.check_tokenizer!r} (sha256 {given[:12]}) is not the index's tokenizer "
-                f"{manifest.tokenizer.name!r} (sha256 {manifest.tokenizer.sha256[:12]})",
-                "trace against an index built with the tokenizer you name, or leave out --tokenizer: "
-                "the index's own copy is used either way")
+        index.check_tokenizer(args.check_tokenizer)
     out, summary_path = Path(args.out), Path(args.summary)
     try:
         for path in (out, summary_path):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.index.format import pointer_size
+from propme_metrics.index.suffix_array import choose_sa_builder, divsufsort_memory
 
 TEXT_BYTES_PER_TOKEN = 4.0        #: UTF-8 bytes of text per token, for estimates from file sizes
 DOC_BYTES_PER_TOKEN = 0.25        #: offset, metaoff and metadata bytes per token (about 80 per document)
@@ -51,13 +52,11 @@ class BuildEstimate:
 def estimate_build(tokens: int, basis: str, num_shards: int, width: int, cpus: int, mem_bytes: int,
                    sa_builder: str = "auto") -> BuildEstimate:
     """Disk, memory and time for `tokens` tokens split evenly into `num_shards` shards."""
-    from propme_metrics.index.build import choose_sa_builder, divsufsort_memory
-
     per_shard = -(-tokens // num_shards)
     ds_bytes = max(width, per_shard * width)
-    ptr = pointer_size(ds_bytes)
+    ptr_size = pointer_size(ds_bytes)
     builder = choose_sa_builder(ds_bytes, mem_bytes, sa_builder)
-    table = per_shard * ptr
+    table = per_shard * ptr_size
     disk = int(num_shards * (ds_bytes + table + per_shard * DOC_BYTES_PER_TOKEN))
     if builder == "divsufsort":
         memory, temp = divsufsort_memory(ds_bytes), table
@@ -73,8 +72,6 @@ def estimate_build(tokens: int, basis: str, num_shards: int, width: int, cpus: i
 def check_shard_memory(tokens_per_shard: int, width: int, num_shards: int, mem_bytes: int, ram_bytes: int,
                        sa_builder: str = "auto", basis: str = "") -> None:
     """Refuse a shard whose suffix array cannot be built in memory, naming the option that fixes it."""
-    from propme_metrics.index.build import choose_sa_builder, divsufsort_memory
-
     ds_bytes = max(width, tokens_per_shard * width)
     builder = choose_sa_builder(ds_bytes, mem_bytes, sa_builder)
     why = f" ({basis})" if basis else ""

@@ -22,8 +22,8 @@ import numpy as np
 
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.core.files import DEFAULT_CACHE_DIR, write_atomic
-from propme_metrics.index.format import document_lengths, metadata_line, parse_metadata
-from propme_metrics.index.manifest import IndexManifest, shard_file
+from propme_metrics.index.format import document_lengths, metadata_line, parse_metadata, shard_file
+from propme_metrics.index.manifest import IndexManifest
 from propme_metrics.index.sources import CorpusSource
 
 #: the metadata field that names a document's source unless the index was built with another

@@ -28,9 +28,10 @@ from propme_metrics.cli import app as cli
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import ConfigError, IndexFormatError
 from propme_metrics.demo.synthetic import generate_corpus
-from propme_metrics.index.build import build_index, choose_token_width, join_indexes, partial_dir
-from propme_metrics.index.format import pointer_size
-from propme_metrics.index.manifest import MANIFEST_NAME, SHARD_FILES, IndexManifest, shard_file
+from propme_metrics.index.build import build_index, choose_token_width
+from propme_metrics.index.format import MANIFEST_NAME, SHARD_FILES, pointer_size, shard_file, staging_dir
+from propme_metrics.index.join import join_indexes
+from propme_metrics.index.manifest import IndexManifest
 from propme_metrics.index.reader import open_index, verify_index
 from propme_metrics.index.sources import CorpusSource
 from support.corpora import make_index, word_level_tokenizer, write_jsonl
@@ -328,7 +329,7 @@ def test_forced_16bit_with_wide_vocabulary_fails(tmp_path, wide_tokenizer, wide_
     out = tmp_path / "idx"
     with pytest.raises(ConfigError, match="16-bit"):
         make_index(corpus, out, wide_tokenizer, token_width=2)
-    assert not out.exists() and not partial_dir(out).exists()
+    assert not out.exists() and not staging_dir(out).exists()
 
 
 def check_wide_index(out: Path, wide_tokenizer: Path, wide_records: list[dict]) -> None:
@@ -364,7 +365,7 @@ def test_interrupted_suffix_array_resumes_missing_shard_only(tmp_path, monkeypat
     records = list(generate_corpus(30, seed=11))
     corpus = write_jsonl(tmp_path / "c.jsonl", records)
     out = tmp_path / "idx"
-    real_sa, real_tok = build_module.build_suffix_array, build_module._tokenize
+    real_sa, real_tok = build_module.build_suffix_array, build_module.tokenize_corpus
     attempts = []
 
     def dies_on_second_shard(ds_path, sa_path, *args, **kwargs):
@@ -381,11 +382,11 @@ def test_interrupted_suffix_array_resumes_missing_shard_only(tmp_path, monkeypat
 
     sa_calls, tok_calls = [], []
     monkeypatch.setattr(build_module, "build_suffix_array", counting(real_sa, sa_calls))
-    monkeypatch.setattr(build_module, "_tokenize", counting(real_tok, tok_calls))
+    monkeypatch.setattr(build_module, "tokenize_corpus", counting(real_tok, tok_calls))
     manifest = make_index(corpus, out, gpt2_dir, num_shards=2)
     assert [Path(c[1]).name for c in sa_calls] == ["table.1"]
     assert tok_calls == []
-    assert not partial_dir(out).exists()
+    assert not staging_dir(out).exists()
     index = open_index(out)
     bf = BruteForce(tokenize_texts(gpt2_tok, [r["text"] for r in records]))
     assert manifest.total_documents == 30 and manifest.total_tokens == bf.total_tokens
@@ -408,7 +409,7 @@ def test_interrupted_tokenization_restarts_cleanly(tmp_path, gpt2_dir, gpt2_tok)
     with pytest.raises(KeyboardInterrupt):
         build_index(DiesMidway(str(corpus)), out, tokenizer=str(gpt2_dir), num_shards=2, batch_size=4,
                     progress=False, check_space=False)
-    assert shard_file(partial_dir(out), "tokenized", 0).stat().st_size > 0  # it did stop half-way
+    assert shard_file(staging_dir(out), "tokenized", 0).stat().st_size > 0  # it did stop half-way
     assert_not_an_index(out)
     manifest = build_index(CorpusSource(str(corpus)), out, tokenizer=str(gpt2_dir), num_shards=2, batch_size=4,
                            progress=False, check_space=False)
@@ -426,7 +427,7 @@ def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir
             "--batch-size", "256", "--quiet", "--skip-space-check"]
     proc = subprocess.Popen([sys.executable, "-m", "propme_metrics.cli.app", *argv], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    tokenized = shard_file(partial_dir(out), "tokenized", 0)
+    tokenized = shard_file(staging_dir(out), "tokenized", 0)
     deadline = time.time() + 120
     try:
         while not (tokenized.is_file() and tokenized.stat().st_size > 0):
@@ -448,7 +449,7 @@ def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir
     assert "2,000 documents" in out_text
     code, out_text, _ = cli_run("index", "verify", out)
     assert code == 0 and "index verified" in out_text
-    assert not partial_dir(out).exists()
+    assert not staging_dir(out).exists()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,7 +557,7 @@ def test_same_build_twice_is_a_noop(tmp_path, monkeypatch, synthetic_index, synt
     out = tmp_path / "idx"
     shutil.copytree(synthetic_index, out)
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    monkeypatch.setattr(build_module, "_tokenize", refuse("tokenization"))
+    monkeypatch.setattr(build_module, "tokenize_corpus", refuse("tokenization"))
     monkeypatch.setattr(build_module, "build_suffix_array", refuse("the suffix-array build"))
     manifest = make_index(synthetic_corpus, out, gpt2_dir, num_shards=2)
     assert manifest.to_dict() == synthetic_opened.manifest.to_dict()
@@ -761,7 +762,7 @@ def test_unreachable_hub_dataset_is_one_message(tmp_path, gpt2_dir, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "cannot open Hugging Face dataset 'no-such-org/no-such-dataset'" in err and "Traceback" not in err
-    assert not (tmp_path / "idx").exists() and not partial_dir(tmp_path / "idx").exists()
+    assert not (tmp_path / "idx").exists() and not staging_dir(tmp_path / "idx").exists()
 
 
 def test_manifest_from_a_newer_version_still_reads(synthetic_index, tmp_path):

@@ -7,7 +7,8 @@ import pytest
 from propme_metrics.cli import app as cli
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.demo.synthetic import generate_corpus
-from propme_metrics.index.build import build_index, divsufsort_memory, partial_dir
+from propme_metrics.index.build import build_index
+from propme_metrics.index.format import staging_dir
 from propme_metrics.index.sizing import (
     RUST_TOKENS_PER_RAM_BYTE,
     TEXT_BYTES_PER_TOKEN,
@@ -15,6 +16,7 @@ from propme_metrics.index.sizing import (
     estimate_build,
 )
 from propme_metrics.index.sources import CorpusSource
+from propme_metrics.index.suffix_array import divsufsort_memory
 from support.corpora import write_jsonl
 
 
@@ -54,7 +56,7 @@ def test_build_refuses_before_writing_anything(tmp_path, gpt2_dir):
         build_index(CorpusSource(str(corpus)), tmp_path / "idx", tokenizer=str(gpt2_dir), progress=False,
                     check_space=False, mem_bytes=1000, sa_builder="divsufsort")
     assert "--shards" in err.value.hint
-    assert not (tmp_path / "idx").exists() and not partial_dir(tmp_path / "idx").exists()
+    assert not (tmp_path / "idx").exists() and not staging_dir(tmp_path / "idx").exists()
 
 
 def test_cli_prints_the_estimate_first(tmp_path, gpt2_dir, capsys):
