@@ -47,7 +47,7 @@ from propme_metrics.index.install import (
     write_errors,
 )
 from propme_metrics.index.manifest import IndexManifest, ShardInfo, TokenizerInfo
-from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE, ShardWriter, tokenize_corpus
+from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE, ShardWriter, WrittenShards, tokenize_corpus
 from propme_metrics.index.sizing import (
     TEXT_BYTES_PER_TOKEN,
     check_document_memory,
@@ -73,6 +73,8 @@ PHASES = ("tokenize", "suffix_array", "toplevel", "manifest", "install")
 
 #: `on_phase(name, seconds)`: told after each phase of a build how long it took (for timings)
 PhaseCallback = Callable[[str, float], None]
+#: `write_shards(writer, bar)`: fills the shard writer and returns `writer.finish()` (default: tokenize the source)
+ShardFiller = Callable[[ShardWriter, Any], WrittenShards]
 
 
 def choose_token_width(max_id: int, requested: int | None) -> int:
@@ -120,6 +122,7 @@ class BuildPlan:
     params_hash: str
     announce: Callable[[str], None] | None = None
     on_phase: PhaseCallback | None = None
+    write_shards: ShardFiller | None = None
 
     @property
     def work(self) -> Path:
@@ -135,9 +138,12 @@ def plan_build(source: CorpusSource, out: str | Path, tokenizer: str = DEFAULT_T
                tokenizer_revision: str | None = None, num_shards: int = 1, shard_ids: Iterable[int] | None = None,
                token_width: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, cpus: int | None = None,
                mem_bytes: int | None = None, force: bool = False, check_space: bool = True, progress: bool = True,
-               sa_builder: str = "auto", announce=None, on_phase: PhaseCallback | None = None) -> BuildPlan:
+               sa_builder: str = "auto", announce=None, on_phase: PhaseCallback | None = None,
+               write_shards: ShardFiller | None = None) -> BuildPlan:
     """The preamble of every build (local or Ray): check the options and `--out` against the corpus,
-    load the tokenizer, choose the token width and identify the build."""
+    load the tokenizer, choose the token width and identify the build. `write_shards` stands in for
+    tokenizing the source, for a caller that has the token ids already (a benchmark's generated
+    corpus); the build's identity is still the source's."""
     out = real_out(Path(out))
     if num_shards < 1:
         raise ConfigError("--shards must be at least 1")
@@ -159,7 +165,7 @@ def plan_build(source: CorpusSource, out: str | Path, tokenizer: str = DEFAULT_T
                      batch_size=batch_size, cpus=cpus or os.cpu_count() or 1,
                      mem_bytes=mem_bytes or default_build_memory(), force=force, check_space=check_space,
                      progress=progress, sa_builder=sa_builder, params=params, params_hash=params_hash,
-                     announce=announce, on_phase=on_phase)
+                     announce=announce, on_phase=on_phase, write_shards=write_shards)
 
 
 def build_index(source: CorpusSource, out: str | Path, tokenizer: str = DEFAULT_TOKENIZER, **options) -> IndexManifest:
@@ -264,7 +270,8 @@ def _run_steps(plan: BuildPlan, state: dict[str, Any]) -> dict[str, dict[str, in
                 return tok(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
 
             try:
-                written = tokenize_corpus(plan.source, writer, encode, plan.num_shards, plan.batch_size, bar)
+                written = (plan.write_shards(writer, bar) if plan.write_shards is not None else
+                           tokenize_corpus(plan.source, writer, encode, plan.num_shards, plan.batch_size, bar))
             except ConfigError:  # a corpus problem: nothing worth resuming
                 shutil.rmtree(work, ignore_errors=True)
                 raise

@@ -68,12 +68,16 @@ class ShardWriter:
         self.close_files()
 
     def write(self, sid: int, metadata: Sequence[dict[str, Any]], ids: Sequence[Sequence[int]]) -> int:
-        """Append documents (their metadata and token ids) to shard `sid`; returns the tokens written."""
+        """Append documents (their metadata and token ids: lists or arrays) to shard `sid`; returns
+        the tokens written."""
         dtype, width = self.layout.dtype, self.width
         lengths = np.array([len(x) + 1 for x in ids], dtype=np.uint64)
         flat = np.full(int(lengths.sum()), self.layout.separator, dtype=dtype)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-        body = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=len(flat) - len(ids))
+        if isinstance(ids[0], np.ndarray):
+            body = np.concatenate(ids).astype(dtype, copy=False)
+        else:  # lists from the tokenizer: one pass over them, no array per document
+            body = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=len(flat) - len(ids))
         mask = np.ones(len(flat), dtype=bool)
         mask[starts] = False
         flat[mask] = body

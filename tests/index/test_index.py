@@ -679,6 +679,70 @@ def test_exclude_sources_and_keep_fields(tmp_path, gpt2_dir, gpt2_tok, cli_run):
     assert_counts_match(index, bf, all_short_ngrams(bf, 2))
 
 
+def _corpus_source_counts(records, tok) -> dict[str, dict[str, int]]:
+    """Documents and tokens per source counted straight from the input records (the oracle)."""
+    counts: dict[str, dict[str, int]] = {}
+    for r, ids in zip(records, tokenize_texts(tok, [r["text"] for r in records])):
+        name = r["source"] if r.get("source") else "unknown"
+        entry = counts.setdefault(name, {"documents": 0, "tokens": 0})
+        entry["documents"] += 1
+        entry["tokens"] += len(ids)
+    return counts
+
+
+def test_source_counts_are_counted_while_writing_and_add_up_over_a_join(tmp_path, monkeypatch, gpt2_dir, gpt2_tok,
+                                                                      cli_run):
+    """The shard writer's per-source counts equal the corpus' (a document without a source is
+    'unknown'), the on-demand count of the finished files, a build resumed from a tokenization
+    that did not count them, and a join of the shards built apart: the sum of its parts."""
+    from propme_metrics.core.errors import BuildError
+    from propme_metrics.index.format import STATE_NAME
+    from propme_metrics.index.source_counts import count_sources
+
+    records = list(generate_corpus(45, seed=41))
+    for i, r in enumerate(records):
+        if i % 9 == 0:
+            del r["source"]
+        elif i % 9 == 4:
+            r["source"] = ""
+    corpus = write_jsonl(tmp_path / "c.jsonl", records)
+    expected = _corpus_source_counts(records, gpt2_tok)
+    assert "unknown" in expected and len(expected) >= 3
+
+    whole = make_index(corpus, tmp_path / "whole", gpt2_dir, num_shards=3)
+    assert whole.source_counts == expected and list(whole.source_counts) == sorted(expected)
+    assert count_sources(tmp_path / "whole", range(3), whole.token_width, "source") == expected
+
+    parts = [tmp_path / f"part{sid}" for sid in range(3)]
+    part_counts = [make_index(corpus, part, gpt2_dir, num_shards=3, shard_ids=[sid]).source_counts
+                   for sid, part in enumerate(parts)]
+    for sid, counts in enumerate(part_counts):  # document i goes to shard i mod 3
+        assert counts == _corpus_source_counts(records[sid::3], gpt2_tok)
+    summed: dict[str, dict[str, int]] = {}
+    for counts in part_counts:
+        for name, c in counts.items():
+            entry = summed.setdefault(name, {"documents": 0, "tokens": 0})
+            entry["documents"] += c["documents"]
+            entry["tokens"] += c["tokens"]
+    code, _, err = cli_run("index", "join", *parts, "--out", tmp_path / "joined")
+    assert code == 0, err
+    assert IndexManifest.read(tmp_path / "joined").source_counts == summed == expected
+
+    # a build resumed from a tokenization that did not record the counts counts the written files
+    def dies(*args, **kwargs):
+        raise BuildError("stopped after tokenizing")
+
+    monkeypatch.setattr(build_module, "build_suffix_array", dies)
+    with pytest.raises(BuildError):
+        make_index(corpus, tmp_path / "resumed", gpt2_dir, num_shards=3)
+    state_path = staging_dir(tmp_path / "resumed") / STATE_NAME
+    state = json.loads(state_path.read_text())
+    assert state.pop("source_counts") == expected
+    state_path.write_text(json.dumps(state))
+    monkeypatch.undo()
+    assert make_index(corpus, tmp_path / "resumed", gpt2_dir, num_shards=3).source_counts == expected
+
+
 # ---------------------------------------------------------------------------------------------
 # shards built separately and joined
 
