@@ -142,6 +142,8 @@ class WordSampler:
         A piece's tokens are its word's followed by its punctuation mark's (checked on every run)."""
         np = self.np
         if getattr(self, "_flat", None) is None:
+            from propme_metrics.index.format import token_layout
+
             words = self._pieces[:self.v]
             forms = {}
             for cap in (False, True):
@@ -154,7 +156,7 @@ class WordSampler:
                 for cap in (False, True):
                     for punct in range(4):
                         rows += [ids + punct_ids[punct] for ids in forms[cap, space]]
-            rows += [self.newlines, [0xFFFF]]
+            rows += [self.newlines, [token_layout(2).separator]]
             self._len = np.asarray([len(r) for r in rows], dtype=np.int64)
             self._start = np.concatenate(([0], np.cumsum(self._len)[:-1]))
             self._flat = np.asarray([t for r in rows for t in r], dtype=np.int64)

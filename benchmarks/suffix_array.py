@@ -67,11 +67,14 @@ def misordered(ds: Path, table: Path, ranks, width: int = 2) -> int:
 def tokenized_from_text(path: Path, texts: list[str], tokenizer) -> Path:
     import numpy as np
 
+    from propme_metrics.index.format import token_layout
+
+    layout = token_layout(2)
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     flat = []
     for x in ids:
-        flat += [0xFFFF] + x
-    np.asarray(flat, dtype="<u2").tofile(path)
+        flat += [layout.separator] + x
+    np.asarray(flat, dtype=layout.dtype).tofile(path)
     return path
 
 
