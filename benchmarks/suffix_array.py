@@ -52,11 +52,10 @@ def misordered(ds: Path, table: Path, ranks, width: int = 2) -> int:
     """Adjacent pairs (r, r+1) among `ranks` whose suffixes are out of byte order."""
     import numpy as np
 
-    from propme_metrics.index.format import pointer_size
+    from propme_metrics.index.format import pointer_size, pointers
 
     raw = ds.read_bytes()
-    ptr = pointer_size(len(raw))
-    sa = np.fromfile(table, dtype=np.uint8).reshape(-1, ptr).astype(np.int64) @ (256 ** np.arange(ptr))
+    sa = pointers(np.fromfile(table, dtype=np.uint8), pointer_size(len(raw)))
     bad = 0
     for r in ranks:
         if r + 1 < len(sa) and raw[sa[r]:] > raw[sa[r + 1]:]:
@@ -125,8 +124,8 @@ def main() -> None:
         if not same:
             x = np.fromfile(a, dtype=np.uint8)
             y = np.fromfile(b, dtype=np.uint8)
-            ptr = len(x) // tokens
-            diff = np.flatnonzero((x != y).reshape(-1, ptr).any(1))
+            ptr_size = len(x) // tokens
+            diff = np.flatnonzero((x != y).reshape(-1, ptr_size).any(1))
             sample = diff[np.linspace(0, len(diff) - 1, num=min(2000, len(diff))).astype(int)]
             bad = f"{misordered(ds, a, sample)} / {misordered(ds, b, sample)} ({len(diff):,} ranks differ)"
         print(f"| {name} | {tokens:,} | {r['seconds']:.2f} | {d['seconds']:.2f} | {r['seconds'] / d['seconds']:.1f}x | "

@@ -356,6 +356,38 @@ def test_second_concurrent_build_of_the_same_out_stops_at_once(tmp_path, tok, cl
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "idx"]
 
 
+def test_a_ray_build_takes_the_local_builds_lock_and_spares_the_corpus(tmp_path, tok, monkeypatch):
+    """`build_index_on_ray` goes through the local build's preamble and lock before it asks for a
+    cluster: a second build of the same folder stops at once, an --out holding the corpus is refused,
+    and an index already built there is reused; none of them starts Ray."""
+    import fcntl
+
+    import propme_metrics.index.ray_build as ray_build
+    from propme_metrics.core.errors import ConfigError
+    from propme_metrics.index.manifest import IndexManifest
+    from propme_metrics.index.sources import CorpusSource
+
+    def no_cluster(address):
+        raise AssertionError("the cluster was asked for")
+
+    monkeypatch.setattr(ray_build, "connect", no_cluster)
+    corpus = write_jsonl(tmp_path / "data" / "corpus.jsonl", word_docs(30, 8))
+    out = tmp_path / "idx"
+    with open(tmp_path / ".idx.propme-lock", "a") as held:  # as a running build holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(ConfigError, match="another `propme index build` is building"):
+            ray_build.build_index_on_ray(CorpusSource(str(corpus)), out, tokenizer=str(tok), num_shards=2,
+                                         progress=False, check_space=False)
+    with pytest.raises(ConfigError, match="is or contains the corpus"):
+        ray_build.build_index_on_ray(CorpusSource(str(corpus)), tmp_path / "data", tokenizer=str(tok),
+                                     num_shards=2, progress=False, check_space=False, force=True)
+    assert cli.main(build_args(corpus, out, tok)) == 0
+    local = IndexManifest.read(out)
+    again = ray_build.build_index_on_ray(CorpusSource(str(corpus)), out, tokenizer=str(tok), num_shards=2,
+                                         progress=False, check_space=False)
+    assert again.created == local.created and again.build == local.build
+
+
 # --- a damaged manifest or folder is exit 3 with what is wrong, never exit 70 ------------------------
 
 
