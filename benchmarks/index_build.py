@@ -43,7 +43,7 @@ from propme_metrics.index.build import build_index, default_build_memory  # noqa
 from propme_metrics.index.format import shard_file  # noqa: E402
 from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
-from propme_metrics.index.suffix_array import build_suffix_array  # noqa: E402
+from propme_metrics.index.suffix_array import SA_BUILDERS, build_suffix_array  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
 from support.corpora import gpt2_tokenizer  # noqa: E402
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="documents per tokenizer batch (build default)")
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=None, help="processes for rust_indexing (default: all)")
-    parser.add_argument("--sa-builder", default="auto", help="suffix-array builder: auto, divsufsort or rust")
+    parser.add_argument("--sa-builder", default="auto", choices=SA_BUILDERS, help="suffix-array builder")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="rounds of (whole, floor 1, floor 2); best of each kept")
     parser.add_argument("--profile", action="store_true",

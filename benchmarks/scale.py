@@ -716,12 +716,14 @@ def extrapolate(builds: list[dict], traces: dict, machines=((1, 2, 24), (1, 64, 
 
 
 def main() -> None:
+    from propme_metrics.index.suffix_array import SA_BUILDERS
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="10M,100M,1B", help="index sizes in tokens, e.g. 10M,100M,1B")
     p.add_argument("--work", type=Path, default=Path("/tmp/propme-scale"), help="where corpora and indexes go")
     p.add_argument("--generations", type=int, default=45, help="generations traced per measurement")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sa-builder", default="auto", help="suffix-array builder (auto, divsufsort, rust)")
+    p.add_argument("--sa-builder", default="auto", choices=SA_BUILDERS, help="suffix-array builder")
     p.add_argument("--skip-build", action="store_true", help="reuse the indexes in --work (their build figures "
                    "come from the build-*.json files written when they were built, and tracing figures from "
                    "trace-*.json when they exist)")

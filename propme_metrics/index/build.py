@@ -32,6 +32,8 @@ from propme_metrics.index.format import (
     TOKENIZER_DIRNAME,
     WORD_STARTS_NAME,
     index_file_names,
+    is_build_temp,
+    sa_temp_dir,
     shard_file,
     staging_dir,
     token_layout,
@@ -130,6 +132,7 @@ class BuildPlan:
         return staging_dir(self.out)
 
     def phase_done(self, name: str, started: float) -> None:
+        """Tell `on_phase` that phase `name`, begun at `started` (perf_counter), is done."""
         if self.on_phase is not None:
             self.on_phase(name, time.perf_counter() - started)
 
@@ -290,9 +293,8 @@ def _run_steps(plan: BuildPlan, state: dict[str, Any]) -> dict[str, dict[str, in
                 _check_disk_space(work, None, plan.width, ds_bytes=ds_path.stat().st_size)
             task = bar.add_task(f"suffix array, shard {sid}", total=3, rate="")
             t = time.perf_counter()
-            # a fixed name: a rerun after a kill removes the dead run's temporary files first
             build_suffix_array(ds_path, shard_file(work, "table", sid), plan.width, plan.cpus, plan.mem_bytes,
-                               work / f"tmp-{sid}", on_step=lambda step: bar.update(task, advance=1, rate=step),
+                               sa_temp_dir(work, sid), on_step=lambda step: bar.update(task, advance=1, rate=step),
                                builder=plan.sa_builder)
             plan.phase_done("suffix_array", t)
             t = time.perf_counter()
@@ -306,7 +308,7 @@ def _run_steps(plan: BuildPlan, state: dict[str, Any]) -> dict[str, dict[str, in
 def _remove_strays(work: Path) -> None:
     """Delete what a killed run left in the build folder (temporary suffix-array files)."""
     for p in work.iterdir():
-        if p.name.startswith("tmp-") or p.name.endswith(".partial"):
+        if is_build_temp(p.name):
             shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 

@@ -27,6 +27,10 @@ WORD_STARTS_NAME = "propme-word-starts.txt"
 TOKENIZER_DIRNAME = "propme-tokenizer"
 #: a build's progress (finished steps), inside its staging folder until the manifest is written
 STATE_NAME = "propme-build-state.json"
+#: per-source counts computed for an index built before its manifest recorded them (`source_counts.py`)
+SOURCE_COUNTS_NAME = "propme-source-counts.json"
+#: the suffix-array builders' temporary files in the staging folder (`table.N.partial`, `tmp-N/`)
+SA_TEMP_SUFFIX = ".partial"
 #: the infini-gram files of one shard, `KIND.N`
 SHARD_FILES = ("tokenized", "table", "offset", "metadata", "metaoff", "unigram")
 
@@ -39,6 +43,16 @@ def shard_file(folder: str | Path, kind: str, shard_id: int) -> Path:
 def toplevel_path(folder: str | Path, sid: int) -> Path:
     """The search accelerator's samples of shard `sid` (`toplevel.py`)."""
     return Path(folder) / f"propme-toplevel.{sid}.npz"
+
+
+def sa_temp_dir(folder: str | Path, sid: int) -> Path:
+    """Scratch folder of shard `sid`'s suffix-array build (a fixed name: a rerun clears a killed run's)."""
+    return Path(folder) / f"tmp-{sid}"
+
+
+def is_build_temp(name: str) -> bool:
+    """Whether a staging-folder entry is a suffix-array build's temporary file or folder."""
+    return name.startswith("tmp-") or name.endswith(SA_TEMP_SUFFIX)
 
 
 def index_file_names(shard_ids: Iterable[int]) -> list[str]:

@@ -12,11 +12,15 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from propme_metrics.core.cluster import _cause, connect
 from propme_metrics.core.errors import BuildError, ConfigError, PropMeError
 from propme_metrics.index.format import ray_parts_dir
 from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.index.build import BuildPlan
 
 #: a build task's memory beyond its suffix array: Python, the tokenizer, read buffers
 TASK_BASE_MEMORY = 1 << 30
@@ -97,7 +101,7 @@ def build_index_on_ray(source, out: str | Path, address: str | None = None, toke
         return manifest
 
 
-def _run_parts(plan, root: Path, address: str | None, memory_per_task: int | None, retries: int) -> dict:
+def _run_parts(plan: BuildPlan, root: Path, address: str | None, memory_per_task: int | None, retries: int) -> dict:
     """Every shard's build as a Ray task into `root/shard-N`; returns the run record for the manifest."""
     from propme_metrics.core.progress import progress_bar
 

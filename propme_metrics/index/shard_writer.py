@@ -19,7 +19,7 @@ import numpy as np
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.progress import rate
-from propme_metrics.index.format import parse_metadata, shard_file, token_layout
+from propme_metrics.index.format import TokenLayout, parse_metadata, shard_file, token_layout
 from propme_metrics.index.source_counts import source_of
 from propme_metrics.index.sources import CorpusSource
 
@@ -47,6 +47,7 @@ class ShardWriter:
     vocab_len: int                #: token ids below this are counted in `unigram.N`
     shard_ids: Sequence[int]
     source_field: str
+    layout: TokenLayout = field(init=False)
     _files: dict[int, dict[str, Any]] = field(default_factory=dict, init=False)
     _pos: dict[int, list[int]] = field(default_factory=dict, init=False)    #: bytes into tokenized.N, metadata.N
     _unigrams: dict[int, np.ndarray] = field(default_factory=dict, init=False)

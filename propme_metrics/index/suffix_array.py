@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from propme_metrics.core.errors import BuildError, ConfigError
-from propme_metrics.index.format import pointer_size, pointers
+from propme_metrics.index.format import SA_TEMP_SUFFIX, pointer_size, pointers
 
 OVERLAP_BYTES = 100_000  # how far suffix-array parts overlap (the binary's hack size)
 
@@ -65,7 +65,7 @@ def _divsufsort_suffix_array(ds_path: Path, sa_path: Path, width: int, on_step, 
     order = pydivsufsort.divsufsort(data)
     del data
     on_step("divsufsort")
-    tmp_sa = sa_path.with_name(sa_path.name + ".partial")
+    tmp_sa = sa_path.with_name(sa_path.name + SA_TEMP_SUFFIX)
     with open(tmp_sa, "wb") as fh:
         for first in range(0, len(order), chunk):
             part = order[first:first + chunk]
@@ -116,11 +116,11 @@ def _rust_suffix_array(ds_path: Path, sa_path: Path, width: int, cpus: int, mem_
     on_step("merge")
     shutil.rmtree(parts_dir)
     merged_files = sum(1 for p in merged_dir.iterdir() if p.is_file())  # tiny shards merge into fewer files
-    tmp_sa = tmp / "table.unfiltered" if width != unit else sa_path.with_name(sa_path.name + ".partial")
+    tmp_sa = tmp / "table.unfiltered" if width != unit else sa_path.with_name(sa_path.name + SA_TEMP_SUFFIX)
     _run_all([[binary, "concat", *common, "--merged-dir", str(merged_dir), "--merged-file", str(tmp_sa),
                "--num-threads", str(max(1, min(cpus, merged_files)))]])
     if width != unit:
-        filtered = sa_path.with_name(sa_path.name + ".partial")
+        filtered = sa_path.with_name(sa_path.name + SA_TEMP_SUFFIX)
         _keep_aligned_pointers(tmp_sa, filtered, ptr_size, width)
         tmp_sa = filtered
     _check_sa_size(tmp_sa, ds_path, width, ptr_size, "rust_indexing")
