@@ -192,8 +192,9 @@ def tokenizer_mismatch(path: Path, manifest: IndexManifest, what: str, found: st
     tok = manifest.tokenizer
     return IndexFormatError(
         f"{what} ({found}) is not the index's tokenizer {tok.name!r} (sha256 {tok.sha256[:12]}) of {path}",
-        "name the tokenizer the index was built with, or none (the index's own copy is used); if the copy "
-        f"inside the index was altered, rebuild the index or restore its {TOKENIZER_DIRNAME} folder")
+        "name the tokenizer the index was built with, or none (the index's own copy is used); a copy inside "
+        "the index that is not the one the index was built with was altered: rebuild the index or restore its "
+        f"{TOKENIZER_DIRNAME} folder")
 
 
 def checksum_mismatches(folder: Path, recorded: dict[str, dict[str, Any]], full: bool) -> list[str]:
