@@ -30,8 +30,10 @@ from index_build import write_corpus  # noqa: E402
 
 import propme_metrics.index.reader as index_module  # noqa: E402
 from propme_metrics.core.checksums import checksum_files, file_digest  # noqa: E402
-from propme_metrics.index.build import build_index, index_file_names  # noqa: E402
+from propme_metrics.index.build import build_index  # noqa: E402
+from propme_metrics.index.format import index_file_names  # noqa: E402
 from propme_metrics.index.reader import open_index, verify_index  # noqa: E402
+from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
 from support.corpora import gpt2_tokenizer  # noqa: E402
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         tok_dir = gpt2_tokenizer(workdir / "gpt2-tokenizer")
         corpus = workdir / "corpus.jsonl"
         if not corpus.is_file():
-            write_corpus(corpus, load_tokenizer(str(tok_dir)), args.tokens, 0, 1024)
+            write_corpus(corpus, load_tokenizer(str(tok_dir)), args.tokens, 0, DEFAULT_BATCH_SIZE)
         out = workdir / "index"
         shutil.rmtree(out, ignore_errors=True)
         t = time.perf_counter()

@@ -34,19 +34,18 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import maxrss_mib  # noqa: E402
 
 from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
-from propme_metrics.index.build import _half_of_ram, build_index, build_suffix_array  # noqa: E402
-from propme_metrics.index.manifest import shard_file  # noqa: E402
+from propme_metrics.index.build import build_index, default_build_memory  # noqa: E402
+from propme_metrics.index.format import shard_file  # noqa: E402
+from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
+from propme_metrics.index.suffix_array import SA_BUILDERS, build_suffix_array  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
 from support.corpora import gpt2_tokenizer  # noqa: E402
-
-
-def maxrss_mib(who: int) -> float:
-    """Peak resident memory in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    rss = resource.getrusage(who).ru_maxrss
-    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
 
 
 def write_corpus(path: Path, tok, target_tokens: int, seed: int, batch_size: int) -> tuple[int, int]:
@@ -96,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="folder for corpus, tokenizer and index "
                         "(default: a new temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder afterwards")
-    parser.add_argument("--batch-size", type=int, default=1024, help="documents per tokenizer batch (build default)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="documents per tokenizer batch (build default)")
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=None, help="processes for rust_indexing (default: all)")
-    parser.add_argument("--sa-builder", default="auto", help="suffix-array builder: auto, divsufsort or rust")
+    parser.add_argument("--sa-builder", default="auto", choices=SA_BUILDERS, help="suffix-array builder")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="rounds of (whole, floor 1, floor 2); best of each kept")
     parser.add_argument("--profile", action="store_true",
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="propme-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     cpus = args.cpus or os.cpu_count() or 1
-    mem_bytes = _half_of_ram()
+    mem_bytes = default_build_memory()
     try:
         tok_dir = gpt2_tokenizer(workdir / "gpt2-tokenizer")
         tok = load_tokenizer(str(tok_dir))

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import mmap
 import os
 import random
 import resource
@@ -54,6 +53,17 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import (  # noqa: E402
+    PhaseTimes,
+    drop_mappings,
+    drop_page_cache,
+    evict,
+    maxrss_mib,
+    parse_size,
+    resident_fraction,
+    size_name,
+    status_kb,
+)
 from ray_study import (  # noqa: E402
     Pass,
     RayCall,
@@ -69,30 +79,6 @@ from ray_study import (  # noqa: E402
 )
 
 GEN_TOKENS = 256
-
-
-def parse_size(text: str) -> int:
-    text = text.strip().upper()
-    mult = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}.get(text[-1:], 1)
-    return int(float(text.rstrip("KMBG")) * mult)
-
-
-def size_name(n: int) -> str:
-    for unit, div in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return str(n)
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return -1
-
-
-def maxrss_mib(who=resource.RUSAGE_SELF) -> float:
-    return resource.getrusage(who).ru_maxrss / 1024
 
 
 # -- the corpus -----------------------------------------------------------------------------------
@@ -156,6 +142,8 @@ class WordSampler:
         A piece's tokens are its word's followed by its punctuation mark's (checked on every run)."""
         np = self.np
         if getattr(self, "_flat", None) is None:
+            from propme_metrics.index.format import token_layout
+
             words = self._pieces[:self.v]
             forms = {}
             for cap in (False, True):
@@ -168,7 +156,7 @@ class WordSampler:
                 for cap in (False, True):
                     for punct in range(4):
                         rows += [ids + punct_ids[punct] for ids in forms[cap, space]]
-            rows += [self.newlines, [0xFFFF]]
+            rows += [self.newlines, [token_layout(2).separator]]
             self._len = np.asarray([len(r) for r in rows], dtype=np.int64)
             self._start = np.concatenate(([0], np.cumsum(self._len)[:-1]))
             self._flat = np.asarray([t for r in rows for t in r], dtype=np.int64)
@@ -273,8 +261,9 @@ def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_buil
                   ray_address: str | None = None) -> dict:
     """Build the index of a generated corpus of `size` tokens in `shards` shards, timed by phase;
     with `ray_address` ("" for a local cluster) the same corpus is then built on Ray and compared."""
-    import propme_metrics.index.build as build_mod
+    from propme_metrics.index.build import build_index, default_build_memory
     from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.index.suffix_array import choose_sa_builder
     from propme_metrics.index.tokenizer import load_tokenizer
 
     tok = load_tokenizer(str(tokenizer_dir))
@@ -286,37 +275,18 @@ def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_buil
     gen_s = time.perf_counter() - t
     print(f"  corpus {name}: {info['documents']:,} documents, {info['bytes'] / 2**30:.2f} GiB "
           f"(generated in {gen_s:.0f} s)", file=sys.stderr, flush=True)
-    phases: dict[str, float] = {}
-    rss: dict[str, float] = {}
-
-    def timed(name_, fn):
-        def wrapper(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                phases[name_] = phases.get(name_, 0.0) + time.perf_counter() - t0
-                rss[name_] = maxrss_mib()
-        return wrapper
-
-    build_mod._tokenize = timed("tokenize", build_mod._tokenize)
-    build_mod.build_suffix_array = timed("suffix_array", build_mod.build_suffix_array)
-    build_mod.write_toplevel = timed("toplevel", build_mod.write_toplevel)
+    phases = PhaseTimes()
     t = time.perf_counter()
-    manifest = build_mod.build_index(CorpusSource(str(corpus)), out, tokenizer=str(tokenizer_dir), num_shards=shards,
-                                     check_space=False, progress=False, sa_builder=sa_builder)
+    manifest = build_index(CorpusSource(str(corpus)), out, tokenizer=str(tokenizer_dir), num_shards=shards,
+                           check_space=False, progress=False, sa_builder=sa_builder, on_phase=phases)
     whole = time.perf_counter() - t
-    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
-    shard_bytes = sum(v for k, v in files.items() if not k.startswith("propme-"))
     record = {"size": size, "shards": shards, "tokens": manifest.total_tokens, "documents": manifest.total_documents,
-            "text_bytes": info["bytes"], "corpus_seconds": gen_s, "build_seconds": whole,
-            "tokenize_seconds": phases.get("tokenize", 0.0), "sa_seconds": phases.get("suffix_array", 0.0),
-            "toplevel_seconds": phases.get("toplevel", 0.0), "shard_bytes": shard_bytes,
-            "toplevel_bytes": sum(v for k, v in files.items() if k.startswith("propme-toplevel")),
-            "rss_after_tokenize_mib": rss.get("tokenize", 0.0), "peak_rss_mib": maxrss_mib(),
-            "peak_rss_children_mib": maxrss_mib(resource.RUSAGE_CHILDREN),
-            "sa_builder": build_mod.choose_sa_builder(files["tokenized.0"], build_mod._half_of_ram(), sa_builder)}
-    if ray_address is not None:  # after the local figures: the driver joins the parts with the wrapped functions
+              "text_bytes": info["bytes"], "corpus_seconds": gen_s, "build_seconds": whole,
+              "tokenize_seconds": phases.seconds.get("tokenize", 0.0), **_index_record(out, phases),
+              "rss_after_tokenize_mib": phases.rss_mib.get("tokenize", 0.0), "peak_rss_mib": maxrss_mib(),
+              "peak_rss_children_mib": maxrss_mib(resource.RUSAGE_CHILDREN),
+              "sa_builder": choose_sa_builder(manifest.shards[0].ds_bytes, default_build_memory(), sa_builder)}
+    if ray_address is not None:  # after the local figures
         print(f"  building {name} on Ray ...", file=sys.stderr, flush=True)
         ray_out = work / f"index-{name}-ray"
         shutil.rmtree(ray_out, ignore_errors=True)
@@ -327,107 +297,72 @@ def measure_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_buil
     return record
 
 
+def _index_record(out: Path, phases: PhaseTimes) -> dict:
+    """The suffix-array and top-level times of a build and the sizes of the index it made."""
+    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+    return {"sa_seconds": phases.seconds.get("suffix_array", 0.0), "toplevel_seconds": phases.seconds.get("toplevel", 0.0),
+            "shard_bytes": sum(v for k, v in files.items() if not k.startswith("propme-")),
+            "toplevel_bytes": sum(v for k, v in files.items() if k.startswith("propme-toplevel"))}
+
+
 def measure_token_level_build(work: Path, size: int, tokenizer_dir: Path, seed: int, sa_builder: str) -> dict:
     """The same corpus written straight as token ids (the tokenizer is not run; its time is
-    extrapolated from the sizes that ran it): the v4 files, then the timed suffix array and top
-    level exactly as `build_index` makes them, and a manifest like a real build's."""
-    import hashlib
-
+    extrapolated from the sizes that ran it): `build_index` with a `write_shards` that feeds the
+    package's shard writer the generated ids, then the build's own suffix array, top level,
+    manifest and install, timed by phase. The index's source is a one-line file naming the corpus."""
     import numpy as np
 
-    import propme_metrics.index.build as build_mod
-    from propme_metrics.core.checksums import checksum_files
-    from propme_metrics.index.manifest import IndexManifest, ShardInfo, shard_file
+    from propme_metrics.index.build import build_index, default_build_memory
     from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.index.suffix_array import choose_sa_builder
     from propme_metrics.index.tokenizer import load_tokenizer
 
     tok = load_tokenizer(str(tokenizer_dir))
-    template = work / "index-template"
-    if not (template / "propme-manifest.json").exists():
-        corpus = work / "template.jsonl"
-        sampler = WordSampler(tok, seed + 7)
-        corpus.write_text("".join(json.dumps({"id": f"t{i}", "source": "generated",
-                                              "text": sampler.text(sampler.document())}) + "\n" for i in range(50)))
-        build_mod.build_index(CorpusSource(str(corpus)), template, tokenizer=str(tokenizer_dir), check_space=False,
-                              progress=False)
     out = work / f"index-{size_name(size)}"
     shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(template, out, ignore=shutil.ignore_patterns("*.0", "propme-toplevel*", "propme-manifest.json"))
+    named = work / f"token-level-{size_name(size)}.jsonl"  # what the manifest records as the source
+    named.write_text(json.dumps({"id": "corpus", "source": "generated",
+                                 "text": f"generated token-level corpus, {size_name(size)} tokens, seed {seed}"}) + "\n")
     sampler = WordSampler(tok, seed)
     rng = random.Random(seed)
-    sep = 0xFFFF
-    counts = np.zeros(sep + 1, dtype=np.int64)
-    t = time.perf_counter()
-    n_docs = n_tokens = pos = meta_pos = 0
-    recent: list[list[int]] = []
-    files = {k: open(shard_file(out, k, 0), "wb") for k in ("tokenized", "offset", "metadata", "metaoff")}
-    sep_unit = np.asarray([16 * sampler.v + 1])
-    try:
+    written_s: list[float] = []
+
+    def write_shards(writer, bar):
+        t = time.perf_counter()
+        n_docs = n_tokens = 0
+        recent: list = []
         while n_tokens < size:
-            batch = []
+            metas, ids = [], []
             for units in sampler.batch_units(4096):
                 if recent and rng.random() < 0.02:
                     units = rng.choice(recent)
                 else:
-                    if n_docs + len(batch) < 400:  # the shortcut must be the tokenizer's output
+                    if n_docs + len(ids) < 400:  # the shortcut must be the tokenizer's output
                         assert sampler.ids_of_units(units).tolist() == \
                             tok(sampler.units_text(units), add_special_tokens=False)["input_ids"]
                     if len(recent) < 1000:
                         recent.append(units)
                     elif rng.random() < 0.01:
                         recent[rng.randrange(1000)] = units
-                batch.append(sep_unit)
-                batch.append(units)
-            flat = sampler.ids_of_units(np.concatenate(batch)).astype("<u2")
-            starts = np.flatnonzero(flat == sep)
-            body = flat[flat != sep]
-            counts += np.bincount(body, minlength=sep + 1)
-            lines = [(json.dumps({"id": f"doc-{n_docs + i:09d}", "source": "generated"}) + "\n").encode()
-                     for i in range(len(starts))]
-            line_len = np.asarray([len(x) for x in lines], dtype=np.int64)
-            files["tokenized"].write(flat.tobytes())
-            files["offset"].write(((pos + starts) * 2).astype("<u8").tobytes())
-            files["metaoff"].write((meta_pos + np.concatenate(([0], np.cumsum(line_len)[:-1]))).astype("<u8").tobytes())
-            files["metadata"].write(b"".join(lines))
-            pos += len(flat)
-            meta_pos += int(line_len.sum())
-            n_docs += len(starts)
-            n_tokens += len(body)
-    finally:
-        for fh in files.values():
-            fh.close()
-    counts[sep] = n_docs
-    with open(shard_file(out, "unigram", 0), "w") as fh:
-        for tid in np.flatnonzero(counts):
-            fh.write(f"{tid} {counts[tid]}\n")
-    gen_s = time.perf_counter() - t
-    print(f"  token-level corpus {size_name(size)}: {n_docs:,} documents, {n_tokens:,} tokens "
-          f"(written in {gen_s:.0f} s)", file=sys.stderr, flush=True)
-    ds = shard_file(out, "tokenized", 0)
-    t = time.perf_counter()
-    build_mod.build_suffix_array(ds, shard_file(out, "table", 0), 2, os.cpu_count() or 1, build_mod._half_of_ram(),
-                                 out / "tmp-sa", builder=sa_builder)
-    sa_s = time.perf_counter() - t
-    rss_sa = maxrss_mib()
-    t = time.perf_counter()
-    build_mod.write_toplevel(out, 0, 2)
-    top_s = time.perf_counter() - t
-    m = IndexManifest.read(template)
-    m.source = {"location": f"generated token-level corpus, {size_name(size)} tokens, seed {seed}", "kind": "generated"}
-    m.shards = [ShardInfo(id=0, documents=n_docs, tokens=n_tokens, ds_bytes=ds.stat().st_size,
-                          sa_bytes=shard_file(out, "table", 0).stat().st_size)]
-    m.build = {"params_hash": hashlib.sha256(f"token-level {size} {seed}".encode()).hexdigest()}
-    m.files = checksum_files(out, build_mod.index_file_names([0]))  # this shard's files, not the template's
-    m.write(out)
-    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
-    return {"size": size, "shards": 1, "tokens": n_tokens, "documents": n_docs, "text_bytes": None,
-            "corpus_seconds": gen_s,
-            "build_seconds": None, "tokenize_seconds": None, "sa_seconds": sa_s, "toplevel_seconds": top_s,
-            "shard_bytes": sum(v for k, v in files.items() if not k.startswith("propme-")),
-            "toplevel_bytes": sum(v for k, v in files.items() if k.startswith("propme-toplevel")),
-            "rss_after_tokenize_mib": None, "peak_rss_mib": maxrss_mib(), "peak_rss_sa_mib": rss_sa,
+                metas.append({"id": f"doc-{n_docs + len(ids):09d}", "source": "generated"})
+                ids.append(sampler.ids_of_units(units).astype(np.uint16))
+            n_tokens += writer.write(0, metas, ids)
+            n_docs += len(ids)
+        written_s.append(time.perf_counter() - t)
+        print(f"  token-level corpus {size_name(size)}: {n_docs:,} documents, {n_tokens:,} tokens "
+              f"(written in {written_s[0]:.0f} s)", file=sys.stderr, flush=True)
+        return writer.finish()
+
+    phases = PhaseTimes()
+    manifest = build_index(CorpusSource(str(named)), out, tokenizer=str(tokenizer_dir), check_space=False,
+                           progress=False, sa_builder=sa_builder, on_phase=phases, write_shards=write_shards)
+    return {"size": size, "shards": 1, "tokens": manifest.total_tokens, "documents": manifest.total_documents,
+            "text_bytes": None, "corpus_seconds": written_s[0],
+            "build_seconds": None, "tokenize_seconds": None, **_index_record(out, phases),
+            "rss_after_tokenize_mib": None, "peak_rss_mib": maxrss_mib(),
+            "peak_rss_sa_mib": phases.rss_mib.get("suffix_array", 0.0),
             "peak_rss_children_mib": maxrss_mib(resource.RUSAGE_CHILDREN),
-            "sa_builder": build_mod.choose_sa_builder(ds.stat().st_size, build_mod._half_of_ram(), sa_builder)}
+            "sa_builder": choose_sa_builder(manifest.shards[0].ds_bytes, default_build_memory(), sa_builder)}
 
 
 # -- generations ----------------------------------------------------------------------------------
@@ -436,14 +371,14 @@ def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, pa
     """n texts of about 256 index tokens: copies of document stretches, edited copies, new text."""
     import numpy as np
 
-    from propme_metrics.index.manifest import shard_file
+    from propme_metrics.index.format import shard_file, token_layout
     from propme_metrics.index.reader import open_index
     from propme_metrics.index.tokenizer import load_tokenizer
 
     index = open_index(index_dir)
     tok = load_tokenizer(str(tokenizer_dir))
     width = index.token_width
-    ds = np.memmap(shard_file(index_dir, "tokenized", 0), dtype="<u2" if width == 2 else "<u4", mode="r")
+    ds = np.memmap(shard_file(index_dir, "tokenized", 0), dtype=token_layout(width).dtype, mode="r")
     offsets = np.fromfile(shard_file(index_dir, "offset", 0), dtype="<u8").astype(np.int64) // width
     ends = np.append(offsets[1:], len(ds))
     long_docs = np.flatnonzero(ends - offsets - 1 >= GEN_TOKENS + 30)
@@ -479,46 +414,8 @@ def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, pa
 
 # -- tracing (own process) -------------------------------------------------------------------------
 
-def evict(tracer) -> None:
-    """Drop every page of the index from the page cache (the process's mappings first)."""
-    drop_mappings(tracer.search.shards)
-    drop_page_cache(tracer.index.path)
-
-
-def drop_mappings(searchers) -> None:
-    """madvise(MADV_DONTNEED) on every file mapping of these shard searchers."""
-    for shard in searchers:
-        for arr in (shard.ds, shard.sa, shard.offsets, shard.metaoff, shard.meta):
-            base = arr.base
-            while base is not None and not isinstance(base, mmap.mmap):  # array -> memoryview -> mmap
-                base = getattr(base, "obj", None) if isinstance(base, memoryview) else getattr(base, "base", None)
-            if isinstance(base, mmap.mmap):
-                base.madvise(mmap.MADV_DONTNEED)
-
-
-def drop_page_cache(folder: Path) -> None:
-    """posix_fadvise(POSIX_FADV_DONTNEED) on every file of the folder (unmapped pages leave the cache)."""
-    for p in folder.iterdir():
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-
-def resident_fraction(path: Path) -> float:
-    """Share of a file's pages in the page cache (`fincore`), or -1 when it cannot be told."""
-    try:
-        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES,SIZE", str(path)],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-        return int(out[0]) / max(1, int(out[1]))
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return -1.0
-
-
 def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Path) -> dict:
-    from propme_metrics.index.manifest import shard_file
+    from propme_metrics.index.format import shard_file
     from propme_metrics.index.search import ShardSearcher
     from propme_metrics.trace.tracer import Tracer
 
@@ -559,7 +456,7 @@ def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Pat
             "cpu_ms": 1000 * sum(cpu) / len(cpu), "search_ms": 1000 * timed.search_s / len(times),
             "tokens": sum(r["n_tokens"] for r in results) / len(results),
             "accelerator_bytes": accel_bytes, "maxrss_mib": maxrss_mib(), "pass": one_pass,
-            "rss_anon_mib": _status_kb("RssAnon") / 1024, "rss_file_mib": _status_kb("RssFile") / 1024,
+            "rss_anon_mib": status_kb("RssAnon") / 1024, "rss_file_mib": status_kb("RssFile") / 1024,
             "table_resident_after_evict": residency}
 
 
@@ -763,14 +660,13 @@ RAY_OBJECT_STORE = (0.3, 200e9)  #: Ray's default object store: this share of a 
 def common_pile_shards(node_gib: int, width: int = 2) -> int:
     """Shards of the Common Pile such that one shard's build task (libdivsufsort in memory, the task's
     base memory) fits in a node's Ray memory (its RAM less Ray's default object store): the layout a
-    Ray build on such nodes can run. EXTRAPOLATION from the build's memory model."""
-    from propme_metrics.index.build import divsufsort_memory
+    Ray build on such nodes can run. EXTRAPOLATION from the build's memory model (`index/sizing.py`)."""
     from propme_metrics.index.ray_build import TASK_BASE_MEMORY
+    from propme_metrics.index.sizing import shards_needed
 
     ram = node_gib * 2**30
-    usable = ram - min(RAY_OBJECT_STORE[0] * ram, RAY_OBJECT_STORE[1]) - TASK_BASE_MEMORY
-    per_token = divsufsort_memory(2**31 * width) / 2**31  # bytes of build memory per token, above 2 GiB of tokens
-    return math.ceil(CORPORA["Common Pile v0.1 (Comma mix)"] / (usable / per_token))
+    usable = int(ram - min(RAY_OBJECT_STORE[0] * ram, RAY_OBJECT_STORE[1]) - TASK_BASE_MEMORY)
+    return shards_needed(int(CORPORA["Common Pile v0.1 (Comma mix)"]), width, usable, ram, "divsufsort")
 
 
 CORPORA = {"Danish Dynaword": 6.8e9, "Common Pile v0.1 (Comma mix)": 464e9}  #: tokens (Llama-2 tokenizer)
@@ -778,9 +674,12 @@ CORPORA = {"Danish Dynaword": 6.8e9, "Common Pile v0.1 (Comma mix)": 464e9}  #: 
 
 def extrapolate(builds: list[dict], traces: dict, machines=((1, 2, 24), (1, 64, 512), (8, 128, 1024))) -> None:
     """Disk, memory, build hours and traces per hour for the mission's corpora, from the largest size
-    measured: EXTRAPOLATION, assuming shards of at most 10^9 tokens (libdivsufsort's 32-bit range is 2^31 bytes),
-    shards built one after another per machine (as `build_index` does), tokenization scaling with
-    cores, and tracing cost = measured + (shards - measured shards) x the measured search share of one shard."""
+    measured: EXTRAPOLATION, assuming the fewest shards that libdivsufsort sorts in the build's default
+    memory (half the machine's RAM; `index/sizing.shards_needed`), shards built one after another per
+    machine (as `build_index` does), tokenization scaling with cores, and tracing cost = measured +
+    (shards - measured shards) x the measured search share of one shard."""
+    from propme_metrics.index.sizing import shards_needed
+
     b = builds[-1]
     measured = [x for x in builds if x["tokenize_seconds"]]
     if not measured:
@@ -792,16 +691,17 @@ def extrapolate(builds: list[dict], traces: dict, machines=((1, 2, 24), (1, 64, 
     print(f"\nEXTRAPOLATION (not measured) from the {b['tokens']:,}-token index: {disk_per_token:.2f} bytes of disk "
           f"per token, suffix array {sa_s_per_token * 1e9:.0f} s per billion tokens on one core and "
           f"{sa_rss_per_token:.1f} bytes of memory per token, tokenization {tok_per_core_s:,.0f} tokens/s per core "
-          f"(as measured here, on a shared machine); shards of at most 10^9 tokens.\n")
+          f"(as measured here, on a shared machine); shards: the fewest that libdivsufsort sorts in half the "
+          f"machine's RAM.\n")
     print("| corpus | tokens | shards | disk | build memory per machine | machines x cores (RAM GiB) | build hours | "
           "traces/hour per core, warm | traces/hour per core, cold |")
     print("|---|---:|---:|---:|---:|---|---:|---:|---:|")
     w, c = traces.get((b["size"], "accelerated", "warm")), traces.get((b["size"], "accelerated", "cold"))
     for name, tokens in CORPORA.items():
-        shards = math.ceil(tokens / 1e9)
-        per_shard = tokens / shards
         disk = tokens * disk_per_token
         for n, cores, ram in machines:
+            shards = shards_needed(int(tokens), 2, ram * 2**30 // 2, ram * 2**30, "divsufsort")
+            per_shard = tokens / shards
             mem = sa_rss_per_token * per_shard
             tok_h = tokens / (tok_per_core_s * cores * n) / 3600
             sa_h = math.ceil(shards / n) * per_shard * sa_s_per_token / 3600
@@ -816,12 +716,14 @@ def extrapolate(builds: list[dict], traces: dict, machines=((1, 2, 24), (1, 64, 
 
 
 def main() -> None:
+    from propme_metrics.index.suffix_array import SA_BUILDERS
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="10M,100M,1B", help="index sizes in tokens, e.g. 10M,100M,1B")
     p.add_argument("--work", type=Path, default=Path("/tmp/propme-scale"), help="where corpora and indexes go")
     p.add_argument("--generations", type=int, default=45, help="generations traced per measurement")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sa-builder", default="auto", help="suffix-array builder (auto, divsufsort, rust)")
+    p.add_argument("--sa-builder", default="auto", choices=SA_BUILDERS, help="suffix-array builder")
     p.add_argument("--skip-build", action="store_true", help="reuse the indexes in --work (their build figures "
                    "come from the build-*.json files written when they were built, and tracing figures from "
                    "trace-*.json when they exist)")

@@ -26,11 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # suppor
 
 
 def run_builder(ds: str, out: str, builder: str) -> None:
-    from propme_metrics.index.build import _half_of_ram, build_suffix_array
+    from propme_metrics.index.build import default_build_memory
+    from propme_metrics.index.suffix_array import build_suffix_array
 
     ds_path = Path(ds)
     t = time.perf_counter()
-    build_suffix_array(ds_path, Path(out), 2, os.cpu_count() or 1, _half_of_ram(), Path(out + ".tmp"), builder=builder)
+    build_suffix_array(ds_path, Path(out), 2, os.cpu_count() or 1, default_build_memory(), Path(out + ".tmp"), builder=builder)
     seconds = time.perf_counter() - t
     # VmHWM is this process's own peak (ru_maxrss would carry the parent's across exec); the
     # children are rust_indexing's binaries
@@ -51,11 +52,10 @@ def misordered(ds: Path, table: Path, ranks, width: int = 2) -> int:
     """Adjacent pairs (r, r+1) among `ranks` whose suffixes are out of byte order."""
     import numpy as np
 
-    from propme_metrics.index.format import pointer_size
+    from propme_metrics.index.format import pointer_size, pointers
 
     raw = ds.read_bytes()
-    ptr = pointer_size(len(raw))
-    sa = np.fromfile(table, dtype=np.uint8).reshape(-1, ptr).astype(np.int64) @ (256 ** np.arange(ptr))
+    sa = pointers(np.fromfile(table, dtype=np.uint8), pointer_size(len(raw)))
     bad = 0
     for r in ranks:
         if r + 1 < len(sa) and raw[sa[r]:] > raw[sa[r + 1]:]:
@@ -66,11 +66,14 @@ def misordered(ds: Path, table: Path, ranks, width: int = 2) -> int:
 def tokenized_from_text(path: Path, texts: list[str], tokenizer) -> Path:
     import numpy as np
 
+    from propme_metrics.index.format import token_layout
+
+    layout = token_layout(2)
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     flat = []
     for x in ids:
-        flat += [0xFFFF] + x
-    np.asarray(flat, dtype="<u2").tofile(path)
+        flat += [layout.separator] + x
+    np.asarray(flat, dtype=layout.dtype).tofile(path)
     return path
 
 
@@ -121,8 +124,8 @@ def main() -> None:
         if not same:
             x = np.fromfile(a, dtype=np.uint8)
             y = np.fromfile(b, dtype=np.uint8)
-            ptr = len(x) // tokens
-            diff = np.flatnonzero((x != y).reshape(-1, ptr).any(1))
+            ptr_size = len(x) // tokens
+            diff = np.flatnonzero((x != y).reshape(-1, ptr_size).any(1))
             sample = diff[np.linspace(0, len(diff) - 1, num=min(2000, len(diff))).astype(int)]
             bad = f"{misordered(ds, a, sample)} / {misordered(ds, b, sample)} ({len(diff):,} ranks differ)"
         print(f"| {name} | {tokens:,} | {r['seconds']:.2f} | {d['seconds']:.2f} | {r['seconds'] / d['seconds']:.1f}x | "

@@ -139,7 +139,7 @@ def cmd_index_verify(args: argparse.Namespace) -> int:
 
 def cmd_index_join(args: argparse.Namespace) -> int:
     from propme_metrics.core.outputs import check_outputs
-    from propme_metrics.index.build import join_indexes
+    from propme_metrics.index.join import join_indexes
 
     check_outputs({"--out": args.out}, folders={f"part {p}": p for p in args.parts}, output_folders=("--out",),
                   index_outputs=("--out",))  # an existing index at --out is refused by the join itself
@@ -150,6 +150,13 @@ def cmd_index_join(args: argparse.Namespace) -> int:
 
 
 def _add_index_commands(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.index.format import token_layout
+    from propme_metrics.index.reader import VERIFY_SAMPLES
+    from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE
+    from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD
+    from propme_metrics.index.suffix_array import SA_BUILDERS
+    from propme_metrics.index.tokenizer import DEFAULT_TOKENIZER
+
     index = sub.add_parser("index", help="build, inspect and check infini-gram indexes",
                            description="Build, inspect and check infini-gram suffix-array indexes of a corpus.")
     isub = index.add_subparsers(dest="index_command", required=True, metavar="{build,info,verify,join}")
@@ -162,25 +169,25 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("source", help="a .jsonl/.jsonl.gz/.jsonl.zst/.parquet file, a folder of them, or a HF dataset id")
     b.add_argument("--out", required=True, help="index folder to create")
     b.add_argument("--tokenizer", default=None, help="HF tokenizer id or local folder "
-                   "(default: hf-internal-testing/llama-tokenizer, the ungated Llama-2 tokenizer)")
+                   f"(default: {DEFAULT_TOKENIZER}, the ungated Llama-2 tokenizer)")
     b.add_argument("--tokenizer-revision", default=None, help="revision of a hub tokenizer")
     b.add_argument("--revision", default=None, help="dataset revision (commit or tag) of a HF dataset")
     b.add_argument("--config", default=None, help="dataset configuration of a HF dataset")
     b.add_argument("--split", default="train", help="dataset split of a HF dataset")
     b.add_argument("--text-field", default="text", help="field holding the document text")
     b.add_argument("--keep-fields", default="id,source", help="comma-separated fields stored as document metadata")
-    b.add_argument("--source-field", default="source", help="field naming a document's source, for --exclude-sources")
+    b.add_argument("--source-field", default=DEFAULT_SOURCE_FIELD, help="field naming a document's source, for --exclude-sources")
     b.add_argument("--exclude-sources", default="", help="comma-separated sources to leave out "
                    "(the DFM Decoder skipped depbank,jvj,nordjyllandnews,synne of Dynaword 1.2.12)")
     b.add_argument("--shards", type=_positive, default=1, help="number of shards (document i goes to shard i mod N)")
     b.add_argument("--shard-ids", type=_ints, default=None, help="build only these shards (e.g. 0,1), "
                    "to spread a build over machines; combine the parts with `propme index join`")
     b.add_argument("--token-width", type=int, choices=(2, 4), default=None,
-                   help="bytes per token id (default: 2 if every id <= 65534, else 4)")
-    b.add_argument("--batch-size", type=_positive, default=1024, help="documents per tokenizer batch")
+                   help=f"bytes per token id (default: 2 if every id <= {token_layout(2).max_id}, else 4)")
+    b.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH_SIZE, help="documents per tokenizer batch")
     b.add_argument("--cpus", type=_positive, default=None, help="processes for the suffix-array build (default: all; "
                    "with --ray: CPUs per shard task, default 1)")
-    b.add_argument("--sa-builder", choices=("auto", "divsufsort", "rust"), default="auto",
+    b.add_argument("--sa-builder", choices=SA_BUILDERS, default="auto",
                    help="suffix-array builder: libdivsufsort (in memory, fast on any text), rust_indexing (in "
                    "parts, for shards larger than half the RAM; slow on long repeats), or auto (the first when "
                    "the shard fits in half the RAM)")
@@ -200,7 +207,7 @@ def _add_index_commands(sub: argparse._SubParsersAction) -> None:
 
     v = isub.add_parser("verify", help="check an index: sizes, suffix-array order, documents, unigram counts")
     v.add_argument("index", help="index folder")
-    v.add_argument("--samples", type=_positive, default=2000, help="suffix-array positions to check per shard")
+    v.add_argument("--samples", type=_positive, default=VERIFY_SAMPLES, help="suffix-array positions to check per shard")
     v.add_argument("--seed", type=_natural, default=0, help="seed of the sampled positions")
     v.add_argument("--full", action="store_true", help="also check every file's content checksum (reads the "
                    "whole index; opening an index only checks sizes and sampled checksums)")
@@ -388,7 +395,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from propme_metrics.core.checksums import file_digest
-    from propme_metrics.core.errors import ConfigError, IndexFormatError
+    from propme_metrics.core.errors import ConfigError
     from propme_metrics.core.files import atomic_output, write_atomic
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
@@ -411,15 +418,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     index = open_index(args.index)
     manifest = index.manifest
     if args.check_tokenizer:
-        from propme_metrics.index.tokenizer import load_tokenizer, tokenizer_hash
-
-        given = tokenizer_hash(load_tokenizer(args.check_tokenizer))
-        if given != manifest.tokenizer.sha256:
-            raise IndexFormatError(
-                f"tokenizer {args.check_tokenizer!r} (sha256 {given[:12]}) is not the index's tokenizer "
-                f"{manifest.tokenizer.name!r} (sha256 {manifest.tokenizer.sha256[:12]})",
-                "trace against an index built with the tokenizer you name, or leave out --tokenizer: "
-                "the index's own copy is used either way")
+        index.check_tokenizer(args.check_tokenizer)
     out, summary_path = Path(args.out), Path(args.summary)
     try:
         for path in (out, summary_path):

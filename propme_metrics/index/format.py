@@ -1,33 +1,120 @@
-"""The on-disk format of a shard, read in one place: token arrays, suffix-array pointers, unigram
-counts, document offsets and metadata lines (docs/index-format.md).
+"""The on-disk format of an index, read in one place: the name of every file and folder, token
+arrays, suffix-array pointers, unigram counts, document offsets and metadata lines
+(docs/index-format.md).
 
-The writer is `index/build.py`; everything that reads shard files (the reader, the searcher, the
-top-level samples, verify) goes through these functions.
+The writers are `index/shard_writer.py` and `index/suffix_array.py`; everything that reads shard
+files (the reader, the searcher, the top-level samples, verify) goes through these functions.
+Every PropMe file in an index folder is named `propme-*` so that infini-gram's engine, which picks
+up shard files by substring ('tokenized', 'table', ...), never mistakes it for part of a shard.
 """
 from __future__ import annotations
 
 import ast
 import json
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from propme_metrics.core.outputs import MANIFEST_NAME  # noqa: F401 (the file that marks an index folder, named here too)
+
+# --- file names ------------------------------------------------------------------------------------
+
+WORD_STARTS_NAME = "propme-word-starts.txt"
+TOKENIZER_DIRNAME = "propme-tokenizer"
+#: a build's progress (finished steps), inside its staging folder until the manifest is written
+STATE_NAME = "propme-build-state.json"
+#: per-source counts computed for an index built before its manifest recorded them (`source_counts.py`)
+SOURCE_COUNTS_NAME = "propme-source-counts.json"
+#: the suffix-array builders' temporary files in the staging folder (`table.N.partial`, `tmp-N/`)
+SA_TEMP_SUFFIX = ".partial"
+#: the infini-gram files of one shard, `KIND.N`
+SHARD_FILES = ("tokenized", "table", "offset", "metadata", "metaoff", "unigram")
+
+
+def shard_file(folder: str | Path, kind: str, shard_id: int) -> Path:
+    """Path of one infini-gram shard file, e.g. `tokenized.0`."""
+    return Path(folder) / f"{kind}.{shard_id}"
+
+
+def toplevel_path(folder: str | Path, sid: int) -> Path:
+    """The search accelerator's samples of shard `sid` (`toplevel.py`)."""
+    return Path(folder) / f"propme-toplevel.{sid}.npz"
+
+
+def sa_temp_dir(folder: str | Path, sid: int) -> Path:
+    """Scratch folder of shard `sid`'s suffix-array build (a fixed name: a rerun clears a killed run's)."""
+    return Path(folder) / f"tmp-{sid}"
+
+
+def is_build_temp(name: str) -> bool:
+    """Whether a staging-folder entry is a suffix-array build's temporary file or folder."""
+    return name.startswith("tmp-") or name.endswith(SA_TEMP_SUFFIX)
+
+
+def index_file_names(shard_ids: Iterable[int]) -> list[str]:
+    """Every file (or folder) a finished index holds besides its manifest."""
+    shard_ids = list(shard_ids)
+    return ([TOKENIZER_DIRNAME, WORD_STARTS_NAME] + [shard_file("", kind, sid).name
+                                                     for sid in shard_ids for kind in SHARD_FILES]
+            + [toplevel_path("", sid).name for sid in shard_ids])
+
+
+def _beside(out: Path, suffix: str) -> Path:
+    out = Path(out).absolute()
+    return out.parent / f".{out.name}.propme-{suffix}"
+
+
+def staging_dir(out: Path) -> Path:
+    """Where the unfinished build of the index `out` is assembled before it is moved into place."""
+    return _beside(out, "partial")
+
+
+def old_dir(out: Path) -> Path:
+    """Where a replaced index waits, during the final move, until the new one is in place."""
+    return _beside(out, "old")
+
+
+def lock_path(out: Path) -> Path:
+    """The lock file a build of `out` holds beside it."""
+    return _beside(out, "lock")
+
+
+def ray_parts_dir(out: Path) -> Path:
+    """Where the shards of a Ray build of `out` are built before they are joined."""
+    return _beside(out, "ray-parts")
+
+
+# --- contents --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """How `width`-byte token ids are stored in `tokenized.N`."""
+
+    width: int
+    dtype: np.dtype      #: little-endian unsigned integers of `width` bytes
+    separator: int       #: the id that starts every document (all bits set)
+    engine_dtype: str    #: the same dtype as infini-gram's engine names it
+
+    @property
+    def max_id(self) -> int:
+        """The largest token id that fits (one below the separator)."""
+        return self.separator - 1
+
+
+def token_layout(width: int) -> TokenLayout:
+    """The dtype and document separator of `tokenized.N` with `width`-byte (2 or 4) token ids."""
+    return TokenLayout(width=width, dtype=np.dtype(f"<u{width}"), separator=(1 << (8 * width)) - 1,
+                       engine_dtype=f"u{8 * width}")
+
 
 def pointer_size(ds_bytes: int) -> int:
     """Bytes per suffix-array pointer for a `tokenized.N` of this size."""
     return max(1, math.ceil(math.log2(ds_bytes) / 8))
-
-
-def token_dtype(width: int) -> np.dtype:
-    """The little-endian dtype of a `tokenized.N` with `width`-byte token ids."""
-    return np.dtype("<u2" if width == 2 else "<u4")
-
-
-def separator(width: int) -> int:
-    """The id that starts every document in `tokenized.N` (all bits set)."""
-    return (1 << (8 * width)) - 1
 
 
 def pointer_weights(ptr_size: int) -> np.ndarray:

@@ -1,8 +1,5 @@
-"""The index manifest: what an index holds and how it was built, stored beside the shards.
-
-Every PropMe file in an index folder is named `propme-*` so that infini-gram's engine, which
-picks up shard files by substring ('tokenized', 'table', 'offset', 'metadata', 'metaoff',
-'unigram'), never mistakes it for part of a shard.
+"""The index manifest: what an index holds and how it was built, stored beside the shards
+(file names: `index/format.py`).
 """
 from __future__ import annotations
 
@@ -14,12 +11,9 @@ from typing import Any
 
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.core.files import write_atomic
-from propme_metrics.core.outputs import MANIFEST_NAME  # the file that marks an index folder
+from propme_metrics.index.format import MANIFEST_NAME, old_dir
 
-WORD_STARTS_NAME = "propme-word-starts.txt"
-TOKENIZER_DIRNAME = "propme-tokenizer"
 INDEX_FORMAT = "propme-index/1"
-SHARD_FILES = ("tokenized", "table", "offset", "metadata", "metaoff", "unigram")
 
 
 _COUNT = {"type": "integer", "minimum": 0}
@@ -173,7 +167,7 @@ class IndexManifest:
     def read(cls, folder: str | Path) -> IndexManifest:
         path = Path(folder) / MANIFEST_NAME
         if not Path(folder).is_dir():
-            aside = Path(folder).absolute().parent / f".{Path(folder).name}.propme-old"
+            aside = old_dir(Path(folder))
             raise IndexFormatError(f"index folder {folder} does not exist",
                                    "a build was interrupted while it replaced this index (the old one waits in "
                                    f"{aside}): re-run that `propme index build` to finish it" if aside.is_dir() else
@@ -196,8 +190,3 @@ class IndexManifest:
                                    "restore the manifest from a copy of the index or rebuild the index with "
                                    "`propme index build`")
         return cls.from_dict(data)
-
-
-def shard_file(folder: str | Path, kind: str, shard_id: int) -> Path:
-    """Path of one infini-gram shard file, e.g. `tokenized.0`."""
-    return Path(folder) / f"{kind}.{shard_id}"

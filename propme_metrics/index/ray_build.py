@@ -12,18 +12,19 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from propme_metrics.core.cluster import _cause, connect
 from propme_metrics.core.errors import BuildError, ConfigError, PropMeError
+from propme_metrics.index.format import ray_parts_dir
+from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.index.build import BuildPlan
 
 #: a build task's memory beyond its suffix array: Python, the tokenizer, read buffers
 TASK_BASE_MEMORY = 1 << 30
 TASK_RETRIES = 3
-
-
-def parts_dir(out: Path) -> Path:
-    """Where the shards of a Ray build of `out` are built before they are joined."""
-    return out.parent / f".{out.name}.propme-ray-parts"
 
 
 def task_memory(source, num_shards: int, width: int) -> int | None:
@@ -31,10 +32,10 @@ def task_memory(source, num_shards: int, width: int) -> int | None:
     text = source.estimated_text_bytes()
     if not text:
         return None
-    from propme_metrics.index.build import (
+    from propme_metrics.index.sizing import TEXT_BYTES_PER_TOKEN
+    from propme_metrics.index.suffix_array import (
         divsufsort_memory,  # the in-memory builder's need; rust_indexing fits in the same budget
     )
-    from propme_metrics.index.sizing import TEXT_BYTES_PER_TOKEN
 
     ds_bytes = int(text / TEXT_BYTES_PER_TOKEN) // num_shards * width
     return TASK_BASE_MEMORY + divsufsort_memory(ds_bytes)
@@ -68,47 +69,58 @@ def _build_part(source, part: str, sid: int, tokenizer: str, revision: str | Non
 
 def build_index_on_ray(source, out: str | Path, address: str | None = None, tokenizer: str | None = None,
                        tokenizer_revision: str | None = None, num_shards: int = 1, token_width: int | None = None,
-                       batch_size: int = 1024, cpus_per_task: int = 1, memory_per_task: int | None = None,
-                       force: bool = False, check_space: bool = True, progress: bool = True,
-                       sa_builder: str = "auto", retries: int = TASK_RETRIES):
+                       batch_size: int = DEFAULT_BATCH_SIZE, cpus_per_task: int = 1,
+                       memory_per_task: int | None = None, force: bool = False, check_space: bool = True,
+                       progress: bool = True, sa_builder: str = "auto", retries: int = TASK_RETRIES):
     """Build the index of `source` in `out` with one Ray task per shard, then join the shards.
 
-    A task that fails for a system reason (its worker or node died) is retried up to `retries`
-    times and resumes its part; an error of the build itself (a bad corpus, a full disk) stops
-    the build with that error. Finished parts are kept, so re-running the command resumes.
+    The preamble, the lock on `out`, the protection of the corpus and the atomic install are the
+    local build's. A task that fails for a system reason (its worker or node died) is retried up
+    to `retries` times and resumes its part; an error of the build itself (a bad corpus, a full
+    disk) stops the build with that error. Finished parts are kept, so re-running resumes.
     """
-    from propme_metrics.core.progress import progress_bar
-    from propme_metrics.index.build import _existing_index, build_params, choose_token_width, join_indexes
-    from propme_metrics.index.tokenizer import DEFAULT_TOKENIZER, load_tokenizer, max_token_id, tokenizer_hash
+    from propme_metrics.index.build import plan_build, reusable_index
+    from propme_metrics.index.install import build_lock, write_errors
+    from propme_metrics.index.join import join_locked
+    from propme_metrics.index.tokenizer import DEFAULT_TOKENIZER
 
-    out = Path(out).absolute()
-    tokenizer = tokenizer or DEFAULT_TOKENIZER
-    if num_shards < 1:
-        raise ConfigError("--shards must be at least 1")
     if cpus_per_task < 1:
         raise ConfigError("--cpus must be at least 1")
-    tok = load_tokenizer(tokenizer, tokenizer_revision)
-    width = choose_token_width(max_token_id(tok), token_width)
-    _, params_hash = build_params(source.describe(), tokenizer, tokenizer_revision, tokenizer_hash(tok), width,
-                                  num_shards, list(range(num_shards)))
-    existing = _existing_index(out, params_hash, force)
-    if existing is not None:
-        return existing
+    plan = plan_build(source, out, tokenizer or DEFAULT_TOKENIZER, tokenizer_revision, num_shards,
+                      token_width=token_width, batch_size=batch_size, cpus=cpus_per_task, force=force,
+                      check_space=check_space, progress=progress, sa_builder=sa_builder)
+    with write_errors(plan.work), build_lock(plan.out):
+        reused = reusable_index(plan)
+        if reused is not None:
+            return reused
+        root = ray_parts_dir(plan.out)
+        info = _run_parts(plan, root, address, memory_per_task, retries)
+        manifest = join_locked([root / f"shard-{sid}" for sid in range(num_shards)], plan.out, build_info=info,
+                               replace=force)
+        shutil.rmtree(root)
+        return manifest
+
+
+def _run_parts(plan: BuildPlan, root: Path, address: str | None, memory_per_task: int | None, retries: int) -> dict:
+    """Every shard's build as a Ray task into `root/shard-N`; returns the run record for the manifest."""
+    from propme_metrics.core.progress import progress_bar
+
+    source, num_shards, cpus_per_task = plan.source, plan.num_shards, plan.cpus
     ray = connect(address)
-    memory = memory_per_task or task_memory(source, num_shards, width)
-    root = parts_dir(out)
+    memory = memory_per_task or task_memory(source, num_shards, plan.width)
     root.mkdir(parents=True, exist_ok=True)
     remote = ray.remote(_build_part).options(num_cpus=cpus_per_task, memory=memory, max_retries=retries,
                                              retry_exceptions=False)
     # the suffix-array builder's budget: the declared memory less the task's base (half, for small tasks)
     mem_bytes = max(memory - TASK_BASE_MEMORY, memory // 2) if memory else None
     started = time.time()
-    pending = {remote.remote(source, str(root / f"shard-{sid}"), sid, tokenizer, tokenizer_revision, num_shards,
-                             width, batch_size, cpus_per_task, mem_bytes, check_space, sa_builder): sid
+    pending = {remote.remote(source, str(root / f"shard-{sid}"), sid, plan.tokenizer, plan.tokenizer_revision,
+                             num_shards, plan.width, plan.batch_size, cpus_per_task, mem_bytes, plan.check_space,
+                             plan.sa_builder): sid
                for sid in range(num_shards)}
     results: list[PartResult] = []
     try:
-        with progress_bar(progress) as bar:
+        with progress_bar(plan.progress) as bar:
             task = bar.add_task(f"shards on Ray ({cpus_per_task} CPU"
                                 + (f", {memory / 2**30:.1f} GiB" if memory else "") + " each)",
                                 total=num_shards, rate="")
@@ -127,13 +139,10 @@ def build_index_on_ray(source, out: str | Path, address: str | None = None, toke
             ray.cancel(ref, force=True)
         raise
     results.sort(key=lambda r: r.shard)
-    info = {"batch_size": batch_size, "cpus": cpus_per_task,
+    return {"batch_size": plan.batch_size, "cpus": cpus_per_task,
             "ray": {"tasks": num_shards, "memory_per_task": memory, "nodes": sorted({r.node for r in results}),
                     "task_seconds": [r.seconds for r in results]},
             "seconds_last_run": round(time.time() - started, 2)}
-    manifest = join_indexes([root / f"shard-{r.shard}" for r in results], out, build_info=info, replace=force)
-    shutil.rmtree(root)
-    return manifest
 
 
 def _part_error(sid: int, exc: BaseException, retries: int) -> PropMeError:

@@ -18,8 +18,18 @@ import numpy as np
 
 from propme_metrics.core.checksums import ALGORITHM, file_digest, sampled_digest
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.index.format import document_lengths, pointer_size, pointers, read_unigrams, separator
-from propme_metrics.index.manifest import SHARD_FILES, TOKENIZER_DIRNAME, WORD_STARTS_NAME, IndexManifest, shard_file
+from propme_metrics.index.format import (
+    SHARD_FILES,
+    TOKENIZER_DIRNAME,
+    WORD_STARTS_NAME,
+    document_lengths,
+    pointer_size,
+    pointers,
+    read_unigrams,
+    shard_file,
+    token_layout,
+)
+from propme_metrics.index.manifest import IndexManifest
 from propme_metrics.index.search import DocWindow, IndexSearch
 
 
@@ -43,7 +53,7 @@ class Index:
 
     @property
     def separator(self) -> int:
-        return separator(self.token_width)
+        return token_layout(self.token_width).separator
 
     @cached_property
     def search(self) -> IndexSearch:
@@ -65,7 +75,7 @@ class Index:
         eos = tok.eos_token_id if tok.eos_token_id is not None else 0
         return InfiniGramEngine(
             index_dir=str(_engine_safe_path(self.path)), eos_token_id=eos,
-            vocab_size=self.separator, token_dtype="u16" if self.token_width == 2 else "u32",
+            vocab_size=self.separator, token_dtype=token_layout(self.token_width).engine_dtype,
             # word starts and unigram log-probabilities make the engine's own `attribute` usable too
             bow_ids_path=str(self.path / WORD_STARTS_NAME), precompute_unigram_logprobs=True)
 
@@ -93,6 +103,28 @@ class Index:
         from propme_metrics.index.tokenizer import load_backend
 
         return load_backend(self.path / TOKENIZER_DIRNAME)
+
+    def check_tokenizer(self, name: str | None = None) -> None:
+        """Refuse (IndexFormatError) the index's stored tokenizer copy, or the tokenizer `name` when
+        given, unless it hashes to the manifest's sha256: spans would be counted in other tokens."""
+        from propme_metrics.core.errors import ConfigError
+        from propme_metrics.index.tokenizer import files_sha256, load_tokenizer, tokenizer_hash
+
+        expected = self.manifest.tokenizer.sha256
+        if name is not None:
+            what, found = f"tokenizer {name!r}", tokenizer_hash(load_tokenizer(name))
+        else:
+            what = "the tokenizer stored in the index"
+            try:
+                self.backend  # noqa: B018 (loads it, or fails for an unreadable copy)
+                # unchanged tokenizer files need no HF tokenizer (seconds to import); else it decides
+                same_files = self.manifest.tokenizer.files_sha256 == files_sha256(self.path / TOKENIZER_DIRNAME)
+                found = expected if same_files else tokenizer_hash(self.tokenizer)
+            except ConfigError as exc:  # the copy inside the index cannot be loaded: the index is broken
+                raise IndexFormatError(f"the tokenizer stored in {self.path} cannot be loaded: {exc.message}",
+                                       "rebuild the index with `propme index build`") from None
+        if found != expected:
+            raise tokenizer_mismatch(self.path, self.manifest, what, f"sha256 {found[:12]}")
 
     def encode(self, text: str) -> list[int]:
         """Index-tokenizer ids of a text, no special tokens (as the HF tokenizer with add_special_tokens=False)."""
@@ -135,8 +167,8 @@ class Index:
                 raise IndexFormatError(f"{self.path} is missing {', '.join(missing)}",
                                        "the index is incomplete or was moved partly; rebuild it")
             sizes = {kind: p.stat().st_size for kind, p in paths.items()}
-            ptr = pointer_size(s.ds_bytes)
-            expected = {"tokenized": s.ds_bytes, "table": (s.ds_bytes // m.token_width) * ptr,
+            ptr_size = pointer_size(s.ds_bytes)
+            expected = {"tokenized": s.ds_bytes, "table": (s.ds_bytes // m.token_width) * ptr_size,
                         "offset": 8 * s.documents, "metaoff": 8 * s.documents}
             for kind, size in expected.items():
                 if sizes[kind] != size:
@@ -148,13 +180,21 @@ class Index:
                                    "rebuild the index with `propme index build`")
         bad = checksum_mismatches(self.path, m.files, full=False)
         if bad and bad[0].startswith(TOKENIZER_DIRNAME + "/"):
-            raise IndexFormatError(f"the tokenizer stored in {self.path} is not the one the index was built with "
-                                   f"({bad[0]})", "the tokenizer folder inside the index was altered; rebuild the "
-                                   "index or restore that folder")
+            raise tokenizer_mismatch(self.path, m, "the tokenizer stored in the index", bad[0])
         if bad:
             raise IndexFormatError(f"{self.path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
                                    "a file was changed after the build (disk error, copy gone wrong, edit); "
                                    "rebuild the index or copy it again")
+
+
+def tokenizer_mismatch(path: Path, manifest: IndexManifest, what: str, found: str) -> IndexFormatError:
+    """The one error for a tokenizer that is not the index's (its copy altered, or another one named)."""
+    tok = manifest.tokenizer
+    return IndexFormatError(
+        f"{what} ({found}) is not the index's tokenizer {tok.name!r} (sha256 {tok.sha256[:12]}) of {path}",
+        "name the tokenizer the index was built with, or none (the index's own copy is used); a copy inside "
+        "the index that is not the one the index was built with was altered: rebuild the index or restore its "
+        f"{TOKENIZER_DIRNAME} folder")
 
 
 def checksum_mismatches(folder: Path, recorded: dict[str, dict[str, Any]], full: bool) -> list[str]:
@@ -218,7 +258,11 @@ class VerifyReport:
         return all(c.ok for c in self.checks)
 
 
-def verify_index(path: str | Path, samples: int = 2000, seed: int = 0, full: bool = False) -> VerifyReport:
+#: suffix-array positions `verify_index` checks per shard unless told otherwise
+VERIFY_SAMPLES = 2000
+
+
+def verify_index(path: str | Path, samples: int = VERIFY_SAMPLES, seed: int = 0, full: bool = False) -> VerifyReport:
     """Check sizes, the tokenizer's hash, suffix-array order on sampled ranks, sampled documents and
     unigram sums; with `full`, every file's content checksum as well."""
     report = VerifyReport()

@@ -28,10 +28,9 @@ from propme_metrics.index.format import (
     pointer_size,
     pointer_weights,
     read_unigrams,
-    separator,
-    token_dtype,
+    shard_file,
+    token_layout,
 )
-from propme_metrics.index.manifest import shard_file
 from propme_metrics.index.toplevel import TopLevel, load_toplevel
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -113,7 +112,7 @@ class ShardSearcher:
     def __init__(self, folder: Path, sid: int, width: int, doc_base: int, accelerate: bool = True):
         self.id = sid
         self.width = width
-        self.dtype = token_dtype(width)
+        self.dtype = token_layout(width).dtype
         ds_path, sa_path = shard_file(folder, "tokenized", sid), shard_file(folder, "table", sid)
         self.ds = _map(ds_path, self.dtype, accelerate)
         self.n = len(self.ds)  # suffixes (token positions, separators included)
@@ -343,7 +342,7 @@ class IndexSearch:
 
     def __init__(self, index: Index):
         self.index = index
-        self.separator = separator(index.token_width)
+        self.separator = token_layout(index.token_width).separator
         self.shards = self.open_shards()
 
     def shard_bases(self) -> list[tuple[int, int]]:

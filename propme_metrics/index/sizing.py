@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.index.format import pointer_size
+from propme_metrics.index.suffix_array import choose_sa_builder, divsufsort_memory
 
 TEXT_BYTES_PER_TOKEN = 4.0        #: UTF-8 bytes of text per token, for estimates from file sizes
 DOC_BYTES_PER_TOKEN = 0.25        #: offset, metaoff and metadata bytes per token (about 80 per document)
@@ -51,13 +52,11 @@ class BuildEstimate:
 def estimate_build(tokens: int, basis: str, num_shards: int, width: int, cpus: int, mem_bytes: int,
                    sa_builder: str = "auto") -> BuildEstimate:
     """Disk, memory and time for `tokens` tokens split evenly into `num_shards` shards."""
-    from propme_metrics.index.build import choose_sa_builder, divsufsort_memory
-
     per_shard = -(-tokens // num_shards)
     ds_bytes = max(width, per_shard * width)
-    ptr = pointer_size(ds_bytes)
+    ptr_size = pointer_size(ds_bytes)
     builder = choose_sa_builder(ds_bytes, mem_bytes, sa_builder)
-    table = per_shard * ptr
+    table = per_shard * ptr_size
     disk = int(num_shards * (ds_bytes + table + per_shard * DOC_BYTES_PER_TOKEN))
     if builder == "divsufsort":
         memory, temp = divsufsort_memory(ds_bytes), table
@@ -70,27 +69,43 @@ def estimate_build(tokens: int, basis: str, num_shards: int, width: int, cpus: i
                          disk_bytes=disk, temp_bytes=temp, memory_bytes=memory, seconds=seconds)
 
 
-def check_shard_memory(tokens_per_shard: int, width: int, num_shards: int, mem_bytes: int, ram_bytes: int,
-                       sa_builder: str = "auto", basis: str = "") -> None:
-    """Refuse a shard whose suffix array cannot be built in memory, naming the option that fixes it."""
-    from propme_metrics.index.build import choose_sa_builder, divsufsort_memory
-
+def _shard_problem(tokens_per_shard: int, width: int, num_shards: int, mem_bytes: int, ram_bytes: int,
+                   sa_builder: str, basis: str) -> ConfigError | None:
+    """Why a shard of `tokens_per_shard` tokens cannot be built in memory (None when it can)."""
     ds_bytes = max(width, tokens_per_shard * width)
     builder = choose_sa_builder(ds_bytes, mem_bytes, sa_builder)
     why = f" ({basis})" if basis else ""
     if builder == "divsufsort" and divsufsort_memory(ds_bytes) > mem_bytes:
         shards = num_shards * math.ceil(divsufsort_memory(ds_bytes) / mem_bytes)
-        raise ConfigError(
+        return ConfigError(
             f"a shard of {tokens_per_shard:,} tokens{why} needs {_gib(divsufsort_memory(ds_bytes))} of memory "
             f"for libdivsufsort, more than the {_gib(mem_bytes)} allowed",
             f"use --shards {shards} (or --sa-builder auto, which falls back to rust_indexing)")
     limit = int(RUST_TOKENS_PER_RAM_BYTE * ram_bytes)
     if builder == "rust" and tokens_per_shard > limit:
         shards = num_shards * math.ceil(tokens_per_shard / limit)
-        raise ConfigError(
+        return ConfigError(
             f"a shard of {tokens_per_shard:,} tokens{why} is more than this machine can index in one piece "
             f"(at most about {limit:,} tokens: 0.4 x {_gib(ram_bytes)} of RAM)",
             f"use --shards {shards}")
+    return None
+
+
+def check_shard_memory(tokens_per_shard: int, width: int, num_shards: int, mem_bytes: int, ram_bytes: int,
+                       sa_builder: str = "auto", basis: str = "") -> None:
+    """Refuse a shard whose suffix array cannot be built in memory, naming the option that fixes it."""
+    problem = _shard_problem(tokens_per_shard, width, num_shards, mem_bytes, ram_bytes, sa_builder, basis)
+    if problem is not None:
+        raise problem
+
+
+def shards_needed(tokens: int, width: int, mem_bytes: int, ram_bytes: int, sa_builder: str = "auto") -> int:
+    """The fewest shards of `tokens` tokens in all that a build accepts (`check_shard_memory`): with
+    'divsufsort', every shard sorted in `mem_bytes`; with 'auto' or 'rust', within 0.4 x RAM."""
+    shards = 1
+    while _shard_problem(-(-tokens // shards), width, shards, mem_bytes, ram_bytes, sa_builder, "") is not None:
+        shards += 1
+    return shards
 
 
 def check_document_memory(longest_bytes: int | None, available_bytes: int) -> int:

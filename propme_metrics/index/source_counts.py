@@ -22,15 +22,21 @@ import numpy as np
 
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.core.files import DEFAULT_CACHE_DIR, write_atomic
-from propme_metrics.index.format import document_lengths, metadata_line, parse_metadata
-from propme_metrics.index.manifest import IndexManifest, shard_file
+from propme_metrics.index.format import (
+    SOURCE_COUNTS_NAME,
+    document_lengths,
+    metadata_line,
+    parse_metadata,
+    shard_file,
+)
+from propme_metrics.index.manifest import IndexManifest
 from propme_metrics.index.sources import CorpusSource
 
 #: the metadata field that names a document's source unless the index was built with another
 DEFAULT_SOURCE_FIELD: str = next(f.default for f in fields(CorpusSource) if f.name == "source_field")
 #: the source of a document whose metadata lacks the field
 UNKNOWN_SOURCE = "unknown"
-CACHE_NAME = "propme-source-counts.json"
+CACHE_NAME = SOURCE_COUNTS_NAME
 
 
 def source_of(metadata: Any, field: str = DEFAULT_SOURCE_FIELD) -> str:

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from propme_metrics.index.format import pointer_size, pointers, token_dtype
-from propme_metrics.index.manifest import shard_file
+from propme_metrics.index.format import pointer_size, pointers, shard_file, token_layout, toplevel_path
 
 STRIDE = 1024        #: ranks between two samples
 TOKENS = 8           #: tokens kept per sample
@@ -48,27 +47,23 @@ class TopLevel:
         return self.keys.nbytes + self.lengths.nbytes
 
 
-def toplevel_path(folder: str | Path, sid: int) -> Path:
-    return Path(folder) / f"propme-toplevel.{sid}.npz"
-
-
 def build_toplevel(folder: str | Path, sid: int, width: int, stride: int = STRIDE,
                    tokens: int = TOKENS) -> TopLevel:
     """Sample shard `sid` of the index in `folder`, reading its two big files front to back once."""
     ds_path, sa_path = shard_file(folder, "tokenized", sid), shard_file(folder, "table", sid)
     ds_bytes = ds_path.stat().st_size
     n = ds_bytes // width
-    ptr = pointer_size(ds_bytes) if ds_bytes else 1
+    ptr_size = pointer_size(ds_bytes) if ds_bytes else 1
     ranks = np.arange(0, n, stride, dtype=np.int64)
     pos = np.empty(len(ranks), dtype=np.int64)
-    per_step = max(1, _SCAN_BYTES // (stride * ptr)) * stride  # ranks per read, a multiple of the stride
+    per_step = max(1, _SCAN_BYTES // (stride * ptr_size)) * stride  # ranks per read, a multiple of the stride
     with open(sa_path, "rb") as fh:
         for first in range(0, n, per_step):
             count = min(per_step, n - first)
-            raw = np.frombuffer(fh.read(count * ptr), dtype=np.uint8).reshape(-1, ptr)
-            picked = pointers(raw[::stride], ptr)
+            raw = np.frombuffer(fh.read(count * ptr_size), dtype=np.uint8).reshape(-1, ptr_size)
+            picked = pointers(raw[::stride], ptr_size)
             pos[first // stride:first // stride + len(picked)] = picked // width
-    dtype = token_dtype(width)
+    dtype = token_layout(width).dtype
     keys = np.zeros((len(ranks), tokens), dtype=dtype)
     lengths = np.minimum(tokens, n - pos).astype(np.uint8)
     order = np.argsort(pos, kind="stable")
@@ -87,7 +82,13 @@ def build_toplevel(folder: str | Path, sid: int, width: int, stride: int = STRID
             i = j
     keys = keys.byteswap()  # little-endian ids -> sort keys (same dtype, swapped bytes)
     keys[np.arange(tokens)[None, :] >= lengths[:, None]] = 0
-    return TopLevel(stride=stride, keys=keys.astype(np.uint16 if width == 2 else np.uint32), lengths=lengths)
+    return TopLevel(stride=stride, keys=keys, lengths=lengths)
+
+
+def write_toplevel(folder: str | Path, sid: int, width: int) -> None:
+    """Build and save the samples of shard `sid`, whose suffix array has just been written."""
+    n = shard_file(folder, "tokenized", sid).stat().st_size // width
+    save_toplevel(build_toplevel(folder, sid, width), toplevel_path(folder, sid), n, width)
 
 
 def save_toplevel(top: TopLevel, path: Path, n: int, width: int) -> None:

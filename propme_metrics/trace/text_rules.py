@@ -10,8 +10,10 @@ import unicodedata
 import zlib
 from typing import Any
 
+from propme_metrics.index.tokenizer import DELIMITER_CHARS
+
 #: characters that end a sentence in text mode (a span may hold one only as its last character)
-BOUNDARY_CHARS = frozenset("!.?\n")
+BOUNDARY_CHARS = DELIMITER_CHARS
 #: mixed mode: shorter spans (other than the whole generation) are dropped, anchors are at least this long
 MIXED_MIN_TOKENS = 4
 

@@ -34,13 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from propme_metrics.core.errors import ConfigError, IndexFormatError
 from propme_metrics.index.decode import TokenDecoder
 from propme_metrics.index.format import parse_metadata
-from propme_metrics.index.manifest import TOKENIZER_DIRNAME
 from propme_metrics.index.reader import Index, open_index
 from propme_metrics.index.search import DocWindow, IndexSearch, Occurrences
-from propme_metrics.index.tokenizer import files_sha256, tokenizer_hash
 from propme_metrics.trace.nvrecall import nv_scores
 from propme_metrics.trace.result import FinalSpan, Span, TraceConfig, TracedDocument, TraceResult
 from propme_metrics.trace.text_rules import (
@@ -121,20 +118,8 @@ class Tracer:
         self.index = index if isinstance(index, Index) else open_index(index)
         self.search = self._open_search()
         self.config = config or TraceConfig()
-        manifest = self.index.manifest
-        try:
-            backend = self.index.backend
-            # unchanged tokenizer files need no HF tokenizer (seconds to import); else it decides
-            same_files = manifest.tokenizer.files_sha256 == files_sha256(self.index.path / TOKENIZER_DIRNAME)
-            found = manifest.tokenizer.sha256 if same_files else tokenizer_hash(self.index.tokenizer)
-        except ConfigError as exc:  # the copy inside the index cannot be loaded: the index is broken
-            raise IndexFormatError(f"the tokenizer stored in {self.index.path} cannot be loaded: {exc.message}",
-                                   "rebuild the index with `propme index build`") from None
-        if found != manifest.tokenizer.sha256:
-            raise IndexFormatError(
-                f"the tokenizer stored in {self.index.path} (sha256 {found[:12]}) is not the one the index was "
-                f"built with ({manifest.tokenizer.name}, sha256 {manifest.tokenizer.sha256[:12]})",
-                "the tokenizer folder inside the index was altered; rebuild the index or restore that folder")
+        self.index.check_tokenizer()
+        backend = self.index.backend
         self._separator = self.index.separator
         self._log_total = math.log(self.index.total_positions)
         self._backend = backend

@@ -79,7 +79,8 @@ def test_shard_groups_cover_every_shard_once():
 
 
 def test_ray_build_equals_local_build(ray_cluster, corpus_and_local, gpt2_dir, tmp_path):
-    from propme_metrics.index.ray_build import build_index_on_ray, parts_dir
+    from propme_metrics.index.format import ray_parts_dir as parts_dir
+    from propme_metrics.index.ray_build import build_index_on_ray
 
     corpus, local, _ = corpus_and_local
     out = tmp_path / "ray-index"
@@ -98,7 +99,7 @@ def test_force_ray_build_keeps_the_old_index_until_the_join_is_done(ray_cluster,
                                                                      tmp_path, monkeypatch):
     """Replacing an index on Ray swaps it atomically, as a local build does: a join interrupted
     before the swap leaves the old index whole, and the next run finishes the replacement."""
-    import propme_metrics.index.build as build_module
+    import propme_metrics.index.join as join_module
     from propme_metrics.index.ray_build import build_index_on_ray
 
     corpus, local, records = corpus_and_local
@@ -106,17 +107,17 @@ def test_force_ray_build_keeps_the_old_index_until_the_join_is_done(ray_cluster,
     shutil.copytree(local, out)
     before = {name: (out / name).read_bytes() for name in tree_files(out)}
     other = write_jsonl(tmp_path / "other.jsonl", records[:80])
-    real = build_module.checksum_files
+    real = join_module.checksum_files
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(build_module, "checksum_files", interrupted)  # the driver's join only
+    monkeypatch.setattr(join_module, "checksum_files", interrupted)  # the driver's join only
     with pytest.raises(KeyboardInterrupt):
         build_index_on_ray(CorpusSource(str(other)), out, tokenizer=str(gpt2_dir), num_shards=SHARDS, force=True,
                            memory_per_task=512 * 2**20, progress=False, check_space=False)
     assert {name: (out / name).read_bytes() for name in tree_files(out)} == before
-    monkeypatch.setattr(build_module, "checksum_files", real)
+    monkeypatch.setattr(join_module, "checksum_files", real)
     manifest = build_index_on_ray(CorpusSource(str(other)), out, tokenizer=str(gpt2_dir), num_shards=SHARDS,
                                   force=True, memory_per_task=512 * 2**20, progress=False, check_space=False)
     assert manifest.total_documents == 80 and IndexManifest.read(out).total_documents == 80

@@ -18,7 +18,7 @@ import pytest
 import propme_metrics.index.build as build_module
 from propme_metrics.cli import app as cli
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.index.build import old_dir, partial_dir
+from propme_metrics.index.format import old_dir, staging_dir
 from propme_metrics.index.manifest import MANIFEST_NAME
 from propme_metrics.index.reader import open_index, verify_index
 from support.corpora import word_level_tokenizer, write_jsonl
@@ -143,6 +143,8 @@ def test_symlinked_out_builds_into_its_target(tmp_path, tok, cli_run):
 KILLER = r'''
 import os, signal, sys
 import propme_metrics.index.build as b
+import propme_metrics.index.install as install
+import propme_metrics.index.suffix_array as sa
 from propme_metrics.cli import app as cli
 
 point, nth = sys.argv[1], int(sys.argv[2])
@@ -169,7 +171,7 @@ if point == "tokenize":  # killed with some documents written
             yield doc
     b.CorpusSource.__iter__ = documents
 elif point == "step":  # after the nth rust_indexing step (make-part, merge, concat of shard 0, then shard 1)
-    b._run_all = after(b._run_all)
+    sa._run_all = after(sa._run_all)
 elif point == "toplevel":  # a suffix array and its search samples written, progress not yet saved
     b.write_toplevel = after(b.write_toplevel)
 elif point == "manifest":  # the manifest written, the build not moved into place
@@ -180,9 +182,9 @@ elif point == "aside":  # the old index moved aside, the new one not yet in
         real_replace(src, dst)
         if str(dst).endswith(".propme-old"):
             die()
-    b.os.replace = replace
+    os.replace = replace
 elif point == "installed":  # the new index in place, the old one not yet deleted
-    b._fsync_dir = after(b._fsync_dir)
+    install._fsync_dir = after(install._fsync_dir)
 sys.exit(cli.main(sys.argv[3:]))
 '''
 
@@ -223,7 +225,7 @@ def test_sigkill_at_each_step_then_rerun_is_byte_identical(point, nth, tmp_path,
     assert code == 0, err
     assert tree(out) == expected
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]  # no partial build, no old index left
-    assert not partial_dir(out).exists()
+    assert not staging_dir(out).exists()
 
 
 def test_kill_while_moving_aside_without_rerun_of_new_build_restores_old(tmp_path, tok, kill_setup, cli_run):
@@ -232,7 +234,7 @@ def test_kill_while_moving_aside_without_rerun_of_new_build_restores_old(tmp_pat
     out = tmp_path / "idx"
     assert cli_run(*build_args(old_corpus, out, tok))[0] == 0
     old_tree = tree(out)
-    shutil.rmtree(partial_dir(out), ignore_errors=True)
+    shutil.rmtree(staging_dir(out), ignore_errors=True)
     os.replace(out, old_dir(out))  # as if killed right after moving the old index aside, build unfinished
     code, _, err = cli_run(*build_args(old_corpus, out, tok))
     assert code == 0, err
@@ -318,7 +320,7 @@ def test_disk_full_while_tokenizing_is_one_message(tmp_path, tok, monkeypatch, c
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "x"))
 
-    monkeypatch.setattr(build_module, "_tokenize", full)
+    monkeypatch.setattr(build_module, "tokenize_corpus", full)
     code, _, err = cli_run(*build_args(corpus, tmp_path / "idx", tok))
     assert code == 2 and "No space left on device" in err and "hint:" in err
 
@@ -349,9 +351,41 @@ def test_second_concurrent_build_of_the_same_out_stops_at_once(tmp_path, tok, cl
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
         code, _, err = cli_run(*build_args(corpus, out, tok))
     assert code == 2 and "another `propme index build` is building" in err
-    assert not out.exists() and not partial_dir(out).exists()
+    assert not out.exists() and not staging_dir(out).exists()
     assert cli_run(*build_args(corpus, out, tok))[0] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "idx"]
+
+
+def test_a_ray_build_takes_the_local_builds_lock_and_spares_the_corpus(tmp_path, tok, monkeypatch):
+    """`build_index_on_ray` goes through the local build's preamble and lock before it asks for a
+    cluster: a second build of the same folder stops at once, an --out holding the corpus is refused,
+    and an index already built there is reused; none of them starts Ray."""
+    import fcntl
+
+    import propme_metrics.index.ray_build as ray_build
+    from propme_metrics.core.errors import ConfigError
+    from propme_metrics.index.manifest import IndexManifest
+    from propme_metrics.index.sources import CorpusSource
+
+    def no_cluster(address):
+        raise AssertionError("the cluster was asked for")
+
+    monkeypatch.setattr(ray_build, "connect", no_cluster)
+    corpus = write_jsonl(tmp_path / "data" / "corpus.jsonl", word_docs(30, 8))
+    out = tmp_path / "idx"
+    with open(tmp_path / ".idx.propme-lock", "a") as held:  # as a running build holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(ConfigError, match="another `propme index build` is building"):
+            ray_build.build_index_on_ray(CorpusSource(str(corpus)), out, tokenizer=str(tok), num_shards=2,
+                                         progress=False, check_space=False)
+    with pytest.raises(ConfigError, match="is or contains the corpus"):
+        ray_build.build_index_on_ray(CorpusSource(str(corpus)), tmp_path / "data", tokenizer=str(tok),
+                                     num_shards=2, progress=False, check_space=False, force=True)
+    assert cli.main(build_args(corpus, out, tok)) == 0
+    local = IndexManifest.read(out)
+    again = ray_build.build_index_on_ray(CorpusSource(str(corpus)), out, tokenizer=str(tok), num_shards=2,
+                                         progress=False, check_space=False)
+    assert again.created == local.created and again.build == local.build
 
 
 # --- a damaged manifest or folder is exit 3 with what is wrong, never exit 70 ------------------------

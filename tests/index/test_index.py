@@ -28,9 +28,10 @@ from propme_metrics.cli import app as cli
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import ConfigError, IndexFormatError
 from propme_metrics.demo.synthetic import generate_corpus
-from propme_metrics.index.build import build_index, choose_token_width, join_indexes, partial_dir
-from propme_metrics.index.format import pointer_size
-from propme_metrics.index.manifest import MANIFEST_NAME, SHARD_FILES, IndexManifest, shard_file
+from propme_metrics.index.build import build_index, choose_token_width
+from propme_metrics.index.format import MANIFEST_NAME, SHARD_FILES, pointer_size, shard_file, staging_dir
+from propme_metrics.index.join import join_indexes
+from propme_metrics.index.manifest import IndexManifest
 from propme_metrics.index.reader import open_index, verify_index
 from propme_metrics.index.sources import CorpusSource
 from support.corpora import make_index, word_level_tokenizer, write_jsonl
@@ -328,7 +329,7 @@ def test_forced_16bit_with_wide_vocabulary_fails(tmp_path, wide_tokenizer, wide_
     out = tmp_path / "idx"
     with pytest.raises(ConfigError, match="16-bit"):
         make_index(corpus, out, wide_tokenizer, token_width=2)
-    assert not out.exists() and not partial_dir(out).exists()
+    assert not out.exists() and not staging_dir(out).exists()
 
 
 def check_wide_index(out: Path, wide_tokenizer: Path, wide_records: list[dict]) -> None:
@@ -364,7 +365,7 @@ def test_interrupted_suffix_array_resumes_missing_shard_only(tmp_path, monkeypat
     records = list(generate_corpus(30, seed=11))
     corpus = write_jsonl(tmp_path / "c.jsonl", records)
     out = tmp_path / "idx"
-    real_sa, real_tok = build_module.build_suffix_array, build_module._tokenize
+    real_sa, real_tok = build_module.build_suffix_array, build_module.tokenize_corpus
     attempts = []
 
     def dies_on_second_shard(ds_path, sa_path, *args, **kwargs):
@@ -381,11 +382,11 @@ def test_interrupted_suffix_array_resumes_missing_shard_only(tmp_path, monkeypat
 
     sa_calls, tok_calls = [], []
     monkeypatch.setattr(build_module, "build_suffix_array", counting(real_sa, sa_calls))
-    monkeypatch.setattr(build_module, "_tokenize", counting(real_tok, tok_calls))
+    monkeypatch.setattr(build_module, "tokenize_corpus", counting(real_tok, tok_calls))
     manifest = make_index(corpus, out, gpt2_dir, num_shards=2)
     assert [Path(c[1]).name for c in sa_calls] == ["table.1"]
     assert tok_calls == []
-    assert not partial_dir(out).exists()
+    assert not staging_dir(out).exists()
     index = open_index(out)
     bf = BruteForce(tokenize_texts(gpt2_tok, [r["text"] for r in records]))
     assert manifest.total_documents == 30 and manifest.total_tokens == bf.total_tokens
@@ -408,7 +409,7 @@ def test_interrupted_tokenization_restarts_cleanly(tmp_path, gpt2_dir, gpt2_tok)
     with pytest.raises(KeyboardInterrupt):
         build_index(DiesMidway(str(corpus)), out, tokenizer=str(gpt2_dir), num_shards=2, batch_size=4,
                     progress=False, check_space=False)
-    assert shard_file(partial_dir(out), "tokenized", 0).stat().st_size > 0  # it did stop half-way
+    assert shard_file(staging_dir(out), "tokenized", 0).stat().st_size > 0  # it did stop half-way
     assert_not_an_index(out)
     manifest = build_index(CorpusSource(str(corpus)), out, tokenizer=str(gpt2_dir), num_shards=2, batch_size=4,
                            progress=False, check_space=False)
@@ -426,7 +427,7 @@ def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir
             "--batch-size", "256", "--quiet", "--skip-space-check"]
     proc = subprocess.Popen([sys.executable, "-m", "propme_metrics.cli.app", *argv], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    tokenized = shard_file(partial_dir(out), "tokenized", 0)
+    tokenized = shard_file(staging_dir(out), "tokenized", 0)
     deadline = time.time() + 120
     try:
         while not (tokenized.is_file() and tokenized.stat().st_size > 0):
@@ -448,7 +449,7 @@ def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir
     assert "2,000 documents" in out_text
     code, out_text, _ = cli_run("index", "verify", out)
     assert code == 0 and "index verified" in out_text
-    assert not partial_dir(out).exists()
+    assert not staging_dir(out).exists()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,7 +557,7 @@ def test_same_build_twice_is_a_noop(tmp_path, monkeypatch, synthetic_index, synt
     out = tmp_path / "idx"
     shutil.copytree(synthetic_index, out)
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    monkeypatch.setattr(build_module, "_tokenize", refuse("tokenization"))
+    monkeypatch.setattr(build_module, "tokenize_corpus", refuse("tokenization"))
     monkeypatch.setattr(build_module, "build_suffix_array", refuse("the suffix-array build"))
     manifest = make_index(synthetic_corpus, out, gpt2_dir, num_shards=2)
     assert manifest.to_dict() == synthetic_opened.manifest.to_dict()
@@ -678,6 +679,70 @@ def test_exclude_sources_and_keep_fields(tmp_path, gpt2_dir, gpt2_tok, cli_run):
     assert_counts_match(index, bf, all_short_ngrams(bf, 2))
 
 
+def _corpus_source_counts(records, tok) -> dict[str, dict[str, int]]:
+    """Documents and tokens per source counted straight from the input records (the oracle)."""
+    counts: dict[str, dict[str, int]] = {}
+    for r, ids in zip(records, tokenize_texts(tok, [r["text"] for r in records])):
+        name = r["source"] if r.get("source") else "unknown"
+        entry = counts.setdefault(name, {"documents": 0, "tokens": 0})
+        entry["documents"] += 1
+        entry["tokens"] += len(ids)
+    return counts
+
+
+def test_source_counts_are_counted_while_writing_and_add_up_over_a_join(tmp_path, monkeypatch, gpt2_dir, gpt2_tok,
+                                                                      cli_run):
+    """The shard writer's per-source counts equal the corpus' (a document without a source is
+    'unknown'), the on-demand count of the finished files, a build resumed from a tokenization
+    that did not count them, and a join of the shards built apart: the sum of its parts."""
+    from propme_metrics.core.errors import BuildError
+    from propme_metrics.index.format import STATE_NAME
+    from propme_metrics.index.source_counts import count_sources
+
+    records = list(generate_corpus(45, seed=41))
+    for i, r in enumerate(records):
+        if i % 9 == 0:
+            del r["source"]
+        elif i % 9 == 4:
+            r["source"] = ""
+    corpus = write_jsonl(tmp_path / "c.jsonl", records)
+    expected = _corpus_source_counts(records, gpt2_tok)
+    assert "unknown" in expected and len(expected) >= 3
+
+    whole = make_index(corpus, tmp_path / "whole", gpt2_dir, num_shards=3)
+    assert whole.source_counts == expected and list(whole.source_counts) == sorted(expected)
+    assert count_sources(tmp_path / "whole", range(3), whole.token_width, "source") == expected
+
+    parts = [tmp_path / f"part{sid}" for sid in range(3)]
+    part_counts = [make_index(corpus, part, gpt2_dir, num_shards=3, shard_ids=[sid]).source_counts
+                   for sid, part in enumerate(parts)]
+    for sid, counts in enumerate(part_counts):  # document i goes to shard i mod 3
+        assert counts == _corpus_source_counts(records[sid::3], gpt2_tok)
+    summed: dict[str, dict[str, int]] = {}
+    for counts in part_counts:
+        for name, c in counts.items():
+            entry = summed.setdefault(name, {"documents": 0, "tokens": 0})
+            entry["documents"] += c["documents"]
+            entry["tokens"] += c["tokens"]
+    code, _, err = cli_run("index", "join", *parts, "--out", tmp_path / "joined")
+    assert code == 0, err
+    assert IndexManifest.read(tmp_path / "joined").source_counts == summed == expected
+
+    # a build resumed from a tokenization that did not record the counts counts the written files
+    def dies(*args, **kwargs):
+        raise BuildError("stopped after tokenizing")
+
+    monkeypatch.setattr(build_module, "build_suffix_array", dies)
+    with pytest.raises(BuildError):
+        make_index(corpus, tmp_path / "resumed", gpt2_dir, num_shards=3)
+    state_path = staging_dir(tmp_path / "resumed") / STATE_NAME
+    state = json.loads(state_path.read_text())
+    assert state.pop("source_counts") == expected
+    state_path.write_text(json.dumps(state))
+    monkeypatch.undo()
+    assert make_index(corpus, tmp_path / "resumed", gpt2_dir, num_shards=3).source_counts == expected
+
+
 # ---------------------------------------------------------------------------------------------
 # shards built separately and joined
 
@@ -761,7 +826,7 @@ def test_unreachable_hub_dataset_is_one_message(tmp_path, gpt2_dir, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "cannot open Hugging Face dataset 'no-such-org/no-such-dataset'" in err and "Traceback" not in err
-    assert not (tmp_path / "idx").exists() and not partial_dir(tmp_path / "idx").exists()
+    assert not (tmp_path / "idx").exists() and not staging_dir(tmp_path / "idx").exists()
 
 
 def test_manifest_from_a_newer_version_still_reads(synthetic_index, tmp_path):

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from propme_metrics.demo.synthetic import generate_corpus
-from propme_metrics.index.manifest import shard_file
+from propme_metrics.index.format import shard_file
 from propme_metrics.index.search import ShardSearcher
 from propme_metrics.index.toplevel import build_toplevel, load_toplevel, toplevel_path
 from support.corpora import make_index, write_jsonl

@@ -7,14 +7,17 @@ import pytest
 from propme_metrics.cli import app as cli
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.demo.synthetic import generate_corpus
-from propme_metrics.index.build import build_index, divsufsort_memory, partial_dir
+from propme_metrics.index.build import build_index
+from propme_metrics.index.format import staging_dir
 from propme_metrics.index.sizing import (
     RUST_TOKENS_PER_RAM_BYTE,
     TEXT_BYTES_PER_TOKEN,
     check_shard_memory,
     estimate_build,
+    shards_needed,
 )
 from propme_metrics.index.sources import CorpusSource
+from propme_metrics.index.suffix_array import divsufsort_memory
 from support.corpora import write_jsonl
 
 
@@ -54,7 +57,7 @@ def test_build_refuses_before_writing_anything(tmp_path, gpt2_dir):
         build_index(CorpusSource(str(corpus)), tmp_path / "idx", tokenizer=str(gpt2_dir), progress=False,
                     check_space=False, mem_bytes=1000, sa_builder="divsufsort")
     assert "--shards" in err.value.hint
-    assert not (tmp_path / "idx").exists() and not partial_dir(tmp_path / "idx").exists()
+    assert not (tmp_path / "idx").exists() and not staging_dir(tmp_path / "idx").exists()
 
 
 def test_cli_prints_the_estimate_first(tmp_path, gpt2_dir, capsys):
@@ -68,3 +71,18 @@ def test_cli_prints_the_estimate_first(tmp_path, gpt2_dir, capsys):
     assert "from the corpus' file sizes" in lines[0] and "from the tokenized shards" in lines[1]
     expected = int(corpus.stat().st_size / TEXT_BYTES_PER_TOKEN)
     assert f"{expected:,} tokens" in lines[0]
+
+
+@pytest.mark.parametrize("tokens, builder, expected", [
+    (10**9, "divsufsort", 3),  # 2 shards: 1e9 bytes each need 5e9 bytes (4.7 GiB) for libdivsufsort, over 4 GiB
+    (5 * 10**9, "auto", 2),    # rust_indexing holds 0.4 x 8 GiB = 3.4e9 tokens a shard
+    (10**6, "auto", 1),
+])
+def test_shards_needed_is_the_fewest_the_build_accepts(tokens, builder, expected):
+    mem, ram = 4 * 2**30, 8 * 2**30
+    n = shards_needed(tokens, 2, mem, ram, builder)
+    assert n == expected
+    check_shard_memory(-(-tokens // n), 2, n, mem, ram, builder)  # accepted
+    if n > 1:
+        with pytest.raises(ConfigError):
+            check_shard_memory(-(-tokens // (n - 1)), 2, n - 1, mem, ram, builder)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.index.build import build_suffix_array, choose_sa_builder, divsufsort_memory
 from propme_metrics.index.format import pointer_size
+from propme_metrics.index.suffix_array import build_suffix_array, choose_sa_builder, divsufsort_memory
 
 
 def write_ds(path, docs: list[list[int]], width: int):
