@@ -36,7 +36,8 @@ from propme_metrics.index.sources import CorpusSource
 DEFAULT_SOURCE_FIELD: str = next(f.default for f in fields(CorpusSource) if f.name == "source_field")
 #: the source of a document whose metadata lacks the field
 UNKNOWN_SOURCE = "unknown"
-CACHE_NAME = SOURCE_COUNTS_NAME
+#: the cached counts' layout; a cache written in another layout is recomputed, never misread
+CACHE_FORMAT = "propme-source-counts/1"
 
 
 def source_of(metadata: Any, field: str = DEFAULT_SOURCE_FIELD) -> str:
@@ -98,7 +99,7 @@ def manifest_source_field(manifest: IndexManifest) -> str:
 
 def _cache_paths(folder: Path, identity: str) -> list[Path]:
     cache = Path(os.environ.get("PROPME_CACHE_DIR") or DEFAULT_CACHE_DIR)
-    return [folder / CACHE_NAME, cache / "source-counts" / f"{identity}.json"]
+    return [folder / SOURCE_COUNTS_NAME, cache / "source-counts" / f"{identity}.json"]
 
 
 def index_source_counts(folder: str | Path) -> SourceCounts:
@@ -115,7 +116,7 @@ def index_source_counts(folder: str | Path) -> SourceCounts:
     for path in paths:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("identity") == identity and data.get("field") == field:
+            if (data.get("format"), data.get("identity"), data.get("field")) == (CACHE_FORMAT, identity, field):
                 return SourceCounts(field, {str(k): dict(v) for k, v in data["sources"].items()})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
@@ -124,7 +125,7 @@ def index_source_counts(folder: str | Path) -> SourceCounts:
     except OSError as exc:
         raise IndexFormatError(f"cannot read the documents of {folder}: {exc}",
                                "check the index with `propme index verify`") from None
-    text = json.dumps({"identity": identity, "field": field, "sources": counts}, indent=1, ensure_ascii=False) + "\n"
+    text = json.dumps({"format": CACHE_FORMAT, "identity": identity, "field": field, "sources": counts}, indent=1, ensure_ascii=False) + "\n"
     for path in paths:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

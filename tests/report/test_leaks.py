@@ -142,9 +142,10 @@ def test_source_counts_for_an_older_index_are_computed_once(leak_world, tmp_path
     under a name the engine never reads, and the index still opens and counts."""
     import shutil
 
+    from propme_metrics.index.format import SOURCE_COUNTS_NAME
     from propme_metrics.index.manifest import MANIFEST_NAME
     from propme_metrics.index.reader import open_index
-    from propme_metrics.index.source_counts import CACHE_NAME, index_source_counts
+    from propme_metrics.index.source_counts import index_source_counts
 
     root, records, tok = leak_world
     old = tmp_path / "old"
@@ -153,11 +154,14 @@ def test_source_counts_for_an_older_index_are_computed_once(leak_world, tmp_path
     expected = data.pop("source_counts")
     (old / MANIFEST_NAME).write_text(json.dumps(data))
     assert index_source_counts(old).sources == expected == _brute_counts(records, tok)
-    cached = json.loads((old / CACHE_NAME).read_text())
+    cached = json.loads((old / SOURCE_COUNTS_NAME).read_text())
     assert cached["sources"] == expected and cached["field"] == "source"
     (old / "offset.0").rename(old / "moved")  # a second call reads the cache, not the shards
     assert index_source_counts(old).sources == expected
     (old / "moved").rename(old / "offset.0")
+    stale = {k: v for k, v in cached.items() if k != "format"} | {"sources": {"x": {"documents": 1, "tokens": 1}}}
+    (old / SOURCE_COUNTS_NAME).write_text(json.dumps(stale))  # a cache in an older layout is recomputed
+    assert index_source_counts(old).sources == expected
     index = open_index(old)
     ids = index.encode(next(r["text"] for r in records if r["source"] == "planted"))
     assert index.count(ids) == 1
