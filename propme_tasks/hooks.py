@@ -320,11 +320,7 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     metrics = registry.for_setting(setting)
     counted = [contributions(t, metrics, p) for t, p in zip(traces, personal) if counts_for_metrics(t)]
     for m in metrics:
-        num, den = pool(m, counted)
-        if m.aggregation == "max":
-            items[m.name] = num if counted else None
-        else:
-            items[m.name] = {"sum": num, "n": den}
+        items[m.name] = m.aggregation.sample_item(pool(m, counted))
     return items
 
 
@@ -337,13 +333,14 @@ def _top_sources(traces: list[TraceResult], k: int = 5) -> list[dict[str, Any]]:
 def agg_ratio(items: list[dict[str, float]]) -> float:
     """Sum of numerators over sum of denominators, pooled over the task; NaN when nothing was
     counted (undefined, not 0)."""
-    den = sum(i["n"] for i in items)
-    return sum(i["sum"] for i in items) / den if den else float("nan")
+    value = registry.RATIO.corpus_value(items)
+    return float("nan") if value is None else value
 
 
 def agg_max(items: list[float | None]) -> float:
     """Largest value over counted prompts; NaN when nothing was counted."""
-    return max((i for i in items if i is not None), default=float("nan"))
+    value = registry.MAXIMUM.corpus_value(items)
+    return float("nan") if value is None else value
 
 
 def agg_trace_failures(items: list[dict[str, Any]]) -> int:

@@ -476,7 +476,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     undefined = [m.label for m in shown_metrics if registry.is_undefined(summary.metrics[m.name])]
     rows = [("generations counted", f"{summary.n_counted} of {summary.n_generations} "
                                     f"({summary.n_degenerate} degenerate, {summary.n_failed} failed)"),
-            *((m.label, registry.UNDEFINED_TEXT if m.label in undefined else f"{summary.metrics[m.name]:.4f}")
+            *((m.label, registry.UNDEFINED.console if m.label in undefined else f"{summary.metrics[m.name]:.4f}")
               for m in shown_metrics),
             ("PII items leaked", str(leaked_items))]
     by_type = ", ".join(f"{t} {summary.metrics[f'pii_{t}']:.4f}" for t in PII_TYPES if summary.metrics[f"pii_{t}"])
@@ -497,7 +497,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if undefined:
         why = ("no generation was counted (every one degenerate or failed)" if not summary.n_counted else
                "no counted generation has a document entry to average over")
-        console.print(Text(f"{registry.UNDEFINED_TEXT}: {', '.join(undefined)} undefined (null in {summary_path.name}, "
+        console.print(Text(f"{registry.UNDEFINED.console}: {', '.join(undefined)} undefined (null in {summary_path.name}, "
                            f"not 0): {why}"), highlight=False)
     console.print(Text(f"wrote {out} and {summary_path}"), highlight=False)
     if summary.n_failed:

@@ -35,12 +35,8 @@ def contributions(r: TraceResult | dict[str, Any], metrics: Iterable[Metric] = M
 
 
 def pool(metric: Metric, counted: Iterable[Contributions]) -> tuple[float, float]:
-    """A metric over counted generations: (sum of numerators, sum of denominators), or for a `max`
-    metric (largest value, number of generations)."""
-    pairs = [c[metric.name] for c in counted]
-    if metric.aggregation == "max":
-        return max((num for num, _ in pairs), default=0.0), float(len(pairs))
-    return sum(num for num, _ in pairs), sum(den for _, den in pairs)
+    """A metric over counted generations: their contributions pooled by the metric (`Metric.pool`)."""
+    return metric.pool(c[metric.name] for c in counted)
 
 
 @dataclass

@@ -120,7 +120,7 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
     if bad:
         known = [registry.BY_NAME[m] for m in bad if m in registry.BY_NAME]
         why = (" (prefix only: PM needs it under every setting)" if any(m.settings for m in known) else
-               " (a maximum, not a ratio over prompts)" if any(m.aggregation == "max" for m in known) else "")
+               " (a maximum, not a ratio over prompts)" if any(not m.has_interval for m in known) else "")
         raise ConfigError(f"cannot compute PM for {', '.join(bad)}{why}",
                           f"choose among {', '.join(registry.PM_METRICS)}")
     if not metrics:

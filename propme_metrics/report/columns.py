@@ -1,7 +1,6 @@
-"""The leaderboard's columns (names, meaning, values) and how a value is written in a table cell."""
+"""The leaderboard's columns: their names, their meaning and their values."""
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -10,6 +9,8 @@ from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.compute import CorpusResult, finite
 
+#: the metrics without a bootstrap interval (a maximum)
+_NO_INTERVAL = ", ".join(m.name for m in registry.METRICS if not m.has_interval)
 _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("model", "the model: pretrained= of lm-eval's model_args (else lm-eval's model name)"),
     ("revision", "revision= of the model_args; empty when none was given"),
@@ -25,8 +26,8 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_degenerate_<setting>", "degenerate generations (excluded from every metric)"),
     ("propme_<corpus>_failed_<setting>", "generations whose tracing failed (excluded; 0 is healthy)"),
     ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
-    ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for " + ", ".join(m.name for m in registry.METRICS if m.aggregation == "max") + ")"),
-    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for " + ", ".join(m.name for m in registry.METRICS if m.aggregation == "max") + ")"),
+    ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for " + _NO_INTERVAL + ")"),
+    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for " + _NO_INTERVAL + ")"),
     ("propme_<corpus>_<setting>_<metric>_wilson_low",
      "Wilson 95% lower bound, proportions only (" + ", ".join(registry.PROPORTIONS) + ")"),
     ("propme_<corpus>_<setting>_<metric>_wilson_high", "Wilson 95% upper bound, proportions only"),
@@ -55,7 +56,7 @@ def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> l
             if not registry.metric(m).applies(s):
                 continue
             cols.append(f"{p}_{s}_{m}")
-            if registry.metric(m).aggregation != "max":  # a maximum has no bootstrap interval
+            if registry.metric(m).has_interval:
                 cols += [f"{p}_{s}_{m}_low", f"{p}_{s}_{m}_high"]
             if m in registry.PROPORTIONS:
                 cols += [f"{p}_{s}_{m}_wilson_low", f"{p}_{s}_{m}_wilson_high"]
@@ -78,27 +79,11 @@ def row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
         out[f"{p}_failed_{s}"] = sr.counts["failed"]
         for m, mr in sr.metrics.items():
             out[f"{p}_{s}_{m}"] = mr.value
-            if registry.metric(m).aggregation != "max":  # a maximum has no bootstrap interval
+            if registry.metric(m).has_interval:
                 out[f"{p}_{s}_{m}_low"], out[f"{p}_{s}_{m}_high"] = mr.low, mr.high
             if m in registry.PROPORTIONS:
                 out[f"{p}_{s}_{m}_wilson_low"], out[f"{p}_{s}_{m}_wilson_high"] = mr.wilson_low, mr.wilson_high
     return out
-
-
-def fmt_value(v: float | None, metric: str = "") -> str:
-    """A metric value for tables: 3 significant digits (ALS: 2 decimals) ('-' when undefined)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if v == 0:
-        return "0"
-    return f"{v:.2f}" if metric == "als" else f"{v:.3g}"
-
-
-def fmt_interval(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
-    text = fmt_value(value, metric)
-    if low is None or high is None or (isinstance(low, float) and math.isnan(low)):
-        return text
-    return f"{text} [{fmt_value(low, metric)}, {fmt_value(high, metric)}]"
 
 
 def slug(text: str) -> str:

@@ -110,11 +110,10 @@ def _metric_result(task: RunTask, metric: str, bootstrap: int, seed: int) -> Met
     if not counted:  # undefined, not 0 (0 would read as the best possible score)
         return MetricResult(None)
     spec = registry.metric(metric)
-    if spec.aggregation == "max":
-        return MetricResult(max((v[metric][0] for v in counted), default=0.0))
+    value = spec.value_of(v[metric] for v in counted)
+    if value is None or not spec.has_interval:  # undefined (NVR without documents, extraction), or a maximum
+        return MetricResult(value)
     stats = task.stats(metric)
-    if spec.pooled(0.0, sum(s.denominator for s in stats)) is None:
-        return MetricResult(None)  # undefined when nothing contributes (NVR without documents, extraction)
     out = MetricResult(ratio(stats))
     if bootstrap > 0 and stats:
         iv = bootstrap_metric(stats, iters=bootstrap, seed=seed, confidence=CONFIDENCE)

@@ -36,9 +36,9 @@ from markupsafe import Markup
 from propme_metrics.core.files import write_atomic
 from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, source_of
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.registry import NV_HIT_THRESHOLD
+from propme_metrics.metrics.registry import NV_HIT_THRESHOLD, UNDEFINED
 from propme_metrics.prompts.settings import setting_sort_key
-from propme_metrics.report.columns import fmt_value
+from propme_metrics.report.cells import fmt_value, shown
 from propme_metrics.trace.pii import PIIItem, detect, leaks, mask_text
 from propme_metrics.trace.text_rules import locate_segments
 
@@ -227,10 +227,8 @@ class LeakTable:
 def _cell(value: float | None, low: float | None, high: float | None, metric: str = "", style: str = "",
           title: str = "") -> Cell:
     """A value with its interval (none when undefined)."""
-    ci = None
-    if not (low is None or high is None or (isinstance(low, float) and math.isnan(low))):
-        ci = (fmt_value(low, metric), fmt_value(high, metric))
-    return Cell(fmt_value(value, metric), ci, style, title)
+    cell = shown(value, low, high, metric)
+    return Cell(cell.text, cell.ends, style, title)
 
 
 def _pm_colour(v: float | None) -> str:
@@ -258,7 +256,7 @@ def pm_tables(rep: Report) -> list[PMTable]:
             cells = []
             for k in keys:
                 iv = r.pm.get(k)
-                cells.append(Cell("-") if iv is None else
+                cells.append(Cell(UNDEFINED.table) if iv is None else
                              _cell(iv.estimate, iv.low, iv.high, style=_pm_colour(iv.estimate)))
             rows.append(PMRow(r.model, r.revision or "-", cells))
         tables.append(PMTable(label, ", ".join(sorted({str(r.index_identity) for r in results})),
@@ -277,7 +275,7 @@ def metric_tables(rep: Report) -> list[MetricTable]:
                 for m in shown:
                     mr = sr.metrics.get(m)
                     if mr is None:
-                        cells.append(Cell("-"))
+                        cells.append(Cell(UNDEFINED.table))
                         continue
                     title = ""
                     if m in registry.PROPORTIONS and mr.wilson_low is not None:

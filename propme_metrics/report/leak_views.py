@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT
-from propme_metrics.report.columns import fmt_interval, fmt_value
+from propme_metrics.metrics.registry import UNDEFINED
+from propme_metrics.report.cells import fmt_interval, fmt_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from propme_metrics.report.compute import CorpusResult, Report
@@ -27,11 +28,11 @@ def leaks_json(report: Report) -> list[dict[str, Any]]:
 
 
 def _enrichment(iv) -> str:
-    return "-" if iv is None else fmt_interval(iv.estimate, iv.low, iv.high)
+    return UNDEFINED.table if iv is None else fmt_interval(iv.estimate, iv.low, iv.high)
 
 
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
+    return UNDEFINED.table if v is None else f"{100 * v:.1f}%"
 
 
 def source_rows(sl: SettingLeaks, n: int = SHOWN_SOURCES) -> list[list[str]]:
@@ -54,7 +55,7 @@ def bucket_rows(sl: SettingLeaks) -> list[list[str]]:
     rows = []
     for b in sl.buckets:
         e = extraction.get(b.bucket)
-        ext = "-" if e is None or not e.generations else \
+        ext = UNDEFINED.table if e is None or not e.generations else \
             f"{fmt_interval(e.rate, e.low, e.high)} ({e.extracted}/{e.generations})"
         rows.append([b.bucket, str(b.full_matches), _pct(b.full_share), _pct(b.nv_share), ext])
     return rows
