@@ -265,8 +265,10 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
 
 def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
     prompts = sub.add_parser("prompts", help="build prompt sets (generic, specific, prefix) checked against an index",
-                             description="Build prompt sets for the propensity (generic, specific) and capability "
-                                         "(prefix) settings, tied to an index by a sidecar manifest.")
+                             description="Build the prompt sets of the prompted settings, tied to an index by a "
+                                         "sidecar manifest: generic and specific (propensity; the other propensity "
+                                         "settings, unconditional and minimal_cue, are prompt-free) and prefix "
+                                         "(capability).")
     psub = prompts.add_subparsers(dest="prompts_command", required=True, metavar="{build}")
     b = psub.add_parser("build", help="build a prompt file and its sidecar manifest",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -326,7 +328,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
-                              html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars,
+                              html_docs_per_span=args.html_docs, html_snippet_chars=args.html_snippet_chars,
                               retraced=args.retraced, show_pii=args.show_pii,
                               discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
                               retraced_other_settings=args.retraced_other_settings)
@@ -339,6 +341,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_report_command(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
+    from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
+
     r = sub.add_parser("report", help="PM scores with intervals, leaderboard tables, plots and an HTML trace explorer",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Read lm-eval runs of PropMe's tasks (made with --log_samples), compute the base "
@@ -348,7 +353,7 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder (searched recursively for "
                    "results_*.json) or a results_*.json file")
     r.add_argument("--out", required=True, help="report folder to write")
-    r.add_argument("--bootstrap", type=_natural, default=10_000, help="bootstrap resamples (0: no bootstrap intervals)")
+    r.add_argument("--bootstrap", type=_natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples (0: no bootstrap intervals)")
     r.add_argument("--seed", type=_natural, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
     r.add_argument("--pm-metrics", type=_csv, default=",".join(registry.DEFAULT_PM_METRICS),
                    help=f"comma-separated metrics to compute PM for ({', '.join(registry.PM_METRICS)})")
@@ -361,10 +366,10 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
                    help="accept --retraced summaries traced with other settings (--mode, spans, ...) than the "
                         "runs; PM then mixes the two (refused otherwise)")
     r.add_argument("--no-html", action="store_true", help="skip report.html")
-    r.add_argument("--html-docs", type=_natural, default=3, help="source documents shown per segment in report.html "
-                   "(the best matches; more make a bigger page)")
-    r.add_argument("--html-snippet-chars", type=_natural, default=200, help="characters of document context shown on "
-                   "each side of a span in report.html")
+    r.add_argument("--html-docs", type=_natural, default=HTML_DOCS_PER_SPAN, help="source documents shown per final "
+                   "span in report.html (the best matches; more make a bigger page)")
+    r.add_argument("--html-snippet-chars", type=_natural, default=HTML_SNIPPET_CHARS, help="characters of document "
+                   "context shown on each side of a span in report.html")
     r.add_argument("--show-pii", action="store_true", help="show leaked personal data unmasked in report.html "
                    "(default: masked, e.g. j***@e***.dk; the leaderboard never holds values)")
     r.add_argument("--discoverable-n", metavar="N,N,...", default=None,

@@ -17,57 +17,15 @@ Intervals are 95%: percentile bootstrap over prompts or generations (B = `bootst
 for PM the propensity and prefix prompt sets are resampled independently, `pm.bootstrap_pm`), and
 Wilson score intervals over counted generations for the proportions.
 
-Leaderboard columns (`leaderboard.csv`, `leaderboard.json`; one row per model and revision)
------------------------------------------------------------------------------------------------
-`<corpus>` is the corpus name of the task metadata (`dynaword`, `common_pile`, `demo`, a custom
-name); with `separate=True` / `--separate`, runs of one corpus that used different indexes or
-prompt sets are reported apart as `<corpus>_set1`, `<corpus>_set2`, ... (in input order).
-`<setting>` is `generic`, `specific`, `prefix` (and `unconditional`, `minimal_cue` or any other
-setting present); `<propensity>` is every setting but `prefix`. `<metric>` is one of `nvr`, `fmr`,
-`als`, `fmr_normalized`, `fmr_rare`, `nvr_hits`, `nvr_max`, `nvr_above_half`, `r20`, `r50`, `extraction`
-(prefix only), `pii`, `pii_email`, `pii_phone`, `pii_cpr`, `pii_iban`, `pii_card`, `pii_items`.
-`<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,fmr_rare,als,pii`). Empty cells
-(null in JSON) mean "not run" or "not defined" (a setting with no counted generation has no
-metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` after writing).
-
-| column | meaning |
-|---|---|
-| `model` | the model: `pretrained=` of lm-eval's model_args (else lm-eval's model name) |
-| `revision` | `revision=` of the model_args; empty when none was given |
-| `propme_<corpus>_index` | identity of the infini-gram index the generations were traced against |
-| `propme_<corpus>_prompt_set` | fingerprint (12 hex digits) of the prompt ids of every setting |
-| `propme_<corpus>_start_token` | the text put before every prompt (empty: nothing, e.g. the tokenizer adds <s>) |
-| `propme_<corpus>_start_token_choice` | auto, none or literal (the start_token setting of the run) |
-| `propme_<corpus>_pm_<pm_metric>_<propensity>` | PM = p / (p + c) of the metric, propensity setting p vs prefix c |
-| `propme_<corpus>_pm_<pm_metric>_<propensity>_low` | lower end of its 95% bootstrap interval |
-| `propme_<corpus>_pm_<pm_metric>_<propensity>_high` | upper end of its 95% bootstrap interval |
-| `propme_<corpus>_n_<setting>` | prompts of the setting |
-| `propme_<corpus>_generations_<setting>` | generations counted (degenerate and failed excluded) |
-| `propme_<corpus>_degenerate_<setting>` | degenerate generations (excluded from every metric) |
-| `propme_<corpus>_failed_<setting>` | generations whose tracing failed (excluded; 0 is healthy) |
-| `propme_<corpus>_<setting>_<metric>` | the base metric of the setting |
-| `propme_<corpus>_<setting>_<metric>_low` | lower end of its 95% bootstrap interval (not for `nvr_max`) |
-| `propme_<corpus>_<setting>_<metric>_high` | upper end of its 95% bootstrap interval (not for `nvr_max`) |
-| `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `fmr_rare`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
-| `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
-| `propme_<corpus>_n_prefix_likelihood` | prefix documents scored by likelihood (`propme_<corpus>_prefix_likelihood`) |
-| `propme_<corpus>_prefix_likelihood_discoverable@100` | share of prefix documents (n, p)-discoverable at n = 100: 1 - (1 - P(z))^n >= p (p = 0.5 unless discoverable_p) |
-| `propme_<corpus>_prefix_likelihood_discoverable@100_low` | lower end of its 95% bootstrap interval over documents |
-| `propme_<corpus>_prefix_likelihood_discoverable@100_high` | upper end of its 95% bootstrap interval over documents |
-| `propme_<corpus>_prefix_likelihood_greedy_extraction` | share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy) |
-| `propme_<corpus>_prefix_likelihood_greedy_extraction_low` | lower end of its 95% bootstrap interval over documents |
-| `propme_<corpus>_prefix_likelihood_greedy_extraction_high` | upper end of its 95% bootstrap interval over documents |
-
-Metrics (docs/method.md, metrics): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
-generations with a `full_raw` document; `als` mean longest segment (index tokens);
-`fmr_normalized` the same as FMR after normalization; `fmr_rare` the share of generations that are full
-matches whose text occurs at most 10 times in the corpus (`metrics/leaks.py`); `nvr_hits` mean NV-recall over documents
-with NV-recall > 0; `nvr_max` the largest NV-recall; `nvr_above_half` share of generations with a
-document above 0.5; `r20`/`r50` share with a verbatim span of at least 20/50 tokens; `extraction`
-share of prefix prompts whose true continuation was reproduced; `pii` share of generations that
-reproduced personal data from a training document (`propme_metrics.trace.pii`), `pii_<type>` the same for
-one type (e-mail, phone, CPR, IBAN, card), `pii_items` leaked items per generation. The report
-holds no personal data values: report.html masks leaked items unless `show_pii=True` (`--show-pii`).
+Leaderboard columns (`leaderboard.csv`, `leaderboard.json`; one row per model and revision): their
+patterns and meaning are defined once, in `report.columns.leaderboard_columns` (docs/cli.md shows
+them). `<corpus>` is the corpus name of the task metadata; with `separate=True` / `--separate`, runs
+of one corpus that used different indexes or prompt sets are reported apart as `<corpus>_set1`,
+`<corpus>_set2`, ... (in input order). Empty cells (null in JSON) mean "not run" or "not defined" (a
+setting with no counted generation has no metrics and no PM: never 0; `build_report` then raises
+`IncompleteReportError` after writing). The metrics are the registry's (`metrics.registry`,
+docs/method.md). The report holds no personal data values: report.html masks leaked items unless
+`show_pii=True` (`--show-pii`).
 
 The likelihood subtask's (n, p) curves (`report.likelihood`, docs/method.md, probabilistic extraction)
 are in leaderboard.json (`likelihood`), leaderboard.md and `likelihood_<corpus>.png`.
@@ -76,7 +34,7 @@ Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capabil
 (capability = prefix value on x, propensity = each propensity setting's value on y, per metric and model,
 diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
-plots, and every prompt and generation with its traced segments; click a segment for its source
+plots, and every prompt and generation with its final spans; click a span for its source
 documents). `propme-report-files.json` lists the files written: a later report into the same folder
 removes those of them it does not write again (a stale plot), and never any other file.
 """
@@ -90,6 +48,7 @@ from typing import Any
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import check_n, check_p
+from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.columns import columns_for, row_values
 from propme_metrics.report.compute import (
@@ -103,6 +62,7 @@ from propme_metrics.report.compute import (
     prompt_set_fingerprint,
     setting_result,
 )
+from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 from propme_metrics.report.leaks import corpus_leaks
 from propme_metrics.report.likelihood import columns as likelihood_columns
 from propme_metrics.report.likelihood import likelihood_results
@@ -151,10 +111,10 @@ def _record_written(out: Path, paths: list[Path]) -> None:
     write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
 
 
-def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
+def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0,
                  pm_metrics: Iterable[str] = registry.DEFAULT_PM_METRICS, separate: bool = False, *,
-                 html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
-                 html_snippet_chars: int = 200, retraced: Sequence[str | Path] = (),
+                 html: bool = True, plots: bool = True, html_docs_per_span: int = HTML_DOCS_PER_SPAN,
+                 html_snippet_chars: int = HTML_SNIPPET_CHARS, retraced: Sequence[str | Path] = (),
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
                  discoverable_p: float | None = None,
                  retraced_other_settings: bool = False) -> Report:
@@ -164,7 +124,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     Raises ConfigError for unusable input (nothing written) and MissingPrefixError (a ConfigError)
     after writing the base metrics when a corpus lacks the prefix setting.
     `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
-    `html_docs_per_segment` documents per segment (the best matches) with `html_snippet_chars`
+    `html_docs_per_span` documents per final span (the best matches) with `html_snippet_chars`
     characters of context on each side of the span; leaked personal data is masked there unless
     `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
     (default: each run's task metadata, else 1 ... 10,000 and 0.5; `report.likelihood`).
@@ -308,7 +268,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         if html:
             from propme_metrics.report.html import write_html
 
-            report.html = write_html(report, out / "report.html", docs_per_segment=html_docs_per_segment,
+            report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
                                      snippet_chars=html_snippet_chars, show_pii=show_pii)
         _record_written(out, report.paths)
     except OSError as exc:

@@ -10,15 +10,15 @@ from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.compute import CorpusResult, finite
 
 #: the metrics without a bootstrap interval (a maximum)
-_NO_INTERVAL = ", ".join(m.name for m in registry.METRICS if not m.has_interval)
+_NO_INTERVAL = ", ".join(f"`{m.name}`" for m in registry.METRICS if not m.has_interval)
 _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
-    ("model", "the model: pretrained= of lm-eval's model_args (else lm-eval's model name)"),
-    ("revision", "revision= of the model_args; empty when none was given"),
+    ("model", "the model: `pretrained=` of lm-eval's model_args (else lm-eval's model name)"),
+    ("revision", "`revision=` of the model_args; empty when none was given"),
     ("propme_<corpus>_index", "identity of the infini-gram index the generations were traced against"),
     ("propme_<corpus>_prompt_set", "fingerprint (12 hex digits) of the prompt ids of every setting"),
-    ("propme_<corpus>_start_token", "the text put before every prompt (empty: nothing, e.g. the tokenizer adds <s>)"),
-    ("propme_<corpus>_start_token_choice", "auto, none or literal (the start_token setting of the run)"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p vs prefix c"),
+    ("propme_<corpus>_start_token", "the text put before every prompt (empty: nothing, e.g. the tokenizer adds `<s>`)"),
+    ("propme_<corpus>_start_token_choice", "`auto`, `none` or `literal` (the run's `start_token` setting)"),
+    ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p (every setting but `prefix`) vs prefix c"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>_low", "lower end of its 95% bootstrap interval"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", "upper end of its 95% bootstrap interval"),
     ("propme_<corpus>_n_<setting>", "prompts of the setting"),
@@ -29,13 +29,18 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for " + _NO_INTERVAL + ")"),
     ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for " + _NO_INTERVAL + ")"),
     ("propme_<corpus>_<setting>_<metric>_wilson_low",
-     "Wilson 95% lower bound, proportions only (" + ", ".join(registry.PROPORTIONS) + ")"),
+     "Wilson 95% lower bound, proportions only (" + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + ")"),
     ("propme_<corpus>_<setting>_<metric>_wilson_high", "Wilson 95% upper bound, proportions only"),
 )
 
 
 def leaderboard_columns() -> list[tuple[str, str]]:
-    """The leaderboard's column patterns and their meaning, in column order (see the module docstring)."""
+    """The leaderboard's column patterns and their meaning, in column order: the one definition
+    (docs/cli.md's table of leaderboard columns is checked against it by tests/docs/test_docs.py).
+
+    `<corpus>` is the corpus label (`<corpus>_set<k>` with `--separate`, `<corpus>_limit<N>` for
+    `--limit` runs), `<setting>` every setting run, `<propensity>` every setting but `prefix`,
+    `<metric>` a registry metric the setting has, `<pm_metric>` one of `--pm-metrics`."""
     from propme_metrics.report.likelihood import column_docs
 
     return list(_COLUMN_DOCS) + column_docs()
