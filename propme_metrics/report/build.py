@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.columns import columns_for, row_values
 from propme_metrics.report.compute import (
+    ComparableTasks,
     CorpusResult,
     IncompleteReportError,
     MissingPrefixError,
@@ -128,6 +130,9 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     characters of context on each side of the span; leaked personal data is masked there unless
     `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
     (default: each run's task metadata, else 1 ... 10,000 and 0.5; `report.likelihood`).
+
+    Four steps: load the runs' tasks, compute each model's results per corpus, lay out the
+    leaderboard's rows, write the files.
     """
     pm_metrics = _check_options(bootstrap, pm_metrics)
     if discoverable_n is not None:
@@ -137,6 +142,20 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     if not runs:
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
     notes: list[str] = []
+    tasks = _load_tasks(runs, retraced, retraced_other_settings, notes)
+    computed = _compute(group_tasks(tasks, separate), pm_metrics, bootstrap, seed, notes)
+    likelihood = likelihood_results(runs, computed.results, bootstrap, seed, notes, discoverable_n, discoverable_p)
+    report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, bootstrap, seed, notes)
+    _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
+           html_snippet_chars=html_snippet_chars, show_pii=show_pii)
+    _raise_if_incomplete(report, computed)
+    return report
+
+
+def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retraced_other_settings: bool,
+                notes: list[str]) -> list[RunTask]:
+    """The runs' PropMe tasks with their traced samples (re-traces applied), one per model,
+    revision, task and --limit, those without samples dropped; ConfigError when nothing is left."""
     tasks: list[RunTask] = []
     retraces = [load_retrace(p) for p in retraced]
     by_samples: dict[Path, Path] = {}
@@ -170,12 +189,23 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     tasks = [t for t in tasks if t.prompts]
     if not tasks:
         raise ConfigError(f"the samples files of {', '.join(map(str, runs))} hold no samples")
-    groups = group_tasks(tasks, separate)
+    return tasks
 
-    results: list[CorpusResult] = []
-    problems: list[str] = []
-    missing: list[str] = []
-    uncounted: list[str] = []
+
+@dataclass
+class _Computed:
+    """The compute step's results, and what keeps the report from being complete."""
+
+    results: list[CorpusResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)   #: one line each, shown and written
+    missing: list[str] = field(default_factory=list)    #: prefix subtasks that were not run
+    uncounted: list[str] = field(default_factory=list)  #: tasks with no counted generation
+
+
+def _compute(groups: list[ComparableTasks], pm_metrics: tuple[str, ...], bootstrap: int, seed: int,
+             notes: list[str]) -> _Computed:
+    """Base metrics, leaks and PM of every model (and revision) in every group of comparable tasks."""
+    out = _Computed()
     for g in groups:
         if g.limit is not None:
             notes.append(f"{g.label}: runs made with lm-eval --limit {g.limit:g} (a subset of the prompts), "
@@ -185,51 +215,64 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
             units.setdefault((t.model, t.revision), {})[t.setting] = t
         fingerprint = prompt_set_fingerprint({s: sorted(ids) for s, ids in g.prompt_ids.items()} | {"_index": g.identity})
         for (model, revision), by_setting in units.items():
-            ordered = sorted(by_setting, key=setting_sort_key)
-            settings = {s: setting_result(by_setting[s], bootstrap, seed) for s in ordered}
-            starts = {json.dumps(by_setting[s].start_token, sort_keys=True): by_setting[s].task for s in ordered}
-            res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {},
-                               by_setting.get(PREFIX, by_setting[ordered[0]]).start_token)
-            label = f"{model}" + (f" (revision {revision})" if revision else "")
-            res.leaks = corpus_leaks({s: by_setting[s] for s in ordered}, bootstrap, seed)
-            if res.leaks.note:
-                notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
-            notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
-                f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
-                for k, t in starts.items()))
-            if PREFIX in by_setting:
-                for s in res.propensity_settings:
-                    for m in pm_metrics:
-                        res.pm[(m, s)] = pm_interval(by_setting[s], by_setting[PREFIX], m, bootstrap, seed)
-                if not res.propensity_settings:
-                    notes.append(f"{label}, corpus {g.label}: only the prefix setting was run; no PM")
-            else:
-                subtask = f"propme_{g.corpus}_{PREFIX}"
-                missing.append(subtask)
-                problems.append(f"{label}, corpus {g.label}: {subtask} is missing, so PM cannot be computed "
-                                f"(ran: {', '.join(by_setting[s].task for s in ordered)}); base metrics reported")
-            for s in ("generic", "specific"):
-                if s not in by_setting and PREFIX in by_setting:
-                    notes.append(f"{label}, corpus {g.label}: propme_{g.corpus}_{s} not run")
-            for s in ordered:
-                c = settings[s].counts
-                if c["failed"]:
-                    notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
-                                 f"{c['generations']} generations (excluded)")
-                if not c["counted"]:
-                    uncounted.append(by_setting[s].task)
-                    problems.append(
-                        f"{label}, corpus {g.label}: no generation of {by_setting[s].task} was counted "
-                        f"({c['failed']} failed, {c['degenerate']} degenerate of {c['generations']}), so its "
-                        "metrics and PM are undefined (left empty, not 0)")
-            results.append(res)
+            out.results.append(_corpus_result(g, model, revision, by_setting, fingerprint, pm_metrics, bootstrap,
+                                              seed, notes, out))
+    return out
 
-    likelihood = likelihood_results(runs, results, bootstrap, seed, notes, discoverable_n, discoverable_p)
+
+def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: dict[str, RunTask], fingerprint: str,
+                   pm_metrics: tuple[str, ...], bootstrap: int, seed: int, notes: list[str],
+                   computed: _Computed) -> CorpusResult:
+    """One model's results on one corpus label: settings, leaks, PM; its notes and problems recorded."""
+    ordered = sorted(by_setting, key=setting_sort_key)
+    settings = {s: setting_result(by_setting[s], bootstrap, seed) for s in ordered}
+    starts = {json.dumps(by_setting[s].start_token, sort_keys=True): by_setting[s].task for s in ordered}
+    res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {},
+                       by_setting.get(PREFIX, by_setting[ordered[0]]).start_token)
+    label = f"{model}" + (f" (revision {revision})" if revision else "")
+    res.leaks = corpus_leaks({s: by_setting[s] for s in ordered}, bootstrap, seed)
+    if res.leaks.note:
+        notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
+    notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
+        f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
+        for k, t in starts.items()))
+    if PREFIX in by_setting:
+        for s in res.propensity_settings:
+            for m in pm_metrics:
+                res.pm[(m, s)] = pm_interval(by_setting[s], by_setting[PREFIX], m, bootstrap, seed)
+        if not res.propensity_settings:
+            notes.append(f"{label}, corpus {g.label}: only the prefix setting was run; no PM")
+    else:
+        subtask = f"propme_{g.corpus}_{PREFIX}"
+        computed.missing.append(subtask)
+        computed.problems.append(f"{label}, corpus {g.label}: {subtask} is missing, so PM cannot be computed "
+                                 f"(ran: {', '.join(by_setting[s].task for s in ordered)}); base metrics reported")
+    for s in ("generic", "specific"):
+        if s not in by_setting and PREFIX in by_setting:
+            notes.append(f"{label}, corpus {g.label}: propme_{g.corpus}_{s} not run")
+    for s in ordered:
+        c = settings[s].counts
+        if c["failed"]:
+            notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
+                         f"{c['generations']} generations (excluded)")
+        if not c["counted"]:
+            computed.uncounted.append(by_setting[s].task)
+            computed.problems.append(
+                f"{label}, corpus {g.label}: no generation of {by_setting[s].task} was counted "
+                f"({c['failed']} failed, {c['degenerate']} degenerate of {c['generations']}), so its "
+                "metrics and PM are undefined (left empty, not 0)")
+    return res
+
+
+def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: list, pm_metrics: tuple[str, ...],
+             bootstrap: int, seed: int, notes: list[str]) -> Report:
+    """The leaderboard's columns and rows (one per model and revision, in input order of first
+    appearance), the results sorted the same way, as a Report."""
+    results = computed.results
     labels = sorted({r.label for r in results})
     rows_by_model: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results:
         rows_by_model.setdefault((r.model, r.revision), {"model": r.model, "revision": r.revision})
-    # rows in input order of first appearance
     order = list(dict.fromkeys((t.model, t.revision) for t in tasks))
     columns = ["model", "revision"]
     for label in labels:
@@ -245,17 +288,21 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
             order.append((lr.model, lr.revision))
     rows = [{c: rows_by_model[k].get(c) for c in columns} for k in order if k in rows_by_model]
     results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
+    return Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
+                  bootstrap=bootstrap, seed=seed, notes=notes, problems=computed.problems, likelihood=likelihood)
 
-    out = Path(out)
+
+def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, html_snippet_chars: int,
+           show_pii: bool) -> None:
+    """Write the leaderboard files, the plots and report.html into `report.out`, recording each path."""
+    out = report.out
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
-    report = Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
-                    bootstrap=bootstrap, seed=seed, notes=notes, problems=problems, likelihood=likelihood)
     try:
         report.leaderboard_csv = out / "leaderboard.csv"
-        write_csv(report.leaderboard_csv, columns, rows)
+        write_csv(report.leaderboard_csv, report.columns, report.rows)
         report.leaderboard_json = out / "leaderboard.json"
         write_json(report.leaderboard_json, report)
         report.leaderboard_md = out / "leaderboard.md"
@@ -273,18 +320,23 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
         _record_written(out, report.paths)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
-    if uncounted:
-        names = ", ".join(dict.fromkeys(uncounted))
+
+
+def _raise_if_incomplete(report: Report, computed: _Computed) -> None:
+    """After writing: IncompleteReportError when a task counted nothing, MissingPrefixError when a
+    corpus lacks the prefix setting (both carry the report)."""
+    out = report.out
+    if computed.uncounted:
+        names = ", ".join(dict.fromkeys(computed.uncounted))
         raise IncompleteReportError(
             f"nothing was counted in {names}: its metrics and PM are undefined and left empty. "
             f"The report was written to {out}",
             "re-trace the failed generations with `propme trace --input samples_<task>_*.jsonl` "
             "(see the 'error' field of each), or re-run lm-eval for that task", report=report)
-    if missing:
-        names = ", ".join(dict.fromkeys(missing))
+    if computed.missing:
+        names = ", ".join(dict.fromkeys(computed.missing))
         raise MissingPrefixError(
-            f"PM needs the prefix setting: {names} is missing ({'; '.join(problems)}). "
+            f"PM needs the prefix setting: {names} is missing ({'; '.join(computed.problems)}). "
             f"Base metrics were written to {out}",
             f"run lm-eval with --tasks {names} (or the whole group) and pass that run too",
             report=report)
-    return report

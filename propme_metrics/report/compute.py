@@ -147,7 +147,10 @@ def prompt_set_fingerprint(obj: Any) -> str:
 
 
 @dataclass
-class _Group:
+class ComparableTasks:
+    """The tasks of one corpus that can be reported together: one index, one prompt set per setting,
+    one --limit (`group_tasks`); `label` is the corpus label of their columns."""
+
     corpus: str
     identity: str | None
     prompt_ids: dict[str, frozenset[str]]
@@ -171,7 +174,7 @@ class _Group:
         return ids is None or ids == task.prompt_ids
 
 
-def _describe_conflict(a: _Group, b: _Group) -> str:
+def _describe_conflict(a: ComparableTasks, b: ComparableTasks) -> str:
     ta, tb = a.tasks[0], b.tasks[0]
     if a.identity != b.identity:
         return (f"corpus '{a.corpus}' was traced against different indexes: {a.identity} "
@@ -186,18 +189,18 @@ def _describe_conflict(a: _Group, b: _Group) -> str:
     return f"corpus '{a.corpus}' mixes runs that cannot be compared"
 
 
-def group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
-    groups: list[_Group] = []
+def group_tasks(tasks: list[RunTask], separate: bool) -> list[ComparableTasks]:
+    groups: list[ComparableTasks] = []
     for task in tasks:
         group = next((g for g in groups if g.corpus == task.corpus and g.accepts(task)), None)
         if group is None:
-            group = _Group(task.corpus, task.index_identity, {}, [], limit=task.limit)
+            group = ComparableTasks(task.corpus, task.index_identity, {}, [], limit=task.limit)
             groups.append(group)
         if group.identity is None:
             group.identity = task.index_identity
         group.prompt_ids.setdefault(task.setting, task.prompt_ids)
         group.tasks.append(task)
-    by_corpus: dict[str, list[_Group]] = {}
+    by_corpus: dict[str, list[ComparableTasks]] = {}
     for g in groups:
         by_corpus.setdefault(g.family, []).append(g)
     for corpus, gs in by_corpus.items():
