@@ -331,7 +331,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                               html_docs_per_span=args.html_docs, html_snippet_chars=args.html_snippet_chars,
                               retraced=args.retraced, show_pii=args.show_pii,
                               discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
-                              retraced_other_settings=args.retraced_other_settings)
+                              retraced_other_settings=args.retraced_other_settings,
+                              rare_max_count=args.rare_max_count)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -341,6 +342,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_report_command(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.metrics.leaks import RARE_MAX_COUNT
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
     from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 
@@ -378,6 +380,9 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--discoverable-p", metavar="P", default=None,
                    help="probability p of (n, p)-discoverability, between 0 and 1 (default: each run's "
                         "discoverable_p metadata, else 0.5)")
+    r.add_argument("--rare-max-count", type=_positive, default=None, metavar="N",
+                   help="fmr_rare counts a full match whose text occurs at most N times in the corpus (default: "
+                        f"the runs' rare_max_count metadata, else {RARE_MAX_COUNT})")
     r.set_defaults(func=cmd_report)
 
 
@@ -448,13 +453,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from propme_metrics.trace.pii import leaks
 
     personal = [leaks(r) for r in results]
-    summary = summarize(results, drop_degenerate=not args.keep_degenerate, pii=personal)
+    summary = summarize(results, drop_degenerate=not args.keep_degenerate, pii=personal,
+                        rare_max_count=args.rare_max_count)
     leaked_items = int(summary.sums["pii_items"][0])  # over the counted generations
     record = {
         **summary.to_dict(),
         "pii_leaked_items": leaked_items,
         "config": config.to_dict(),
         "drop_degenerate": not args.keep_degenerate,
+        "rare_max_count": args.rare_max_count,
         "index": {"path": str(index.path), "identity": manifest.identity, "total_tokens": manifest.total_tokens,
                   "total_documents": manifest.total_documents,
                   "tokenizer": {"name": manifest.tokenizer.name, "sha256": manifest.tokenizer.sha256}},
@@ -512,6 +519,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _add_trace_command(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.metrics.leaks import RARE_MAX_COUNT
     from propme_metrics.trace.result import TraceConfig
 
     d = TraceConfig()
@@ -560,6 +568,8 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                    help="characters of document context kept on each side of a span in the results")
     t.add_argument("--max-tokens", type=_positive, default=d.max_tokens,
                    help="longer generations are not traced but reported as failed, with the reason")
+    t.add_argument("--rare-max-count", type=_positive, default=RARE_MAX_COUNT, metavar="N",
+                   help="fmr_rare counts a full match whose text occurs at most N times in the corpus")
     t.add_argument("--keep-degenerate", action="store_true",
                    help="count degenerate generations (repetitive junk) in the metrics instead of dropping them")
     t.add_argument("--show-pii", action="store_true",

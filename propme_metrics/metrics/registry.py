@@ -40,10 +40,12 @@ Contribution = tuple[float, float]
 
 @dataclass
 class Generation:
-    """What a metric reads of one traced generation: the trace and the personal data it leaked."""
+    """What a metric reads of one traced generation: the trace, the personal data it leaked and the
+    metric parameters of the run (`fmr_rare`'s threshold)."""
 
     trace: TraceResult
     pii: PIILeaks
+    rare_max_count: int = RARE_MAX_COUNT
 
     @cached_property
     def nv_recalls(self) -> list[float]:
@@ -181,9 +183,9 @@ METRICS: tuple[Metric, ...] = (
            "share with a full_normalized entry (after white-space/Unicode normalization; not part of FMR)",
            _share(lambda g: g.trace.full_match_normalized), proportion=True),
     Metric("fmr_rare", "FMR (rare)",
-           f"share of generations that are full matches whose text occurs at most {RARE_MAX_COUNT} times in the corpus "
-           "(likely memorized unique text, not boilerplate)",
-           _share(lambda g: is_rare_full_match(g.trace)), proportion=True),
+           "share of generations that are full matches whose text occurs at most rare_max_count times in the corpus "
+           f"(default {RARE_MAX_COUNT}; likely memorized unique text, not boilerplate)",
+           _share(lambda g: is_rare_full_match(g.trace, g.rare_max_count)), proportion=True),
     Metric("nvr_hits", "NVR (hits)", "mean NV-recall over document entries with NV-recall > 0",
            lambda g: (float(sum(v for v in g.nv_recalls if v > 0)), float(sum(v > 0 for v in g.nv_recalls)))),
     Metric("nvr_max", "NVR max", "the largest NV-recall of any document entry",

@@ -48,6 +48,7 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.leaks import check_rare_max_count
 from propme_metrics.metrics.likelihood import check_n, check_p
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
@@ -119,7 +120,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
                  html_snippet_chars: int = HTML_SNIPPET_CHARS, retraced: Sequence[str | Path] = (),
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
                  discoverable_p: float | None = None,
-                 retraced_other_settings: bool = False) -> Report:
+                 retraced_other_settings: bool = False, rare_max_count: int | None = None) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -130,6 +131,8 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     characters of context on each side of the span; leaked personal data is masked there unless
     `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
     (default: each run's task metadata, else 1 ... 10,000 and 0.5; `report.likelihood`).
+    `rare_max_count` is `fmr_rare`'s threshold (default: the one the runs logged, else
+    `metrics.leaks.RARE_MAX_COUNT`); every task of a report must share one.
 
     Four steps: load the runs' tasks, compute each model's results per corpus, lay out the
     leaderboard's rows, write the files.
@@ -139,10 +142,12 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
         discoverable_n = check_n(discoverable_n, "--discoverable-n")
     if discoverable_p is not None:
         discoverable_p = check_p(discoverable_p, "--discoverable-p")
+    if rare_max_count is not None:
+        rare_max_count = check_rare_max_count(rare_max_count, "--rare-max-count")
     if not runs:
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
     notes: list[str] = []
-    tasks = _load_tasks(runs, retraced, retraced_other_settings, notes)
+    tasks = _load_tasks(runs, retraced, retraced_other_settings, notes, rare_max_count)
     computed = _compute(group_tasks(tasks, separate), pm_metrics, bootstrap, seed, notes)
     likelihood = likelihood_results(runs, computed.results, bootstrap, seed, notes, discoverable_n, discoverable_p)
     report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, bootstrap, seed, notes)
@@ -153,9 +158,10 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
 
 
 def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retraced_other_settings: bool,
-                notes: list[str]) -> list[RunTask]:
+                notes: list[str], rare_max_count: int | None) -> list[RunTask]:
     """The runs' PropMe tasks with their traced samples (re-traces applied), one per model,
-    revision, task and --limit, those without samples dropped; ConfigError when nothing is left."""
+    revision, task and --limit, those without samples dropped; ConfigError when nothing is left
+    or the tasks used different `fmr_rare` thresholds."""
     tasks: list[RunTask] = []
     retraces = [load_retrace(p) for p in retraced]
     by_samples: dict[Path, Path] = {}
@@ -168,7 +174,7 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
         by_samples[r.samples_path] = r.summary_path
         r.mixed_settings = retraced_other_settings
     for run in runs:
-        found = load_run(run, retraces)
+        found = load_run(run, retraces, rare_max_count)
         if not found:
             notes.append(f"{run}: no PropMe task in its results")
         tasks.extend(found)
@@ -189,6 +195,11 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
     tasks = [t for t in tasks if t.prompts]
     if not tasks:
         raise ConfigError(f"the samples files of {', '.join(map(str, runs))} hold no samples")
+    thresholds = {t.rare_max_count: t for t in tasks}
+    if len(thresholds) > 1:
+        raise ConfigError("the runs counted fmr_rare with different thresholds (" + ", ".join(
+            f"{n} in {t.task} of {t.label}" for n, t in sorted(thresholds.items())) + "), so their fmr_rare and its "
+            "PM cannot be compared", "pass --rare-max-count N (rare_max_count=N) to recount every run with one")
     return tasks
 
 
@@ -289,7 +300,8 @@ def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: l
     rows = [{c: rows_by_model[k].get(c) for c in columns} for k in order if k in rows_by_model]
     results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
     return Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
-                  bootstrap=bootstrap, seed=seed, notes=notes, problems=computed.problems, likelihood=likelihood)
+                  bootstrap=bootstrap, seed=seed, notes=notes, problems=computed.problems, likelihood=likelihood,
+                  rare_max_count=tasks[0].rare_max_count)
 
 
 def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, html_snippet_chars: int,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.pm import Interval, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.load import RunTask, limit_label
@@ -93,6 +94,7 @@ class Report:
     html: Path | None = None
     plots: list[Path] = field(default_factory=list)
     likelihood: list[Any] = field(default_factory=list)  #: report.likelihood.LikelihoodResult per model and corpus
+    rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold, one for every task of the report
 
     @property
     def paths(self) -> list[Path]:

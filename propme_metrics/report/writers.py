@@ -46,6 +46,7 @@ def write_json(path: Path, report: Report) -> None:
 
     doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": CONFIDENCE,
            "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
+           "rare_max_count": report.rare_max_count,
            "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows],
            "leaks": leaks_json(report),
            "likelihood": [curve_json(r) for r in report.likelihood]}
