@@ -51,7 +51,7 @@ from propme_metrics.metrics import registry
 from propme_metrics.metrics.leaks import check_rare_max_count
 from propme_metrics.metrics.likelihood import check_n, check_p
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
-from propme_metrics.prompts.settings import PREFIX, setting_sort_key
+from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key
 from propme_metrics.report.columns import columns_for, row_values
 from propme_metrics.report.compute import (
     ComparableTasks,
@@ -258,7 +258,7 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
         computed.missing.append(subtask)
         computed.problems.append(f"{label}, corpus {g.label}: {subtask} is missing, so PM cannot be computed "
                                  f"(ran: {', '.join(by_setting[s].task for s in ordered)}); base metrics reported")
-    for s in ("generic", "specific"):
+    for s in PROMPTED_SETTINGS:  # the prompt-free propensity settings are optional: not named when absent
         if s not in by_setting and PREFIX in by_setting:
             notes.append(f"{label}, corpus {g.label}: propme_{g.corpus}_{s} not run")
     for s in ordered:
