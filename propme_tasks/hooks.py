@@ -19,6 +19,7 @@ from propme_metrics.core.errors import ConfigError, PropMeError
 from propme_metrics.core.files import DEFAULT_CACHE_DIR
 from propme_metrics.core.switches import FALSE_WORDS, TRUE_WORDS, parse_bool
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
 from propme_metrics.trace.inputs import generation_key
@@ -192,7 +193,9 @@ def load_prompts(**meta: Any):
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
               "trace_config": config_json, "trace_backend": backend_json, "start_token": start.token,
               "start_token_choice": start.choice, "start_token_note": start.note,
-              "pii_show": _bool_setting(meta, "pii_show")}
+              "pii_show": _bool_setting(meta, "pii_show"),
+              # fmr_rare's threshold, logged with every document so the report reads the run's value
+              RARE_MAX_COUNT_KEY: _int_setting(meta, RARE_MAX_COUNT_KEY, RARE_MAX_COUNT)}
     rows = []
     for rec in records:
         prompt = _truncated(index, rec.prompt, max_tokens)
@@ -307,13 +310,10 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
         },
     }
     metrics = registry.for_setting(setting)
-    counted = [contributions(t, metrics, p) for t, p in zip(traces, personal) if counts_for_metrics(t)]
+    rare = doc.get(RARE_MAX_COUNT_KEY) or RARE_MAX_COUNT
+    counted = [contributions(t, metrics, p, rare) for t, p in zip(traces, personal) if counts_for_metrics(t)]
     for m in metrics:
-        num, den = pool(m, counted)
-        if m.aggregation == "max":
-            items[m.name] = num if counted else None
-        else:
-            items[m.name] = {"sum": num, "n": den}
+        items[m.name] = m.aggregation.sample_item(pool(m, counted))
     return items
 
 
@@ -326,13 +326,14 @@ def _top_sources(traces: list[TraceResult], k: int = 5) -> list[dict[str, Any]]:
 def agg_ratio(items: list[dict[str, float]]) -> float:
     """Sum of numerators over sum of denominators, pooled over the task; NaN when nothing was
     counted (undefined, not 0)."""
-    den = sum(i["n"] for i in items)
-    return sum(i["sum"] for i in items) / den if den else float("nan")
+    value = registry.RATIO.corpus_value(items)
+    return float("nan") if value is None else value
 
 
 def agg_max(items: list[float | None]) -> float:
     """Largest value over counted prompts; NaN when nothing was counted."""
-    return max((i for i in items if i is not None), default=float("nan"))
+    value = registry.MAXIMUM.corpus_value(items)
+    return float("nan") if value is None else value
 
 
 def agg_trace_failures(items: list[dict[str, Any]]) -> int:

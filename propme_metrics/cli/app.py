@@ -273,8 +273,10 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
 
 def _add_prompts_commands(sub: argparse._SubParsersAction) -> None:
     prompts = sub.add_parser("prompts", help="build prompt sets (generic, specific, prefix) checked against an index",
-                             description="Build prompt sets for the propensity (generic, specific) and capability "
-                                         "(prefix) settings, tied to an index by a sidecar manifest.")
+                             description="Build the prompt sets of the prompted settings, tied to an index by a "
+                                         "sidecar manifest: generic and specific (propensity; the other propensity "
+                                         "settings, unconditional and minimal_cue, are prompt-free) and prefix "
+                                         "(capability).")
     psub = prompts.add_subparsers(dest="prompts_command", required=True, metavar="{build}")
     b = psub.add_parser("build", help="build a prompt file and its sidecar manifest",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -334,10 +336,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
-                              html_docs_per_segment=args.html_docs, html_snippet_chars=args.html_snippet_chars,
+                              html_docs_per_span=args.html_docs, html_snippet_chars=args.html_snippet_chars,
                               retraced=args.retraced, show_pii=args.show_pii,
                               discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
-                              retraced_other_settings=args.retraced_other_settings)
+                              retraced_other_settings=args.retraced_other_settings,
+                              rare_max_count=args.rare_max_count)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -347,6 +350,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_report_command(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.metrics.leaks import RARE_MAX_COUNT
+    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
+    from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
+
     r = sub.add_parser("report", help="PM scores with intervals, leaderboard tables, plots and an HTML trace explorer",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Read lm-eval runs of PropMe's tasks (made with --log_samples), compute the base "
@@ -356,7 +363,7 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder (searched recursively for "
                    "results_*.json) or a results_*.json file")
     r.add_argument("--out", required=True, help="report folder to write")
-    r.add_argument("--bootstrap", type=_natural, default=10_000, help="bootstrap resamples (0: no bootstrap intervals)")
+    r.add_argument("--bootstrap", type=_natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples (0: no bootstrap intervals)")
     r.add_argument("--seed", type=_natural, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
     r.add_argument("--pm-metrics", type=_csv, default=",".join(registry.DEFAULT_PM_METRICS),
                    help=f"comma-separated metrics to compute PM for ({', '.join(registry.PM_METRICS)})")
@@ -369,10 +376,10 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
                    help="accept --retraced summaries traced with other settings (--mode, spans, ...) than the "
                         "runs; PM then mixes the two (refused otherwise)")
     r.add_argument("--no-html", action="store_true", help="skip report.html")
-    r.add_argument("--html-docs", type=_natural, default=3, help="source documents shown per segment in report.html "
-                   "(the best matches; more make a bigger page)")
-    r.add_argument("--html-snippet-chars", type=_natural, default=200, help="characters of document context shown on "
-                   "each side of a span in report.html")
+    r.add_argument("--html-docs", type=_natural, default=HTML_DOCS_PER_SPAN, help="source documents shown per final "
+                   "span in report.html (the best matches; more make a bigger page)")
+    r.add_argument("--html-snippet-chars", type=_natural, default=HTML_SNIPPET_CHARS, help="characters of document "
+                   "context shown on each side of a span in report.html")
     r.add_argument("--show-pii", action="store_true", help="show leaked personal data unmasked in report.html "
                    "(default: masked, e.g. j***@e***.dk; the leaderboard never holds values)")
     r.add_argument("--discoverable-n", metavar="N,N,...", default=None,
@@ -381,6 +388,9 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--discoverable-p", metavar="P", default=None,
                    help="probability p of (n, p)-discoverability, between 0 and 1 (default: each run's "
                         "discoverable_p metadata, else 0.5)")
+    r.add_argument("--rare-max-count", type=_positive, default=None, metavar="N",
+                   help="fmr_rare counts a full match whose text occurs at most N times in the corpus (default: "
+                        f"the runs' rare_max_count metadata, else {RARE_MAX_COUNT})")
     r.set_defaults(func=cmd_report)
 
 
@@ -443,13 +453,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from propme_metrics.trace.pii import leaks
 
     personal = [leaks(r) for r in results]
-    summary = summarize(results, drop_degenerate=not args.keep_degenerate, pii=personal)
+    summary = summarize(results, drop_degenerate=not args.keep_degenerate, pii=personal,
+                        rare_max_count=args.rare_max_count)
     leaked_items = int(summary.sums["pii_items"][0])  # over the counted generations
     record = {
         **summary.to_dict(),
         "pii_leaked_items": leaked_items,
         "config": config.to_dict(),
         "drop_degenerate": not args.keep_degenerate,
+        "rare_max_count": args.rare_max_count,
         "index": {"path": str(index.path), "identity": manifest.identity, "total_tokens": manifest.total_tokens,
                   "total_documents": manifest.total_documents,
                   "tokenizer": {"name": manifest.tokenizer.name, "sha256": manifest.tokenizer.sha256}},
@@ -476,7 +488,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     undefined = [m.label for m in shown_metrics if registry.is_undefined(summary.metrics[m.name])]
     rows = [("generations counted", f"{summary.n_counted} of {summary.n_generations} "
                                     f"({summary.n_degenerate} degenerate, {summary.n_failed} failed)"),
-            *((m.label, registry.UNDEFINED_TEXT if m.label in undefined else f"{summary.metrics[m.name]:.4f}")
+            *((m.label, registry.UNDEFINED.console if m.label in undefined else f"{summary.metrics[m.name]:.4f}")
               for m in shown_metrics),
             ("PII items leaked", str(leaked_items))]
     by_type = ", ".join(f"{t} {summary.metrics[f'pii_{t}']:.4f}" for t in PII_TYPES if summary.metrics[f"pii_{t}"])
@@ -497,7 +509,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if undefined:
         why = ("no generation was counted (every one degenerate or failed)" if not summary.n_counted else
                "no counted generation has a document entry to average over")
-        console.print(Text(f"{registry.UNDEFINED_TEXT}: {', '.join(undefined)} undefined (null in {summary_path.name}, "
+        console.print(Text(f"{registry.UNDEFINED.console}: {', '.join(undefined)} undefined (null in {summary_path.name}, "
                            f"not 0): {why}"), highlight=False)
     console.print(Text(f"wrote {out} and {summary_path}"), highlight=False)
     if summary.n_failed:
@@ -507,6 +519,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _add_trace_command(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.metrics.leaks import RARE_MAX_COUNT
     from propme_metrics.trace.result import TraceConfig
 
     d = TraceConfig()
@@ -555,6 +568,8 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                    help="characters of document context kept on each side of a span in the results")
     t.add_argument("--max-tokens", type=_positive, default=d.max_tokens,
                    help="longer generations are not traced but reported as failed, with the reason")
+    t.add_argument("--rare-max-count", type=_positive, default=RARE_MAX_COUNT, metavar="N",
+                   help="fmr_rare counts a full match whose text occurs at most N times in the corpus")
     t.add_argument("--keep-degenerate", action="store_true",
                    help="count degenerate generations (repetitive junk) in the metrics instead of dropping them")
     t.add_argument("--show-pii", action="store_true",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from propme_metrics.core.errors import BuildError
 from propme_metrics.core.files import write_atomic
+from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 
 STAGES = ("corpus", "tokenizer", "index", "model", "prompts", "lm-eval", "report")
 
@@ -32,7 +33,7 @@ class DemoSize:
     n_prompts: int = 100         #: generic and specific prompts each (prefix: every eligible document)
     n_prompt_free: int = 100     #: generations of unconditional and of minimal_cue each
     max_gen_toks: int = 256
-    bootstrap: int = 10_000
+    bootstrap: int = DEFAULT_BOOTSTRAP
 
 
 FULL = DemoSize()

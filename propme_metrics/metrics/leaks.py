@@ -20,12 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from propme_metrics.core.errors import ConfigError
 from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, source_of
 from propme_metrics.trace.result import TraceResult
 
-#: `fmr_rare`: a full match is "rare" when its whole text occurs at most this many times in the corpus
+#: `fmr_rare`'s default threshold: a full match is "rare" when its whole text occurs at most this many
+#: times in the corpus (a setting: `rare_max_count` metadata, `--rare-max-count` of trace and report)
 RARE_MAX_COUNT = 10
+#: the metadata key (and PROPME_RARE_MAX_COUNT) of the threshold
+RARE_MAX_COUNT_KEY = "rare_max_count"
 #: count buckets (label, lowest count, highest count or None): unique, a few copies, many, boilerplate
 BUCKETS: tuple[tuple[str, int, int | None], ...] = (("1", 1, 1), ("2-10", 2, 10), ("11-100", 11, 100),
                                                      (">100", 101, None))
@@ -48,6 +53,14 @@ def whole_count(trace: TraceResult) -> int | None:
         if s.start == 0 and s.end == trace.n_tokens and s.count > 0:
             return s.count
     return min((s.count for s in trace.final_spans if s.count > 0), default=None)
+
+
+def check_rare_max_count(value: Any, where: str) -> int:
+    """The rare threshold as given (`where` names it in the message): an integer of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be an integer of at least 1 (a full match occurring at most that many "
+                          f"times counts for fmr_rare), got {value!r}", f"the default is {RARE_MAX_COUNT}")
+    return value
 
 
 def is_rare_full_match(trace: TraceResult, max_count: int = RARE_MAX_COUNT) -> bool:

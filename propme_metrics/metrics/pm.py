@@ -9,6 +9,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+#: bootstrap resamples of every interval unless a caller says otherwise (`propme report --bootstrap`)
+DEFAULT_BOOTSTRAP = 10_000
 # Bootstrap index matrices are drawn in chunks of at most this many entries to bound memory.
 _CHUNK_ENTRIES = 1 << 22
 
@@ -58,7 +60,7 @@ class Interval:
 class PromptStat:
     """One prompt's contribution to a ratio-of-sums metric.
 
-    FMR: full-match generations / generations; ALS: sum of longest segment lengths /
+    FMR: full-match generations / generations; ALS: sum of longest final span lengths /
     generations; NVR: sum of NV-recall over retrieved documents / retrieved documents.
     """
 
@@ -115,7 +117,7 @@ def _percentile_interval(estimate: float, samples: np.ndarray, confidence: float
 
 
 def bootstrap_metric(
-    stats: Sequence[PromptStat], iters: int = 10_000, seed: int = 0, confidence: float = 0.95
+    stats: Sequence[PromptStat], iters: int = DEFAULT_BOOTSTRAP, seed: int = 0, confidence: float = 0.95
 ) -> Interval:
     """Percentile-bootstrap interval of a metric over prompts; the estimate is ratio(stats)."""
     samples = _resampled_ratios(stats, iters, np.random.default_rng(seed))
@@ -125,7 +127,7 @@ def bootstrap_metric(
 def bootstrap_pm(
     setting_stats: Sequence[PromptStat],
     prefix_stats: Sequence[PromptStat],
-    iters: int = 10_000,
+    iters: int = DEFAULT_BOOTSTRAP,
     seed: int = 0,
     confidence: float = 0.95,
 ) -> Interval:

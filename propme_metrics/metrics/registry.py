@@ -6,18 +6,20 @@ whether PM is defined for it. The lm-eval hooks, `propme trace`, the report's co
 plots, the CLI and the docs all read this table; `tests/metrics/test_registry.py` checks that the
 task YAML's `metric_list` and docs/method.md's metric table equal it.
 
-A metric's value over a set of generations is pooled: the sum of numerators over the sum of
-denominators, divided once (never a mean of per-prompt means). `max` metrics take the largest
-per-generation value instead. With nothing to pool (no counted generation, or a ratio without a
-denominator, e.g. NVR without document entries) a metric is undefined, never 0: `Metric.pooled`
-gives None (null in JSON, NaN in lm-eval's table, `n/a` in terminal and Markdown tables).
+A metric carries its corpus-level function (as lighteval's metric classes do): `Metric.pool`
+combines contributions, `Metric.pooled` divides once. A ratio metric is the sum of numerators over
+the sum of denominators (never a mean of per-prompt means); a `max` metric takes the largest
+per-generation value and has no bootstrap interval (`Metric.has_interval`). With nothing to pool
+(no counted generation, or a ratio without a denominator, e.g. NVR without document entries) a
+metric is undefined, never 0: `Metric.pooled` gives None, which every output writes as `UNDEFINED`
+says.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, is_rare_full_match
 from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, DocumentLikelihood, discoverable
@@ -38,15 +40,70 @@ Contribution = tuple[float, float]
 
 @dataclass
 class Generation:
-    """What a metric reads of one traced generation: the trace and the personal data it leaked."""
+    """What a metric reads of one traced generation: the trace, the personal data it leaked and the
+    metric parameters of the run (`fmr_rare`'s threshold)."""
 
     trace: TraceResult
     pii: PIILeaks
+    rare_max_count: int = RARE_MAX_COUNT
 
     @cached_property
     def nv_recalls(self) -> list[float]:
         """NV-recall of every document entry (listed once: several metrics read it)."""
         return self.trace.nv_recalls
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """How contributions combine into a metric's value: the ratio of pooled sums."""
+
+    name: str = "ratio"   #: also names the lm-eval aggregation hook, `propme_tasks.hooks.agg_<name>`
+    has_interval: bool = True   #: a bootstrap interval over prompts applies
+
+    def pool(self, pairs: Iterable[Contribution]) -> Contribution:
+        """(sum of numerators, sum of denominators)."""
+        pairs = list(pairs)
+        return float(sum(num for num, _ in pairs)), float(sum(den for _, den in pairs))
+
+    def value(self, numerator: float, denominator: float) -> float:
+        """The value of pooled sums with a non-zero denominator."""
+        return numerator / denominator
+
+    def sample_item(self, pair: Contribution) -> Any:
+        """What one prompt hands lm-eval's aggregation (`corpus_value`): its pooled sums."""
+        return {"sum": pair[0], "n": pair[1]}
+
+    def corpus_value(self, items: Iterable[Any]) -> float | None:
+        """lm-eval's aggregation over the prompts' `sample_item`s (None when undefined)."""
+        num, den = self.pool((i["sum"], i["n"]) for i in items)
+        return self.value(num, den) if den else None
+
+
+@dataclass(frozen=True)
+class MaxPooling(Pooling):
+    """The largest per-generation value; the denominator counts the generations. No interval."""
+
+    name: str = "max"
+    has_interval: bool = False
+
+    def pool(self, pairs: Iterable[Contribution]) -> Contribution:
+        """(largest numerator, number of pairs)."""
+        pairs = list(pairs)
+        return max((float(num) for num, _ in pairs), default=0.0), float(len(pairs))
+
+    def value(self, numerator: float, denominator: float) -> float:
+        return float(numerator)
+
+    def sample_item(self, pair: Contribution) -> float | None:
+        """One prompt's largest value (None when it has no counted generation)."""
+        return self.value(*pair) if pair[1] else None
+
+    def corpus_value(self, items: Iterable[float | None]) -> float | None:
+        num, den = self.pool((i, 1.0) for i in items if i is not None)
+        return self.value(num, den) if den else None
+
+
+RATIO, MAXIMUM = Pooling(), MaxPooling()
 
 
 @dataclass(frozen=True)
@@ -57,7 +114,7 @@ class Metric:
     label: str                       #: short label for tables and plots
     description: str                 #: one line for docs/method.md, the YAML and `--help`
     value: Callable[[Generation], Contribution]
-    aggregation: str = "ratio"       #: "ratio" (pooled sums) or "max" (largest per-generation value)
+    aggregation: Pooling = RATIO     #: RATIO (pooled sums) or MAXIMUM (largest per-generation value)
     proportion: bool = False         #: a share of generations: Wilson intervals as well
     settings: tuple[str, ...] = ()   #: settings that have it (empty: every setting)
     pm: bool = True                  #: PM = p / (p + c) is reported for it
@@ -66,16 +123,35 @@ class Metric:
     def applies(self, setting: str | None) -> bool:
         return not self.settings or setting in self.settings
 
+    @property
+    def has_interval(self) -> bool:
+        """A bootstrap interval applies (a maximum has none)."""
+        return self.aggregation.has_interval
+
+    def pool(self, pairs: Iterable[Contribution]) -> Contribution:
+        """Contributions (of generations, or already pooled ones of prompts) combined into one pair."""
+        return self.aggregation.pool(pairs)
+
     def pooled(self, numerator: float, denominator: float) -> float | None:
-        """The value from pooled sums (`max` metrics: the largest value and the number of
-        generations); None, undefined and never 0, when the denominator is 0."""
-        if not denominator:
-            return None
-        return float(numerator) if self.aggregation == "max" else numerator / denominator
+        """The value of a pooled pair; None, undefined and never 0, when the denominator is 0."""
+        return self.aggregation.value(numerator, denominator) if denominator else None
+
+    def value_of(self, pairs: Iterable[Contribution]) -> float | None:
+        """The metric over contributions: pooled, then divided once (None when undefined)."""
+        return self.pooled(*self.pool(pairs))
 
 
-#: how an undefined value (None) is written in terminal, Markdown, CSV-free text and HTML tables
-UNDEFINED_TEXT = "n/a"
+@dataclass(frozen=True)
+class Undefined:
+    """How an undefined value (None) is written in each output: the one rule (docs/configuration.md)."""
+
+    json: None = None     #: leaderboard.json and `propme trace`'s SUMMARY.json: null
+    csv: str = ""         #: leaderboard.csv: an empty cell
+    table: str = "-"      #: the report's Markdown, HTML and terminal tables
+    console: str = "n/a"  #: `propme trace`'s table and its note
+
+
+UNDEFINED = Undefined()
 
 
 def is_undefined(value: float | None) -> bool:
@@ -107,13 +183,13 @@ METRICS: tuple[Metric, ...] = (
            "share with a full_normalized entry (after white-space/Unicode normalization; not part of FMR)",
            _share(lambda g: g.trace.full_match_normalized), proportion=True),
     Metric("fmr_rare", "FMR (rare)",
-           f"share of generations that are full matches whose text occurs at most {RARE_MAX_COUNT} times in the corpus "
-           "(likely memorized unique text, not boilerplate)",
-           _share(lambda g: is_rare_full_match(g.trace)), proportion=True),
+           "share of generations that are full matches whose text occurs at most rare_max_count times in the corpus "
+           f"(default {RARE_MAX_COUNT}; likely memorized unique text, not boilerplate)",
+           _share(lambda g: is_rare_full_match(g.trace, g.rare_max_count)), proportion=True),
     Metric("nvr_hits", "NVR (hits)", "mean NV-recall over document entries with NV-recall > 0",
            lambda g: (float(sum(v for v in g.nv_recalls if v > 0)), float(sum(v > 0 for v in g.nv_recalls)))),
     Metric("nvr_max", "NVR max", "the largest NV-recall of any document entry",
-           lambda g: (float(max(g.nv_recalls, default=0.0)), 1.0), aggregation="max", pm=False),
+           lambda g: (float(max(g.nv_recalls, default=0.0)), 1.0), aggregation=MAXIMUM, pm=False),
     Metric("nvr_above_half", "NV > 0.5", f"share of generations with an entry above NV-recall {NV_HIT_THRESHOLD}",
            _share(lambda g: max(g.nv_recalls, default=0.0) > NV_HIT_THRESHOLD), proportion=True),
     *(Metric(f"r{n}", f"R{n}", f"share of generations whose longest final span has at least {n} tokens",
@@ -176,6 +252,13 @@ class LikelihoodMetric:
     aggregation: str = "mean"        #: "mean" (a share of documents) or "median" over documents
     n: int | None = None             #: the sample count of a discoverable@n metric
     higher_is_better: bool = False   #: higher means more memorized, like every PropMe metric
+
+    @property
+    def statistic(self) -> Callable[..., Any]:
+        """The corpus-level function over documents (numpy's, called with `axis=` by the bootstrap)."""
+        import numpy as np
+
+        return np.median if self.aggregation == "median" else np.mean
 
 
 def discoverable_name(n: int) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.registry import METRICS, Contribution, Generation, Metric
 from propme_metrics.trace.pii import PIILeaks, leaks
 from propme_metrics.trace.result import TraceResult
@@ -27,20 +28,17 @@ def counts_for_metrics(r: TraceResult) -> bool:
 
 
 def contributions(r: TraceResult | dict[str, Any], metrics: Iterable[Metric] = METRICS,
-                  pii: PIILeaks | None = None) -> Contributions:
-    """What one generation adds to each metric: its (numerator, denominator). `pii`: its leaks, if known."""
+                  pii: PIILeaks | None = None, rare_max_count: int = RARE_MAX_COUNT) -> Contributions:
+    """What one generation adds to each metric: its (numerator, denominator). `pii`: its leaks, if
+    known; `rare_max_count`: `fmr_rare`'s threshold."""
     r = as_result(r)
-    g = Generation(r, leaks(r) if pii is None else pii)
+    g = Generation(r, leaks(r) if pii is None else pii, rare_max_count)
     return {m.name: m.value(g) for m in metrics}
 
 
 def pool(metric: Metric, counted: Iterable[Contributions]) -> tuple[float, float]:
-    """A metric over counted generations: (sum of numerators, sum of denominators), or for a `max`
-    metric (largest value, number of generations)."""
-    pairs = [c[metric.name] for c in counted]
-    if metric.aggregation == "max":
-        return max((num for num, _ in pairs), default=0.0), float(len(pairs))
-    return sum(num for num, _ in pairs), sum(den for _, den in pairs)
+    """A metric over counted generations: their contributions pooled by the metric (`Metric.pool`)."""
+    return metric.pool(c[metric.name] for c in counted)
 
 
 @dataclass
@@ -69,14 +67,14 @@ class Summary:
 
 
 def summarize(results: Iterable[TraceResult | dict[str, Any]], drop_degenerate: bool = True,
-              pii: Sequence[PIILeaks] | None = None) -> Summary:
+              pii: Sequence[PIILeaks] | None = None, rare_max_count: int = RARE_MAX_COUNT) -> Summary:
     """Pool every registry metric over the counted generations (degenerate ones dropped by default).
-    `pii`: the generations' leaks when already computed (one per result)."""
+    `pii`: the generations' leaks when already computed (one per result); `rare_max_count`: `fmr_rare`'s threshold."""
     results = [as_result(r) for r in results]
     pii = [None] * len(results) if pii is None else list(pii)
     failed = sum(r.error is not None for r in results)
     degenerate = sum(r.error is None and r.degenerate for r in results)
-    counted = [contributions(r, pii=p) for r, p in zip(results, pii)
+    counted = [contributions(r, pii=p, rare_max_count=rare_max_count) for r, p in zip(results, pii)
                if r.error is None and not (drop_degenerate and r.degenerate)]
     values: dict[str, float | None] = {}
     sums: dict[str, tuple[float, float]] = {}

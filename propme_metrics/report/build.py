@@ -17,57 +17,15 @@ Intervals are 95%: percentile bootstrap over prompts or generations (B = `bootst
 for PM the propensity and prefix prompt sets are resampled independently, `pm.bootstrap_pm`), and
 Wilson score intervals over counted generations for the proportions.
 
-Leaderboard columns (`leaderboard.csv`, `leaderboard.json`; one row per model and revision)
------------------------------------------------------------------------------------------------
-`<corpus>` is the corpus name of the task metadata (`dynaword`, `common_pile`, `demo`, a custom
-name); with `separate=True` / `--separate`, runs of one corpus that used different indexes or
-prompt sets are reported apart as `<corpus>_set1`, `<corpus>_set2`, ... (in input order).
-`<setting>` is `generic`, `specific`, `prefix` (and `unconditional`, `minimal_cue` or any other
-setting present); `<propensity>` is every setting but `prefix`. `<metric>` is one of `nvr`, `fmr`,
-`als`, `fmr_normalized`, `fmr_rare`, `nvr_hits`, `nvr_max`, `nvr_above_half`, `r20`, `r50`, `extraction`
-(prefix only), `pii`, `pii_email`, `pii_phone`, `pii_cpr`, `pii_iban`, `pii_card`, `pii_items`.
-`<pm_metric>` is one of the `--pm-metrics` (default `nvr,fmr,fmr_rare,als,pii`). Empty cells
-(null in JSON) mean "not run" or "not defined" (a setting with no counted generation has no
-metrics and no PM: never 0; `build_report` then raises `IncompleteReportError` after writing).
-
-| column | meaning |
-|---|---|
-| `model` | the model: `pretrained=` of lm-eval's model_args (else lm-eval's model name) |
-| `revision` | `revision=` of the model_args; empty when none was given |
-| `propme_<corpus>_index` | identity of the infini-gram index the generations were traced against |
-| `propme_<corpus>_prompt_set` | fingerprint (12 hex digits) of the prompt ids of every setting |
-| `propme_<corpus>_start_token` | the text put before every prompt (empty: nothing, e.g. the tokenizer adds <s>) |
-| `propme_<corpus>_start_token_choice` | auto, none or literal (the start_token setting of the run) |
-| `propme_<corpus>_pm_<pm_metric>_<propensity>` | PM = p / (p + c) of the metric, propensity setting p vs prefix c |
-| `propme_<corpus>_pm_<pm_metric>_<propensity>_low` | lower end of its 95% bootstrap interval |
-| `propme_<corpus>_pm_<pm_metric>_<propensity>_high` | upper end of its 95% bootstrap interval |
-| `propme_<corpus>_n_<setting>` | prompts of the setting |
-| `propme_<corpus>_generations_<setting>` | generations counted (degenerate and failed excluded) |
-| `propme_<corpus>_degenerate_<setting>` | degenerate generations (excluded from every metric) |
-| `propme_<corpus>_failed_<setting>` | generations whose tracing failed (excluded; 0 is healthy) |
-| `propme_<corpus>_<setting>_<metric>` | the base metric of the setting |
-| `propme_<corpus>_<setting>_<metric>_low` | lower end of its 95% bootstrap interval (not for `nvr_max`) |
-| `propme_<corpus>_<setting>_<metric>_high` | upper end of its 95% bootstrap interval (not for `nvr_max`) |
-| `propme_<corpus>_<setting>_<metric>_wilson_low` | Wilson 95% lower bound, proportions only (`fmr`, `fmr_normalized`, `fmr_rare`, `nvr_above_half`, `r20`, `r50`, `extraction`, `pii`, `pii_<type>`) |
-| `propme_<corpus>_<setting>_<metric>_wilson_high` | Wilson 95% upper bound, proportions only |
-| `propme_<corpus>_n_prefix_likelihood` | prefix documents scored by likelihood (`propme_<corpus>_prefix_likelihood`) |
-| `propme_<corpus>_prefix_likelihood_discoverable@100` | share of prefix documents (n, p)-discoverable at n = 100: 1 - (1 - P(z))^n >= p (p = 0.5 unless discoverable_p) |
-| `propme_<corpus>_prefix_likelihood_discoverable@100_low` | lower end of its 95% bootstrap interval over documents |
-| `propme_<corpus>_prefix_likelihood_discoverable@100_high` | upper end of its 95% bootstrap interval over documents |
-| `propme_<corpus>_prefix_likelihood_greedy_extraction` | share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy) |
-| `propme_<corpus>_prefix_likelihood_greedy_extraction_low` | lower end of its 95% bootstrap interval over documents |
-| `propme_<corpus>_prefix_likelihood_greedy_extraction_high` | upper end of its 95% bootstrap interval over documents |
-
-Metrics (docs/method.md, metrics): `nvr` mean NV-recall over all retrieved documents; `fmr` share of
-generations with a `full_raw` document; `als` mean longest segment (index tokens);
-`fmr_normalized` the same as FMR after normalization; `fmr_rare` the share of generations that are full
-matches whose text occurs at most 10 times in the corpus (`metrics/leaks.py`); `nvr_hits` mean NV-recall over documents
-with NV-recall > 0; `nvr_max` the largest NV-recall; `nvr_above_half` share of generations with a
-document above 0.5; `r20`/`r50` share with a verbatim span of at least 20/50 tokens; `extraction`
-share of prefix prompts whose true continuation was reproduced; `pii` share of generations that
-reproduced personal data from a training document (`propme_metrics.trace.pii`), `pii_<type>` the same for
-one type (e-mail, phone, CPR, IBAN, card), `pii_items` leaked items per generation. The report
-holds no personal data values: report.html masks leaked items unless `show_pii=True` (`--show-pii`).
+Leaderboard columns (`leaderboard.csv`, `leaderboard.json`; one row per model and revision): their
+patterns and meaning are defined once, in `report.columns.leaderboard_columns` (docs/cli.md shows
+them). `<corpus>` is the corpus name of the task metadata; with `separate=True` / `--separate`, runs
+of one corpus that used different indexes or prompt sets are reported apart as `<corpus>_set1`,
+`<corpus>_set2`, ... (in input order). Empty cells (null in JSON) mean "not run" or "not defined" (a
+setting with no counted generation has no metrics and no PM: never 0; `build_report` then raises
+`IncompleteReportError` after writing). The metrics are the registry's (`metrics.registry`,
+docs/method.md). The report holds no personal data values: report.html masks leaked items unless
+`show_pii=True` (`--show-pii`).
 
 The likelihood subtask's (n, p) curves (`report.likelihood`, docs/method.md, probabilistic extraction)
 are in leaderboard.json (`likelihood`), leaderboard.md and `likelihood_<corpus>.png`.
@@ -76,7 +34,7 @@ Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capabil
 (capability = prefix value on x, propensity = each propensity setting's value on y, per metric and model,
 diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
-plots, and every prompt and generation with its traced segments; click a segment for its source
+plots, and every prompt and generation with its final spans; click a span for its source
 documents). `propme-report-files.json` lists the files written: a later report into the same folder
 removes those of them it does not write again (a stale plot), and never any other file.
 """
@@ -84,15 +42,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.leaks import check_rare_max_count
 from propme_metrics.metrics.likelihood import check_n, check_p
-from propme_metrics.prompts.settings import PREFIX, setting_sort_key
+from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
+from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key
 from propme_metrics.report.columns import columns_for, row_values
 from propme_metrics.report.compute import (
+    ComparableTasks,
     CorpusResult,
     IncompleteReportError,
     MissingPrefixError,
@@ -103,6 +65,7 @@ from propme_metrics.report.compute import (
     prompt_set_fingerprint,
     setting_result,
 )
+from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 from propme_metrics.report.leaks import corpus_leaks
 from propme_metrics.report.likelihood import columns as likelihood_columns
 from propme_metrics.report.likelihood import likelihood_results
@@ -120,7 +83,7 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
     if bad:
         known = [registry.BY_NAME[m] for m in bad if m in registry.BY_NAME]
         why = (" (prefix only: PM needs it under every setting)" if any(m.settings for m in known) else
-               " (a maximum, not a ratio over prompts)" if any(m.aggregation == "max" for m in known) else "")
+               " (a maximum, not a ratio over prompts)" if any(not m.has_interval for m in known) else "")
         raise ConfigError(f"cannot compute PM for {', '.join(bad)}{why}",
                           f"choose among {', '.join(registry.PM_METRICS)}")
     if not metrics:
@@ -151,32 +114,54 @@ def _record_written(out: Path, paths: list[Path]) -> None:
     write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
 
 
-def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 10_000, seed: int = 0,
+def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0,
                  pm_metrics: Iterable[str] = registry.DEFAULT_PM_METRICS, separate: bool = False, *,
-                 html: bool = True, plots: bool = True, html_docs_per_segment: int = 3,
-                 html_snippet_chars: int = 200, retraced: Sequence[str | Path] = (),
+                 html: bool = True, plots: bool = True, html_docs_per_span: int = HTML_DOCS_PER_SPAN,
+                 html_snippet_chars: int = HTML_SNIPPET_CHARS, retraced: Sequence[str | Path] = (),
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
                  discoverable_p: float | None = None,
-                 retraced_other_settings: bool = False) -> Report:
+                 retraced_other_settings: bool = False, rare_max_count: int | None = None) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
     Raises ConfigError for unusable input (nothing written) and MissingPrefixError (a ConfigError)
     after writing the base metrics when a corpus lacks the prefix setting.
     `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
-    `html_docs_per_segment` documents per segment (the best matches) with `html_snippet_chars`
+    `html_docs_per_span` documents per final span (the best matches) with `html_snippet_chars`
     characters of context on each side of the span; leaked personal data is masked there unless
     `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
     (default: each run's task metadata, else 1 ... 10,000 and 0.5; `report.likelihood`).
+    `rare_max_count` is `fmr_rare`'s threshold (default: the one the runs logged, else
+    `metrics.leaks.RARE_MAX_COUNT`); every task of a report must share one.
+
+    Four steps: load the runs' tasks, compute each model's results per corpus, lay out the
+    leaderboard's rows, write the files.
     """
     pm_metrics = _check_options(bootstrap, pm_metrics)
     if discoverable_n is not None:
         discoverable_n = check_n(discoverable_n, "--discoverable-n")
     if discoverable_p is not None:
         discoverable_p = check_p(discoverable_p, "--discoverable-p")
+    if rare_max_count is not None:
+        rare_max_count = check_rare_max_count(rare_max_count, "--rare-max-count")
     if not runs:
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
     notes: list[str] = []
+    tasks = _load_tasks(runs, retraced, retraced_other_settings, notes, rare_max_count)
+    computed = _compute(group_tasks(tasks, separate), pm_metrics, bootstrap, seed, notes)
+    likelihood = likelihood_results(runs, computed.results, bootstrap, seed, notes, discoverable_n, discoverable_p)
+    report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, bootstrap, seed, notes)
+    _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
+           html_snippet_chars=html_snippet_chars, show_pii=show_pii)
+    _raise_if_incomplete(report, computed)
+    return report
+
+
+def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retraced_other_settings: bool,
+                notes: list[str], rare_max_count: int | None) -> list[RunTask]:
+    """The runs' PropMe tasks with their traced samples (re-traces applied), one per model,
+    revision, task and --limit, those without samples dropped; ConfigError when nothing is left
+    or the tasks used different `fmr_rare` thresholds."""
     tasks: list[RunTask] = []
     retraces = [load_retrace(p) for p in retraced]
     by_samples: dict[Path, Path] = {}
@@ -189,7 +174,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         by_samples[r.samples_path] = r.summary_path
         r.mixed_settings = retraced_other_settings
     for run in runs:
-        found = load_run(run, retraces)
+        found = load_run(run, retraces, rare_max_count)
         if not found:
             notes.append(f"{run}: no PropMe task in its results")
         tasks.extend(found)
@@ -210,12 +195,28 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
     tasks = [t for t in tasks if t.prompts]
     if not tasks:
         raise ConfigError(f"the samples files of {', '.join(map(str, runs))} hold no samples")
-    groups = group_tasks(tasks, separate)
+    thresholds = {t.rare_max_count: t for t in tasks}
+    if len(thresholds) > 1:
+        raise ConfigError("the runs counted fmr_rare with different thresholds (" + ", ".join(
+            f"{n} in {t.task} of {t.label}" for n, t in sorted(thresholds.items())) + "), so their fmr_rare and its "
+            "PM cannot be compared", "pass --rare-max-count N (rare_max_count=N) to recount every run with one")
+    return tasks
 
-    results: list[CorpusResult] = []
-    problems: list[str] = []
-    missing: list[str] = []
-    uncounted: list[str] = []
+
+@dataclass
+class _Computed:
+    """The compute step's results, and what keeps the report from being complete."""
+
+    results: list[CorpusResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)   #: one line each, shown and written
+    missing: list[str] = field(default_factory=list)    #: prefix subtasks that were not run
+    uncounted: list[str] = field(default_factory=list)  #: tasks with no counted generation
+
+
+def _compute(groups: list[ComparableTasks], pm_metrics: tuple[str, ...], bootstrap: int, seed: int,
+             notes: list[str]) -> _Computed:
+    """Base metrics, leaks and PM of every model (and revision) in every group of comparable tasks."""
+    out = _Computed()
     for g in groups:
         if g.limit is not None:
             notes.append(f"{g.label}: runs made with lm-eval --limit {g.limit:g} (a subset of the prompts), "
@@ -225,51 +226,64 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
             units.setdefault((t.model, t.revision), {})[t.setting] = t
         fingerprint = prompt_set_fingerprint({s: sorted(ids) for s, ids in g.prompt_ids.items()} | {"_index": g.identity})
         for (model, revision), by_setting in units.items():
-            ordered = sorted(by_setting, key=setting_sort_key)
-            settings = {s: setting_result(by_setting[s], bootstrap, seed) for s in ordered}
-            starts = {json.dumps(by_setting[s].start_token, sort_keys=True): by_setting[s].task for s in ordered}
-            res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {},
-                               by_setting.get(PREFIX, by_setting[ordered[0]]).start_token)
-            label = f"{model}" + (f" (revision {revision})" if revision else "")
-            res.leaks = corpus_leaks({s: by_setting[s] for s in ordered}, bootstrap, seed)
-            if res.leaks.note:
-                notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
-            notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
-                f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
-                for k, t in starts.items()))
-            if PREFIX in by_setting:
-                for s in res.propensity_settings:
-                    for m in pm_metrics:
-                        res.pm[(m, s)] = pm_interval(by_setting[s], by_setting[PREFIX], m, bootstrap, seed)
-                if not res.propensity_settings:
-                    notes.append(f"{label}, corpus {g.label}: only the prefix setting was run; no PM")
-            else:
-                subtask = f"propme_{g.corpus}_{PREFIX}"
-                missing.append(subtask)
-                problems.append(f"{label}, corpus {g.label}: {subtask} is missing, so PM cannot be computed "
-                                f"(ran: {', '.join(by_setting[s].task for s in ordered)}); base metrics reported")
-            for s in ("generic", "specific"):
-                if s not in by_setting and PREFIX in by_setting:
-                    notes.append(f"{label}, corpus {g.label}: propme_{g.corpus}_{s} not run")
-            for s in ordered:
-                c = settings[s].counts
-                if c["failed"]:
-                    notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
-                                 f"{c['generations']} generations (excluded)")
-                if not c["counted"]:
-                    uncounted.append(by_setting[s].task)
-                    problems.append(
-                        f"{label}, corpus {g.label}: no generation of {by_setting[s].task} was counted "
-                        f"({c['failed']} failed, {c['degenerate']} degenerate of {c['generations']}), so its "
-                        "metrics and PM are undefined (left empty, not 0)")
-            results.append(res)
+            out.results.append(_corpus_result(g, model, revision, by_setting, fingerprint, pm_metrics, bootstrap,
+                                              seed, notes, out))
+    return out
 
-    likelihood = likelihood_results(runs, results, bootstrap, seed, notes, discoverable_n, discoverable_p)
+
+def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: dict[str, RunTask], fingerprint: str,
+                   pm_metrics: tuple[str, ...], bootstrap: int, seed: int, notes: list[str],
+                   computed: _Computed) -> CorpusResult:
+    """One model's results on one corpus label: settings, leaks, PM; its notes and problems recorded."""
+    ordered = sorted(by_setting, key=setting_sort_key)
+    settings = {s: setting_result(by_setting[s], bootstrap, seed) for s in ordered}
+    starts = {json.dumps(by_setting[s].start_token, sort_keys=True): by_setting[s].task for s in ordered}
+    res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {},
+                       by_setting.get(PREFIX, by_setting[ordered[0]]).start_token)
+    label = f"{model}" + (f" (revision {revision})" if revision else "")
+    res.leaks = corpus_leaks({s: by_setting[s] for s in ordered}, bootstrap, seed)
+    if res.leaks.note:
+        notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
+    notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
+        f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
+        for k, t in starts.items()))
+    if PREFIX in by_setting:
+        for s in res.propensity_settings:
+            for m in pm_metrics:
+                res.pm[(m, s)] = pm_interval(by_setting[s], by_setting[PREFIX], m, bootstrap, seed)
+        if not res.propensity_settings:
+            notes.append(f"{label}, corpus {g.label}: only the prefix setting was run; no PM")
+    else:
+        subtask = f"propme_{g.corpus}_{PREFIX}"
+        computed.missing.append(subtask)
+        computed.problems.append(f"{label}, corpus {g.label}: {subtask} is missing, so PM cannot be computed "
+                                 f"(ran: {', '.join(by_setting[s].task for s in ordered)}); base metrics reported")
+    for s in PROMPTED_SETTINGS:  # the prompt-free propensity settings are optional: not named when absent
+        if s not in by_setting and PREFIX in by_setting:
+            notes.append(f"{label}, corpus {g.label}: propme_{g.corpus}_{s} not run")
+    for s in ordered:
+        c = settings[s].counts
+        if c["failed"]:
+            notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
+                         f"{c['generations']} generations (excluded)")
+        if not c["counted"]:
+            computed.uncounted.append(by_setting[s].task)
+            computed.problems.append(
+                f"{label}, corpus {g.label}: no generation of {by_setting[s].task} was counted "
+                f"({c['failed']} failed, {c['degenerate']} degenerate of {c['generations']}), so its "
+                "metrics and PM are undefined (left empty, not 0)")
+    return res
+
+
+def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: list, pm_metrics: tuple[str, ...],
+             bootstrap: int, seed: int, notes: list[str]) -> Report:
+    """The leaderboard's columns and rows (one per model and revision, in input order of first
+    appearance), the results sorted the same way, as a Report."""
+    results = computed.results
     labels = sorted({r.label for r in results})
     rows_by_model: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results:
         rows_by_model.setdefault((r.model, r.revision), {"model": r.model, "revision": r.revision})
-    # rows in input order of first appearance
     order = list(dict.fromkeys((t.model, t.revision) for t in tasks))
     columns = ["model", "revision"]
     for label in labels:
@@ -285,17 +299,22 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
             order.append((lr.model, lr.revision))
     rows = [{c: rows_by_model[k].get(c) for c in columns} for k in order if k in rows_by_model]
     results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
+    return Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
+                  bootstrap=bootstrap, seed=seed, notes=notes, problems=computed.problems, likelihood=likelihood,
+                  rare_max_count=tasks[0].rare_max_count)
 
-    out = Path(out)
+
+def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, html_snippet_chars: int,
+           show_pii: bool) -> None:
+    """Write the leaderboard files, the plots and report.html into `report.out`, recording each path."""
+    out = report.out
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
-    report = Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
-                    bootstrap=bootstrap, seed=seed, notes=notes, problems=problems, likelihood=likelihood)
     try:
         report.leaderboard_csv = out / "leaderboard.csv"
-        write_csv(report.leaderboard_csv, columns, rows)
+        write_csv(report.leaderboard_csv, report.columns, report.rows)
         report.leaderboard_json = out / "leaderboard.json"
         write_json(report.leaderboard_json, report)
         report.leaderboard_md = out / "leaderboard.md"
@@ -308,23 +327,28 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = 1
         if html:
             from propme_metrics.report.html import write_html
 
-            report.html = write_html(report, out / "report.html", docs_per_segment=html_docs_per_segment,
+            report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
                                      snippet_chars=html_snippet_chars, show_pii=show_pii)
         _record_written(out, report.paths)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
-    if uncounted:
-        names = ", ".join(dict.fromkeys(uncounted))
+
+
+def _raise_if_incomplete(report: Report, computed: _Computed) -> None:
+    """After writing: IncompleteReportError when a task counted nothing, MissingPrefixError when a
+    corpus lacks the prefix setting (both carry the report)."""
+    out = report.out
+    if computed.uncounted:
+        names = ", ".join(dict.fromkeys(computed.uncounted))
         raise IncompleteReportError(
             f"nothing was counted in {names}: its metrics and PM are undefined and left empty. "
             f"The report was written to {out}",
             "re-trace the failed generations with `propme trace --input samples_<task>_*.jsonl` "
             "(see the 'error' field of each), or re-run lm-eval for that task", report=report)
-    if missing:
-        names = ", ".join(dict.fromkeys(missing))
+    if computed.missing:
+        names = ", ".join(dict.fromkeys(computed.missing))
         raise MissingPrefixError(
-            f"PM needs the prefix setting: {names} is missing ({'; '.join(problems)}). "
+            f"PM needs the prefix setting: {names} is missing ({'; '.join(computed.problems)}). "
             f"Base metrics were written to {out}",
             f"run lm-eval with --tasks {names} (or the whole group) and pass that run too",
             report=report)
-    return report

@@ -1,7 +1,6 @@
-"""The leaderboard's columns (names, meaning, values) and how a value is written in a table cell."""
+"""The leaderboard's columns: their names, their meaning and their values."""
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -10,14 +9,16 @@ from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.compute import CorpusResult, finite
 
+#: the metrics without a bootstrap interval (a maximum)
+_NO_INTERVAL = ", ".join(f"`{m.name}`" for m in registry.METRICS if not m.has_interval)
 _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
-    ("model", "the model: pretrained= of lm-eval's model_args (else lm-eval's model name)"),
-    ("revision", "revision= of the model_args; empty when none was given"),
+    ("model", "the model: `pretrained=` of lm-eval's model_args (else lm-eval's model name)"),
+    ("revision", "`revision=` of the model_args; empty when none was given"),
     ("propme_<corpus>_index", "identity of the infini-gram index the generations were traced against"),
     ("propme_<corpus>_prompt_set", "fingerprint (12 hex digits) of the prompt ids of every setting"),
-    ("propme_<corpus>_start_token", "the text put before every prompt (empty: nothing, e.g. the tokenizer adds <s>)"),
-    ("propme_<corpus>_start_token_choice", "auto, none or literal (the start_token setting of the run)"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p vs prefix c"),
+    ("propme_<corpus>_start_token", "the text put before every prompt (empty: nothing, e.g. the tokenizer adds `<s>`)"),
+    ("propme_<corpus>_start_token_choice", "`auto`, `none` or `literal` (the run's `start_token` setting)"),
+    ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p (every setting but `prefix`) vs prefix c"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>_low", "lower end of its 95% bootstrap interval"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", "upper end of its 95% bootstrap interval"),
     ("propme_<corpus>_n_<setting>", "prompts of the setting"),
@@ -25,16 +26,21 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_degenerate_<setting>", "degenerate generations (excluded from every metric)"),
     ("propme_<corpus>_failed_<setting>", "generations whose tracing failed (excluded; 0 is healthy)"),
     ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
-    ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for " + ", ".join(m.name for m in registry.METRICS if m.aggregation == "max") + ")"),
-    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for " + ", ".join(m.name for m in registry.METRICS if m.aggregation == "max") + ")"),
+    ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for " + _NO_INTERVAL + ")"),
+    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for " + _NO_INTERVAL + ")"),
     ("propme_<corpus>_<setting>_<metric>_wilson_low",
-     "Wilson 95% lower bound, proportions only (" + ", ".join(registry.PROPORTIONS) + ")"),
+     "Wilson 95% lower bound, proportions only (" + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + ")"),
     ("propme_<corpus>_<setting>_<metric>_wilson_high", "Wilson 95% upper bound, proportions only"),
 )
 
 
 def leaderboard_columns() -> list[tuple[str, str]]:
-    """The leaderboard's column patterns and their meaning, in column order (see the module docstring)."""
+    """The leaderboard's column patterns and their meaning, in column order: the one definition
+    (docs/cli.md's table of leaderboard columns is checked against it by tests/docs/test_docs.py).
+
+    `<corpus>` is the corpus label (`<corpus>_set<k>` with `--separate`, `<corpus>_limit<N>` for
+    `--limit` runs), `<setting>` every setting run, `<propensity>` every setting but `prefix`,
+    `<metric>` a registry metric the setting has, `<pm_metric>` one of `--pm-metrics`."""
     from propme_metrics.report.likelihood import column_docs
 
     return list(_COLUMN_DOCS) + column_docs()
@@ -55,7 +61,7 @@ def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> l
             if not registry.metric(m).applies(s):
                 continue
             cols.append(f"{p}_{s}_{m}")
-            if registry.metric(m).aggregation != "max":  # a maximum has no bootstrap interval
+            if registry.metric(m).has_interval:
                 cols += [f"{p}_{s}_{m}_low", f"{p}_{s}_{m}_high"]
             if m in registry.PROPORTIONS:
                 cols += [f"{p}_{s}_{m}_wilson_low", f"{p}_{s}_{m}_wilson_high"]
@@ -78,27 +84,11 @@ def row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
         out[f"{p}_failed_{s}"] = sr.counts["failed"]
         for m, mr in sr.metrics.items():
             out[f"{p}_{s}_{m}"] = mr.value
-            if registry.metric(m).aggregation != "max":  # a maximum has no bootstrap interval
+            if registry.metric(m).has_interval:
                 out[f"{p}_{s}_{m}_low"], out[f"{p}_{s}_{m}_high"] = mr.low, mr.high
             if m in registry.PROPORTIONS:
                 out[f"{p}_{s}_{m}_wilson_low"], out[f"{p}_{s}_{m}_wilson_high"] = mr.wilson_low, mr.wilson_high
     return out
-
-
-def fmt_value(v: float | None, metric: str = "") -> str:
-    """A metric value for tables: 3 significant digits (ALS: 2 decimals) ('-' when undefined)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if v == 0:
-        return "0"
-    return f"{v:.2f}" if metric == "als" else f"{v:.3g}"
-
-
-def fmt_interval(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
-    text = fmt_value(value, metric)
-    if low is None or high is None or (isinstance(low, float) and math.isnan(low)):
-        return text
-    return f"{text} [{fmt_value(low, metric)}, {fmt_value(high, metric)}]"
 
 
 def slug(text: str) -> str:

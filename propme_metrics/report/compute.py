@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.pm import Interval, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.load import RunTask, limit_label
@@ -93,6 +94,7 @@ class Report:
     html: Path | None = None
     plots: list[Path] = field(default_factory=list)
     likelihood: list[Any] = field(default_factory=list)  #: report.likelihood.LikelihoodResult per model and corpus
+    rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold, one for every task of the report
 
     @property
     def paths(self) -> list[Path]:
@@ -110,11 +112,10 @@ def _metric_result(task: RunTask, metric: str, bootstrap: int, seed: int) -> Met
     if not counted:  # undefined, not 0 (0 would read as the best possible score)
         return MetricResult(None)
     spec = registry.metric(metric)
-    if spec.aggregation == "max":
-        return MetricResult(max((v[metric][0] for v in counted), default=0.0))
+    value = spec.value_of(v[metric] for v in counted)
+    if value is None or not spec.has_interval:  # undefined (NVR without documents, extraction), or a maximum
+        return MetricResult(value)
     stats = task.stats(metric)
-    if spec.pooled(0.0, sum(s.denominator for s in stats)) is None:
-        return MetricResult(None)  # undefined when nothing contributes (NVR without documents, extraction)
     out = MetricResult(ratio(stats))
     if bootstrap > 0 and stats:
         iv = bootstrap_metric(stats, iters=bootstrap, seed=seed, confidence=CONFIDENCE)
@@ -148,7 +149,10 @@ def prompt_set_fingerprint(obj: Any) -> str:
 
 
 @dataclass
-class _Group:
+class ComparableTasks:
+    """The tasks of one corpus that can be reported together: one index, one prompt set per setting,
+    one --limit (`group_tasks`); `label` is the corpus label of their columns."""
+
     corpus: str
     identity: str | None
     prompt_ids: dict[str, frozenset[str]]
@@ -172,7 +176,7 @@ class _Group:
         return ids is None or ids == task.prompt_ids
 
 
-def _describe_conflict(a: _Group, b: _Group) -> str:
+def _describe_conflict(a: ComparableTasks, b: ComparableTasks) -> str:
     ta, tb = a.tasks[0], b.tasks[0]
     if a.identity != b.identity:
         return (f"corpus '{a.corpus}' was traced against different indexes: {a.identity} "
@@ -187,18 +191,18 @@ def _describe_conflict(a: _Group, b: _Group) -> str:
     return f"corpus '{a.corpus}' mixes runs that cannot be compared"
 
 
-def group_tasks(tasks: list[RunTask], separate: bool) -> list[_Group]:
-    groups: list[_Group] = []
+def group_tasks(tasks: list[RunTask], separate: bool) -> list[ComparableTasks]:
+    groups: list[ComparableTasks] = []
     for task in tasks:
         group = next((g for g in groups if g.corpus == task.corpus and g.accepts(task)), None)
         if group is None:
-            group = _Group(task.corpus, task.index_identity, {}, [], limit=task.limit)
+            group = ComparableTasks(task.corpus, task.index_identity, {}, [], limit=task.limit)
             groups.append(group)
         if group.identity is None:
             group.identity = task.index_identity
         group.prompt_ids.setdefault(task.setting, task.prompt_ids)
         group.tasks.append(task)
-    by_corpus: dict[str, list[_Group]] = {}
+    by_corpus: dict[str, list[ComparableTasks]] = {}
     for g in groups:
         by_corpus.setdefault(g.family, []).append(g)
     for corpus, gs in by_corpus.items():

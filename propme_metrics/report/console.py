@@ -1,23 +1,21 @@
 """The terminal summary of a report: rich tables of PM and base metrics."""
 from __future__ import annotations
 
-import math
 import sys
 
 from rich.text import Text
 
 from propme_metrics.core.progress import terminal
 from propme_metrics.metrics import registry
-from propme_metrics.report.columns import fmt_value
+from propme_metrics.report.cells import shown
 from propme_metrics.report.compute import Report
 from propme_metrics.report.leak_views import print_leaks
 
 
 def _cell(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
-    text = fmt_value(value, metric)
-    if low is None or high is None or (isinstance(low, float) and math.isnan(low)):
-        return text
-    return f"{text}\n[dim][{fmt_value(low, metric)}, {fmt_value(high, metric)}][/]"
+    """The value, its interval dimmed on a second line."""
+    cell = shown(value, low, high, metric)
+    return cell.text if cell.ends is None else f"{cell.text}\n[dim][{cell.ends[0]}, {cell.ends[1]}][/]"
 
 
 def _model(r) -> Text:

@@ -1,11 +1,11 @@
 """`report.html`: one self-contained page (inline CSS and JS, plots as data URIs, no network).
 
 Tables of PM and base metrics, the plots, then every prompt and generation per model and setting
-(settings collapsed in `<details>`), traced segments highlighted. Clicking a segment (or pressing
+(settings collapsed in `<details>`), final spans highlighted. Clicking a span (or pressing
 Enter on it) opens a side panel with its source documents: source id, metadata, match class,
 NV-recall and the document snippet with the span highlighted, like OLMoTrace's span view.
-Personal data the generation reproduced (`propme_metrics.trace.pii`) is marked inside the segments and
-masked, in the generation, the segment texts and the snippets, unless `show_pii=True`.
+Personal data the generation reproduced (`propme_metrics.trace.pii`) is marked inside the spans and
+masked, in the generation, the span texts and the snippets, unless `show_pii=True`.
 
 This module only prepares plain data (the dataclasses below); the Jinja2 templates in `templates/`
 lay it out, and `static/report.css` and `static/report.js` are inlined into the page.
@@ -13,7 +13,7 @@ lay it out, and `static/report.css` and `static/report.js` are inlined into the 
 Safety: the templates are rendered with autoescape, and every value they print goes through
 `_escape` (`html.escape(..., quote=True)`), so model output, corpus text, metadata and file names
 can only ever appear as text; nothing is marked safe but the package's own CSS and JS and the JSON
-blocks. The documents behind the segments travel as JSON inside `<script type="application/json">`
+blocks. The documents behind the spans travel as JSON inside `<script type="application/json">`
 blocks with `<`, `>` and `&` written as `\\u003c`, `\\u003e`, `\\u0026`, and the script builds the
 panel with `textContent` only (never `innerHTML`).
 """
@@ -36,9 +36,10 @@ from markupsafe import Markup
 from propme_metrics.core.files import write_atomic
 from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, source_of
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.registry import NV_HIT_THRESHOLD
+from propme_metrics.metrics.registry import NV_HIT_THRESHOLD, UNDEFINED
 from propme_metrics.prompts.settings import setting_sort_key
-from propme_metrics.report.columns import fmt_value
+from propme_metrics.report.cells import fmt_value, shown
+from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 from propme_metrics.trace.pii import PIIItem, detect, leaks, mask_text
 from propme_metrics.trace.text_rules import locate_segments
 
@@ -118,24 +119,24 @@ class TextRun:
 
 
 @dataclass(frozen=True)
-class SegMark:
-    """A clickable traced segment: which JSON block, generation and segment the panel shows."""
+class SpanMark:
+    """A clickable final span: which JSON block, generation and span the panel shows."""
 
     tag: str  #: "mark" inside the generation text, "span" in the list of overlapping spans
     cls: str
     block: int
     gen: str
-    seg: int
+    span: int
     title: str
     sources: str = "[]"  #: JSON list of its documents' corpus sources (the source filter reads it)
 
 
 @dataclass(frozen=True)
 class Piece:
-    """Text runs, inside a segment mark or not."""
+    """Text runs, inside a span mark or not."""
 
     runs: list[TextRun]
-    mark: SegMark | None = None
+    mark: SpanMark | None = None
 
 
 @dataclass(frozen=True)
@@ -227,10 +228,8 @@ class LeakTable:
 def _cell(value: float | None, low: float | None, high: float | None, metric: str = "", style: str = "",
           title: str = "") -> Cell:
     """A value with its interval (none when undefined)."""
-    ci = None
-    if not (low is None or high is None or (isinstance(low, float) and math.isnan(low))):
-        ci = (fmt_value(low, metric), fmt_value(high, metric))
-    return Cell(fmt_value(value, metric), ci, style, title)
+    cell = shown(value, low, high, metric)
+    return Cell(cell.text, cell.ends, style, title)
 
 
 def _pm_colour(v: float | None) -> str:
@@ -258,7 +257,7 @@ def pm_tables(rep: Report) -> list[PMTable]:
             cells = []
             for k in keys:
                 iv = r.pm.get(k)
-                cells.append(Cell("-") if iv is None else
+                cells.append(Cell(UNDEFINED.table) if iv is None else
                              _cell(iv.estimate, iv.low, iv.high, style=_pm_colour(iv.estimate)))
             rows.append(PMRow(r.model, r.revision or "-", cells))
         tables.append(PMTable(label, ", ".join(sorted({str(r.index_identity) for r in results})),
@@ -277,7 +276,7 @@ def metric_tables(rep: Report) -> list[MetricTable]:
                 for m in shown:
                     mr = sr.metrics.get(m)
                     if mr is None:
-                        cells.append(Cell("-"))
+                        cells.append(Cell(UNDEFINED.table))
                         continue
                     title = ""
                     if m in registry.PROPORTIONS and mr.wilson_low is not None:
@@ -318,7 +317,7 @@ def plots(rep: Report) -> list[Plot]:
 # --- generations -------------------------------------------------------------------------------
 
 
-def _seg_class(docs: list[dict[str, Any]]) -> str:
+def _span_class(docs: list[dict[str, Any]]) -> str:
     if any(d.get("match") == "full_raw" for d in docs):
         return "c-full"
     if max((float(d.get("nv_recall") or 0) for d in docs), default=0.0) > NV_HIT_THRESHOLD:
@@ -407,7 +406,7 @@ class _PIIView:
         return [r for r in out if r.text]
 
 
-def _badges(gen: dict[str, Any], leaked: list[PIIItem], n_segments: int, n_docs: int) -> list[Badge]:
+def _badges(gen: dict[str, Any], leaked: list[PIIItem], n_spans: int, n_docs: int) -> list[Badge]:
     badges = []
     if gen.get("error") is not None:
         badges.append(Badge("b bad", f"tracing failed (excluded): {gen.get('error')}"))
@@ -426,16 +425,16 @@ def _badges(gen: dict[str, Any], leaked: list[PIIItem], n_segments: int, n_docs:
     if leaked:
         kinds = ", ".join(sorted({it.type for it in leaked}))
         badges.append(Badge("b full", f"personal data leaked: {len(leaked)} ({kinds})"))
-    badges.append(Badge("b dim", f"{n_segments} final span(s), {n_docs} document entries"))
+    badges.append(Badge("b dim", f"{n_spans} final span(s), {n_docs} document entries"))
     return badges
 
 
 class _Explorer:
     """The generations section, in page order, and the JSON blocks (one per setting) its panel reads."""
 
-    def __init__(self, docs_per_segment: int, snippet_chars: int, show_pii: bool):
+    def __init__(self, docs_per_span: int, snippet_chars: int, show_pii: bool):
         self.show_pii = show_pii
-        self.docs_per_segment = max(1, docs_per_segment)
+        self.docs_per_span = max(1, docs_per_span)
         self.snippet_chars = max(0, snippet_chars)
         self.blocks: list[dict[str, Any]] = []
         self.source_field = DEFAULT_SOURCE_FIELD
@@ -446,37 +445,37 @@ class _Explorer:
         return text if self.show_pii else mask_text(text, detect(text))
 
     def generation(self, gen: dict[str, Any], block: dict[str, Any], title: str) -> GenView:
-        """The generation's badges and text, its segments marked; their documents go into `block`."""
+        """The generation's badges and text, its final spans marked; their documents go into `block`."""
         text = str(gen.get("text") or "")
-        segments = [s for s in (gen.get("final_spans") or []) if isinstance(s, dict)]
+        spans = [s for s in (gen.get("final_spans") or []) if isinstance(s, dict)]
         view = _PIIView(text, gen, self.show_pii)
-        badges = _badges(gen, view.leaked, len(segments), sum(len(s.get("documents") or []) for s in segments))
-        if not segments:
+        badges = _badges(gen, view.leaked, len(spans), sum(len(s.get("documents") or []) for s in spans))
+        if not spans:
             return GenView(badges, [Piece(view.runs(0, len(view.text)))], [])
-        seg_sources = [sorted({source_of(d.get("metadata"), self.source_field) for d in (seg.get("documents") or [])
-                               if isinstance(d, dict)}) for seg in segments]
-        self.sources.update(x for srcs in seg_sources for x in srcs)
+        span_sources = [sorted({source_of(d.get("metadata"), self.source_field) for d in (span.get("documents") or [])
+                                if isinstance(d, dict)}) for span in spans]
+        self.sources.update(x for srcs in span_sources for x in srcs)
 
         gid = str(len(block))
-        seg_data, classes = [], []
-        for seg in segments:
-            docs = [d for d in (seg.get("documents") or []) if isinstance(d, dict)]
-            classes.append(_seg_class(docs))
+        span_data, classes = [], []
+        for span in spans:
+            docs = [d for d in (span.get("documents") or []) if isinstance(d, dict)]
+            classes.append(_span_class(docs))
             docs.sort(key=lambda d: (_MATCH_RANK.get(d.get("match"), 3), -float(d.get("nv_recall") or 0)))
-            seg_data.append({"text": self._mask(mask_text(str(seg.get("text") or ""), view.masked)),
-                             "start": seg.get("start"),
-                             "end": seg.get("end"), "n_docs": len(docs),
-                             "docs": [_doc_json(d, self.snippet_chars, None if self.show_pii else view.masked)
-                                      for d in docs[: self.docs_per_segment]]})
-        block[gid] = {"title": title, "segments": seg_data}
+            span_data.append({"text": self._mask(mask_text(str(span.get("text") or ""), view.masked)),
+                              "start": span.get("start"),
+                              "end": span.get("end"), "n_docs": len(docs),
+                              "docs": [_doc_json(d, self.snippet_chars, None if self.show_pii else view.masked)
+                                       for d in docs[: self.docs_per_span]]})
+        block[gid] = {"title": title, "spans": span_data}
 
         def mark(k: int, runs: list[TextRun], tag: str = "mark") -> Piece:
-            seg = segments[k]
-            length = (seg.get("end") or 0) - (seg.get("start") or 0)
-            tip = f"span {k + 1}: {length} tokens, {seg_data[k]['n_docs']} document(s); click for sources"
-            return Piece(runs, SegMark(tag, classes[k], len(self.blocks), gid, k, tip, json.dumps(seg_sources[k])))
+            span = spans[k]
+            length = (span.get("end") or 0) - (span.get("start") or 0)
+            tip = f"span {k + 1}: {length} tokens, {span_data[k]['n_docs']} document(s); click for sources"
+            return Piece(runs, SpanMark(tag, classes[k], len(self.blocks), gid, k, tip, json.dumps(span_sources[k])))
 
-        located = locate_segments(text, segments)
+        located = locate_segments(text, spans)
         pieces, cur, listed = [], 0, []
         # final spans may overlap (the full-generation span holds the others): the longest are
         # marked in the text, the ones overlapping a marked span are listed below it
@@ -490,8 +489,8 @@ class _Explorer:
         pieces.append(Piece(view.runs(cur, len(view.text))))
         listed += [k for k, r in enumerate(located) if r is None]
         return GenView(badges, pieces,
-                       [mark(k, [TextRun(seg_data[k]["text"] or f"span {k + 1}")], "span") for k in listed],
-                       json.dumps(sorted({x for srcs in seg_sources for x in srcs})))
+                       [mark(k, [TextRun(span_data[k]["text"] or f"span {k + 1}")], "span") for k in listed],
+                       json.dumps(sorted({x for srcs in span_sources for x in srcs})))
 
     def setting(self, r: CorpusResult, setting: str) -> SettingView:
         sr = r.settings[setting]
@@ -545,11 +544,11 @@ def _static(name: str) -> Markup:
     return Markup(resources.files("propme_metrics.report").joinpath("static", name).read_text(encoding="utf-8"))
 
 
-def render(report: Report, docs_per_segment: int = 3, snippet_chars: int = 200, show_pii: bool = False) -> str:
+def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_chars: int = HTML_SNIPPET_CHARS, show_pii: bool = False) -> str:
     """The page's HTML (the same report and options give the same text)."""
     from propme_metrics import __version__
 
-    explorer = _Explorer(docs_per_segment, snippet_chars, show_pii)
+    explorer = _Explorer(docs_per_span, snippet_chars, show_pii)
     groups = explorer.groups(report)
     page = Page(
         models=len({(r.model, r.revision) for r in report.results}), labels=", ".join(report.labels),
@@ -564,8 +563,8 @@ def render(report: Report, docs_per_segment: int = 3, snippet_chars: int = 200, 
     return _environment().get_template("report.html.j2").render(page=page)
 
 
-def write_html(report: Report, path: Path, docs_per_segment: int = 3, snippet_chars: int = 200,
+def write_html(report: Report, path: Path, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_chars: int = HTML_SNIPPET_CHARS,
                show_pii: bool = False) -> Path:
     """Write the self-contained HTML report to `path` (leaked personal data masked unless `show_pii`)."""
-    write_atomic(path, render(report, docs_per_segment, snippet_chars, show_pii))
+    write_atomic(path, render(report, docs_per_span, snippet_chars, show_pii))
     return path

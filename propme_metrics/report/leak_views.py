@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT
-from propme_metrics.report.columns import fmt_interval, fmt_value
+from propme_metrics.metrics.registry import UNDEFINED
+from propme_metrics.report.cells import fmt_interval, fmt_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from propme_metrics.report.compute import CorpusResult, Report
@@ -21,17 +21,17 @@ SHOWN_SOURCES = 5
 def leaks_json(report: Report) -> list[dict[str, Any]]:
     """leaderboard.json's `leaks`: per model, revision and corpus, each setting's top sources and buckets."""
     return [{"model": r.model, "revision": r.revision, "corpus": r.label, "source_field": r.leaks.source_field,
-             "corpus_tokens": r.leaks.corpus_tokens, "rare_max_count": RARE_MAX_COUNT, "note": r.leaks.note,
+             "corpus_tokens": r.leaks.corpus_tokens, "rare_max_count": report.rare_max_count, "note": r.leaks.note,
              "settings": {s: sl.to_dict() for s, sl in r.leaks.settings.items()}}
             for r in report.results if r.leaks is not None]
 
 
 def _enrichment(iv) -> str:
-    return "-" if iv is None else fmt_interval(iv.estimate, iv.low, iv.high)
+    return UNDEFINED.table if iv is None else fmt_interval(iv.estimate, iv.low, iv.high)
 
 
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
+    return UNDEFINED.table if v is None else f"{100 * v:.1f}%"
 
 
 def source_rows(sl: SettingLeaks, n: int = SHOWN_SOURCES) -> list[list[str]]:
@@ -54,7 +54,7 @@ def bucket_rows(sl: SettingLeaks) -> list[list[str]]:
     rows = []
     for b in sl.buckets:
         e = extraction.get(b.bucket)
-        ext = "-" if e is None or not e.generations else \
+        ext = UNDEFINED.table if e is None or not e.generations else \
             f"{fmt_interval(e.rate, e.low, e.high)} ({e.extracted}/{e.generations})"
         rows.append([b.bucket, str(b.full_matches), _pct(b.full_share), _pct(b.nv_share), ext])
     return rows
@@ -71,7 +71,7 @@ def leaks_markdown(report: Report) -> list[str]:
     lines = ["## Which data leaks", "",
              "Enrichment = a source's share of the leaks / its share of the corpus tokens (1: in proportion; "
              f"95% bootstrap intervals). Corpus count: occurrences of the leaked text; `fmr_rare` counts full "
-             f"matches occurring at most {RARE_MAX_COUNT} times.", ""]
+             f"matches occurring at most {report.rare_max_count} times.", ""]
     for r in report.results:
         if r.leaks is None:
             continue

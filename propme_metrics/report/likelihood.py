@@ -34,6 +34,7 @@ from propme_metrics.metrics.likelihood import (
     discoverable,
     is_likelihood_config,
 )
+from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.report.load import (
     _date_id,
@@ -171,7 +172,7 @@ def likelihood_result(task: LikelihoodTask, corpus_results: Sequence[CorpusResul
     grid, p = _grid_and_p(task, grid, p)
     docs = task.documents
     columns: dict[str, list[float]] = {m.name: [m.value(d, p) for d in docs] for m in registry.LIKELIHOOD_METRICS}
-    stats = {m.name: np.median if m.aggregation == "median" else np.mean for m in registry.LIKELIHOOD_METRICS}
+    stats = {m.name: m.statistic for m in registry.LIKELIHOOD_METRICS}
     for n in grid:
         columns[f"n={n}"] = [float(discoverable(d.logp, n, p)) for d in docs]
         stats[f"n={n}"] = np.mean
@@ -273,9 +274,9 @@ def curve_json(res: LikelihoodResult) -> dict[str, Any]:
 
 
 def _fmt(e: Estimate | None) -> str:
-    from propme_metrics.report.columns import fmt_interval
+    from propme_metrics.report.cells import fmt_interval
 
-    return "-" if e is None else fmt_interval(e.value, e.low, e.high)
+    return UNDEFINED.table if e is None else fmt_interval(e.value, e.low, e.high)
 
 
 def markdown_lines(results: Sequence[LikelihoodResult], cell=str) -> list[str]:

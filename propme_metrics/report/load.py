@@ -10,6 +10,7 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.jsonl import first_non_finite, json_objects, scrub_surrogates
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY, check_rare_max_count
 from propme_metrics.metrics.likelihood import is_likelihood_config
 from propme_metrics.metrics.pm import PromptStat
 from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
@@ -64,6 +65,7 @@ class RunTask:
     date_id: str
     start_token: dict[str, str] | None = None   #: {"token", "choice", "note"} of the logged samples
     limit: float | None = None     #: lm-eval's --limit of the run (None: a full run)
+    rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold its metrics were computed with
 
     @property
     def prompt_ids(self) -> frozenset[str]:
@@ -182,11 +184,13 @@ def load_retrace(summary_path: str | Path) -> Retrace:
     return Retrace(summary_path, samples, identity, results, config=config)
 
 
-def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), setting: str | None = None
-                 ) -> tuple[list[TracedPrompt], set[str | None], dict[str, str] | None]:
-    """A samples file's prompts with their traces, the index identities they name, and the start token of its first row.
-    A row that names another setting than its task's (`setting`) is refused: its numbers would be
-    reported under the wrong setting."""
+def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), setting: str | None = None,
+                 rare_max_count: int | None = None
+                 ) -> tuple[list[TracedPrompt], set[str | None], dict[str, str] | None, int]:
+    """A samples file's prompts with their traces, the index identities they name, the start token of
+    its first row and `fmr_rare`'s threshold (`rare_max_count` if given, else the one the run logged
+    with its documents, else the default). A row that names another setting than its task's
+    (`setting`) is refused: its numbers would be reported under the wrong setting."""
     retrace = next((r for r in retraces if r.samples_path == path.resolve()), None)
     prompts: dict[str, TracedPrompt] = {}
     identities: set[str | None] = set()
@@ -197,6 +201,7 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
         raise ConfigError(f"cannot read the samples file {path}: {exc}") from None
     with fh:
         rows = read_samples(list(json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval for this task")))
+        rare = rare_max_count or _logged_rare_max_count(rows, path)
         for s in rows:
             lineno, row, filt = s.lineno, s.row, s.filter
             if first_filter is None:
@@ -242,8 +247,17 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
                                       None) from None
                 rec.generations.append(gen)
                 # personal data is recomputed from the trace: one definition, whatever the run recorded
-                rec.values.append(contributions(result) if counts_for_metrics(result) else None)
-    return list(prompts.values()), identities, rows[0].start_token if rows else None
+                rec.values.append(contributions(result, rare_max_count=rare) if counts_for_metrics(result) else None)
+    return list(prompts.values()), identities, rows[0].start_token if rows else None, rare
+
+
+def _logged_rare_max_count(rows: Sequence[SampleRow], path: Path) -> int:
+    """The `fmr_rare` threshold the run logged with its documents (the default for older runs)."""
+    logged = {s.doc.get(RARE_MAX_COUNT_KEY) for s in rows} - {None}
+    if len(logged) > 1:
+        raise ConfigError(f"{path} mixes fmr_rare thresholds ({RARE_MAX_COUNT_KEY} "
+                          f"{', '.join(sorted(map(str, logged)))})", "pass --rare-max-count to use one")
+    return check_rare_max_count(logged.pop(), f"{RARE_MAX_COUNT_KEY} in {path}") if logged else RARE_MAX_COUNT
 
 
 def describe_start_token(start: dict[str, str] | None) -> str:
@@ -303,8 +317,9 @@ def _results_files(path: Path) -> list[Path]:
     raise ConfigError(f"{path} does not exist")
 
 
-def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask]:
-    """Every PropMe subtask of an lm-eval output folder or results file, with its traced samples.
+def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count: int | None = None) -> list[RunTask]:
+    """Every PropMe subtask of an lm-eval output folder or results file, with its traced samples
+    (`rare_max_count`: `fmr_rare`'s threshold instead of the runs' own, `load_samples`).
 
     Raises ConfigError for unreadable files (bad JSON, missing samples file), naming the file.
     """
@@ -329,7 +344,8 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask
             if not samples_path.is_file():
                 raise ConfigError(f"missing samples file {samples_path} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
-            prompts, identities, start_token = load_samples(samples_path, task, retraces, setting=cs[1])
+            prompts, identities, start_token, rare = load_samples(samples_path, task, retraces, setting=cs[1],
+                                                                  rare_max_count=rare_max_count)
             if len(identities) > 1:
                 raise ConfigError(f"{samples_path} mixes generations traced against several indexes: "
                                   + ", ".join(sorted(str(i) for i in identities)))
@@ -338,7 +354,7 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = ()) -> list[RunTask
                 metadata=metadata, index_identity=next(iter(identities), None),
                 results=(data.get("results") or {}).get(task) or {}, prompts=prompts,
                 results_path=results_path, samples_path=samples_path, date_id=date_id, limit=limit,
-                start_token=start_token))
+                start_token=start_token, rare_max_count=rare))
     return tasks
 
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.prompts.settings import setting_sort_key
-from propme_metrics.report.columns import fmt_interval
+from propme_metrics.report.cells import fmt_interval
 from propme_metrics.report.compute import CONFIDENCE, Report
 from propme_metrics.report.leak_views import leaks_json, leaks_markdown
 from propme_metrics.report.likelihood import curve_json
@@ -21,10 +22,10 @@ from propme_metrics.report.load import describe_start_token
 
 def _csv_cell(v: Any) -> str:
     """A CSV cell: empty when undefined; text that a spreadsheet would run as a formula is quoted with '."""
-    if v is None:
-        return ""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return UNDEFINED.csv
     if isinstance(v, float):
-        return "" if math.isnan(v) else format(v, ".10g")
+        return format(v, ".10g")
     text = str(v)
     return "'" + text if not isinstance(v, (int, float)) and text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
@@ -45,6 +46,7 @@ def write_json(path: Path, report: Report) -> None:
 
     doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": CONFIDENCE,
            "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
+           "rare_max_count": report.rare_max_count,
            "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows],
            "leaks": leaks_json(report),
            "likelihood": [curve_json(r) for r in report.likelihood]}
@@ -74,7 +76,7 @@ def write_markdown(path: Path, report: Report) -> None:
             lines.append("| model | revision | " + " | ".join(f"PM {registry.LABELS[m]} {s}" for m, s in pm_cols) + " |")
             lines.append("|---|---|" + "---|" * len(pm_cols))
             for r in results:
-                cells = [fmt_interval(r.pm[k].estimate, r.pm[k].low, r.pm[k].high) if k in r.pm else "-"
+                cells = [fmt_interval(r.pm[k].estimate, r.pm[k].low, r.pm[k].high) if k in r.pm else UNDEFINED.table
                          for k in pm_cols]
                 lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | " + " | ".join(cells) + " |")
             lines.append("")
@@ -84,7 +86,7 @@ def write_markdown(path: Path, report: Report) -> None:
         for r in results:
             for s, sr in r.settings.items():
                 cells = [fmt_interval(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
-                         if m in sr.metrics else "-" for m in shown]
+                         if m in sr.metrics else UNDEFINED.table for m in shown]
                 lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | {s} | "
                              f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
         lines.append("")

