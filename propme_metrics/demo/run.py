@@ -91,8 +91,8 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     from propme_metrics.index.manifest import MANIFEST_NAME
     from propme_metrics.index.reader import open_index
     from propme_metrics.index.sources import CorpusSource
-    from propme_metrics.prompts.build import build_prompt_set, builtin_prompts, write_prompt_set
-    from propme_metrics.prompts.settings import PREFIX_MIN_DOC_TOKENS
+    from propme_metrics.prompts.build import build_prompt_set, builtin_prompts, eligible_documents, write_prompt_set
+    from propme_metrics.prompts.settings import DEFAULT_PROMPT_SEED, PREFIX, PROMPTED_SETTINGS
 
     paths = DemoPaths(Path(root).absolute())
     paths.root.mkdir(parents=True, exist_ok=True)
@@ -127,11 +127,11 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     _stage("model", reused, t, detail)
 
     t = time.time()
-    reused = all(paths.prompts(s).is_file() for s in ("generic", "specific", "prefix"))
+    reused = all(paths.prompts(s).is_file() for s in PROMPTED_SETTINGS)
     if not reused:
         index = open_index(paths.index)
         paths.prompts("generic").parent.mkdir(exist_ok=True)
-        for setting in ("generic", "specific"):
+        for setting in (s for s in PROMPTED_SETTINGS if s != PREFIX):
             # the demo corpus is bilingual: candidates are the built-in Danish and English prompts
             cands = paths.root / "prompts" / f"{setting}-candidates.jsonl"
             with open(cands, "w", encoding="utf-8") as fh:
@@ -139,20 +139,21 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
                     for rec in builtin_prompts(lang):
                         if rec["setting"] == setting:
                             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            ps = build_prompt_set(index, setting, n=size.n_prompts, seed=42, candidates=cands)
+            ps = build_prompt_set(index, setting, n=size.n_prompts, seed=DEFAULT_PROMPT_SEED, candidates=cands)
             write_prompt_set(ps, paths.prompts(setting))
-        eligible = int((index.document_lengths >= PREFIX_MIN_DOC_TOKENS).sum())
-        write_prompt_set(build_prompt_set(index, "prefix", n=eligible, seed=42), paths.prompts("prefix"))
+        eligible = len(eligible_documents(index))
+        write_prompt_set(build_prompt_set(index, PREFIX, n=eligible, seed=DEFAULT_PROMPT_SEED), paths.prompts(PREFIX))
     _stage("prompts", reused, t)
     return paths
 
 
 def lm_eval_command(paths: DemoPaths, size: DemoSize, extra_metadata: dict | None = None) -> list[str]:
     """The stock lm-eval command line that runs the propme_demo group on the demo model."""
+    from propme_metrics.prompts.settings import PROMPTED_SETTINGS
     from propme_tasks.discovery import tasks_path
 
     metadata = {"demo_index": str(paths.index), "prompt_free_generations": size.n_prompt_free,
-                **{f"demo_{s}_prompts": str(paths.prompts(s)) for s in ("generic", "specific", "prefix")}}
+                **{f"demo_{s}_prompts": str(paths.prompts(s)) for s in PROMPTED_SETTINGS}}
     metadata.update(extra_metadata or {})
     return [sys.executable, "-m", "lm_eval", "--model", "hf",
             "--model_args", f"pretrained={paths.model},dtype=float32", "--device", "cpu", "--batch_size", "8",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, is_rare_full_match
 from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, DocumentLikelihood, discoverable
+from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.trace.pii import PII_TYPES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -196,7 +197,7 @@ METRICS: tuple[Metric, ...] = (
              _share(lambda g, n=n: g.trace.longest_span >= n), proportion=True) for n in LONG_SPAN_TOKENS),
     Metric("extraction", "extraction",
            "prefix only: the document's next 50 tokens reproduced (discoverable extraction)",
-           _extraction, proportion=True, settings=("prefix",), pm=False),
+           _extraction, proportion=True, settings=(PREFIX,), pm=False),
     Metric("pii", "PII", "share of generations that reproduced personal data from a training document",
            _share(lambda g: bool(g.pii.leaked)), proportion=True),
     *(Metric(f"pii_{t}", f"PII {t}", f"the same, {t} items only", _pii_type(t), proportion=True) for t in PII_TYPES),
