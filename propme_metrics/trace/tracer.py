@@ -351,6 +351,7 @@ class _Context:
         # normalize_text only changes white space once NFKC is applied, so a normalized match needs
         # g's non-space characters in the window's: a cheap exact pre-check
         self.core_g = _nfkc_core(g)
+        self._classes: dict[str, str] = {}  #: match class by window text (a window is classified up to three times)
 
     def fetch(self, picks: list[tuple[int, int]], needle: tuple[int, int]) -> list[_Retrieved]:
         """Windows of the picked occurrences of ids[needle], skipping a (shard, document) seen
@@ -394,6 +395,12 @@ class _Context:
         return self.fetch(select_occurrences(occ, self.cfg.docs_per_span, rng), needle)
 
     def classify(self, text: str) -> str:
+        found = self._classes.get(text)
+        if found is None:
+            found = self._classes[text] = self._classify(text)
+        return found
+
+    def _classify(self, text: str) -> str:
         if self.g in text:
             return "full_raw"
         if self.norm_g and self.core_g in _nfkc_core(text) and self.norm_g in normalize_text(text):
