@@ -146,12 +146,16 @@ class Tracer:
         """Where the suffix arrays are searched: this process (a cluster backend overrides it)."""
         return self.index.search
 
-    def _word_initial_ids(self, backend) -> frozenset[int]:
-        """Ids whose surface form begins with the space marker (docs/method.md, word starts): the stored word starts
-        without the newline pieces (a newline is no space marker)."""
+    def _word_initial_ids(self, backend) -> bytes:
+        """1 at each id whose surface form begins with the space marker (docs/method.md, word starts): the
+        stored word starts without the newline pieces (a newline is no space marker); one byte per id."""
         newline = ("Ċ", "<0x0A>", "<0x0D>", "\n")
-        return frozenset(i for i in self.index.word_start_ids
-                         if not (backend.id_to_token(i) or "").startswith(newline))
+        starts = self.index.word_start_ids
+        mask = bytearray(max(starts, default=-1) + 1)  # an id past the end is no word start
+        for i in starts:
+            if not (backend.id_to_token(i) or "").startswith(newline):
+                mask[i] = 1
+        return bytes(mask)
 
     @cached_property
     def _logprob(self) -> np.ndarray:
@@ -192,7 +196,7 @@ class Tracer:
         """Step 1: (start, end of the longest corpus match) for each start 0..L-2 (text mode: word
         starts only, the first token counting as one)."""
         n = len(ids)
-        starts = [b for b in range(n - 1) if self.config.mode == "mixed" or b == 0 or ids[b] in self._word_initial]
+        starts = [b for b in range(n - 1) if self.config.mode == "mixed" or b == 0 or self._is_word_initial(ids, b)]
         ends = self.search.longest_matches(ids, starts).tolist() if starts else []
         return list(zip(starts, ends))
 
@@ -219,7 +223,7 @@ class Tracer:
         return maximal
 
     def _is_word_initial(self, ids: list[int], pos: int) -> bool:
-        return pos == 0 or ids[pos] in self._word_initial
+        return pos == 0 or ids[pos] < len(self._word_initial) and self._word_initial[ids[pos]] == 1
 
     def _inner_boundary(self, text: str) -> bool:
         return any(c in BOUNDARY_CHARS for c in text[:-1])

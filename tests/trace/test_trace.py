@@ -158,7 +158,7 @@ def reference(tr: Tracer, docs: list[list[int]], mode: str, **kw) -> ReferenceTr
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tr.index.path / "propme-tokenizer" / "tokenizer.json"))
-    return ReferenceTracer(tr.index.engine, tok, BruteForce(docs), set(tr._word_initial), tr.index.unigram_counts,
+    return ReferenceTracer(tr.index.engine, tok, BruteForce(docs), {i for i, b in enumerate(tr._word_initial) if b}, tr.index.unigram_counts,
                            tr.index.total_positions, mode=mode, **kw)
 
 
@@ -920,9 +920,9 @@ def test_windows_cut_inside_a_character_decode_exactly(tmp_path, gpt2_dir):
 def test_journal_is_keyed_by_the_tracing_rules(monkeypatch):
     """A `propme trace` journal written under other tracing rules is never resumed."""
     from propme_metrics.trace import runner
-    from propme_metrics.trace.inputs import Generation
+    from propme_metrics.trace.inputs import TraceInput
 
-    gens = [Generation("k", " text")]
+    gens = [TraceInput("k", " text")]
     now = runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens)
     monkeypatch.setattr(runner, "TRACE_RULES_VERSION", runner.TRACE_RULES_VERSION - 1)
     assert runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens) != now
