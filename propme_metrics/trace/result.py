@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 MATCH_CLASSES = ("full_raw", "full_normalized", "partial")
+#: tracing modes (`TraceConfig.mode`) and rarity scores (`TraceConfig.rarity`), the first of each the default
+TRACE_MODES = ("mixed", "text")
+RARITY_KINDS = ("log", "product")
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> None:
@@ -36,10 +39,10 @@ class TraceConfig:
     max_tokens: int = 4096      #: longer generations are not traced: recorded as failed, with the reason
 
     def __post_init__(self) -> None:
-        if self.mode not in ("text", "mixed"):
-            raise ValueError(f"mode must be 'text' or 'mixed', not {self.mode!r}")
-        if self.rarity not in ("log", "product"):
-            raise ValueError(f"rarity must be 'log' or 'product', not {self.rarity!r}")
+        if self.mode not in TRACE_MODES:
+            raise ValueError(f"mode must be one of {', '.join(TRACE_MODES)}, not {self.mode!r}")
+        if self.rarity not in RARITY_KINDS:
+            raise ValueError(f"rarity must be one of {', '.join(RARITY_KINDS)}, not {self.rarity!r}")
         for name in ("span_divisor", "docs_per_span", "window_factor", "max_anchors", "max_tokens"):
             _positive_int(name, getattr(self, name))
         for name in ("seed", "snippet_chars"):
