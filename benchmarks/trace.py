@@ -120,6 +120,13 @@ def _status_kb(field: str) -> int:
     return -1
 
 
+def serialize_line(result) -> str:
+    """A result's line as `propme trace` writes it (an older checkout: as that one did)."""
+    if hasattr(result, "json_line"):
+        return result.json_line()
+    return json.dumps(result.to_dict(), ensure_ascii=False) + "\n"
+
+
 def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out: str | None,
             repeat: int) -> None:
     from propme_metrics.trace.tracer import Tracer
@@ -159,7 +166,7 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
         results = tracer.trace(texts, keys, workers=workers)
         seconds = min(seconds, time.perf_counter() - t0)
     t0 = time.perf_counter()  # serialization as `propme trace` does it, once per result
-    lines = [json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results]
+    lines = [serialize_line(r) for r in results]
     serialize = time.perf_counter() - t0
     if out:
         with open(out, "w", encoding="utf-8") as fh:
@@ -466,7 +473,7 @@ def main() -> None:
           f"{dec['table'] / dec['tokenizer']:.1%} of the old cost (goal <= 20%: "
           f"{'met' if dec['table'] <= dec['tokenizer'] / 5 else 'MISSED'}); texts identical: {dec['identical']}.")
     share = tr1["serialize_seconds"] / (tr1["seconds"] + tr1["serialize_seconds"])
-    print(f"Serialization (to_dict + json.dumps of every result, once): {tr1['serialize_seconds']:.2f} s = "
+    print(f"Serialization (to_dict + one JSON line of every result, once, as `propme trace` writes it): {tr1['serialize_seconds']:.2f} s = "
           f"{share:.1%} of trace + serialization with 1 worker (goal <= 2%: {'met' if share <= 0.02 else 'MISSED'})"
           + "".join(f"; {code}: {fr[1]['serialize_seconds']:.2f} s = "
                     f"{fr[1]['serialize_seconds'] / (fr[1]['seconds'] + fr[1]['serialize_seconds']):.1%}"

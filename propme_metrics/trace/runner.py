@@ -68,7 +68,7 @@ def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path
                 part = todo[first:first + chunk]
                 new = tracer.trace([g.text for g in part], [g.key for g in part], [g.continuation for g in part],
                                    workers=workers, progress=False)
-                fh.write("".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in new))
+                fh.write("".join(r.json_line() for r in new))
                 fh.flush()
                 os.fsync(fh.fileno())
                 results.extend(new)

@@ -62,7 +62,7 @@ def write_trace_outputs(results_path: Path, summary_path: Path, results: Sequenc
     try:
         with atomic_output(results_path) as fh:  # a unique temporary name: concurrent writers never collide
             for res, p in zip(results, leaks):
-                fh.write(json.dumps({**res.to_dict(), "pii": p.to_dict(show=show_pii)}, ensure_ascii=False) + "\n")
+                fh.write(res.json_line(pii=p.to_dict(show=show_pii)))
         write_atomic(summary_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     except OSError as exc:
         raise ConfigError(f"cannot write results: {exc}",

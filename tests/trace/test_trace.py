@@ -707,6 +707,21 @@ def test_to_dict_round_trip(tracer, synthetic_records):
             "nv_reference_words", "nv_candidate_words"} <= set(doc)
 
 
+def test_json_line_is_to_dict(tracer, synthetic_records):
+    """The JSONL line (orjson over the dataclasses) parses to `to_dict()` with the extra keys after it,
+    also when orjson refuses a value (an integer beyond 64 bits: the standard library writes it)."""
+    texts = [synthetic_records[i]["text"][:300] for i in range(4)] + ["Zorblax quintessa flumph.", "   "]
+    for r in tracer.trace(texts):
+        line = r.json_line(pii={"leaked": []})
+        assert line.endswith("\n") and line.count("\n") == 1
+        assert json.loads(line) == json.loads(json.dumps({**r.to_dict(), "pii": {"leaked": []}}))
+        assert list(json.loads(line)) == [*r.to_dict(), "pii"]
+    r = tracer.trace_one(synthetic_records[3]["text"][:300], "big")
+    r.final_spans[0].documents[0].metadata["n"] = 2**70
+    assert json.loads(r.json_line())["final_spans"][0]["documents"][0]["metadata"]["n"] == 2**70
+    assert json.loads(r.json_line()) == json.loads(json.dumps(r.to_dict()))
+
+
 def altered_copy(index_dir: Path, dest: Path) -> Path:
     shutil.copytree(index_dir, dest)
     tok_file = dest / "propme-tokenizer" / "tokenizer.json"
