@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -189,24 +190,33 @@ def decoder_rules(backend) -> _Rules | None:
 
 
 class _ByteTable:
-    """The bytes of every id in one buffer (offsets and lengths as numpy arrays): a sequence is one
-    gather, and the table holds no Python object per id (about 0.7 MB for GPT-2's 50,257 ids)."""
+    """The bytes of every id in one buffer (offsets and lengths as numpy arrays): a long sequence is
+    one numpy gather, a short list one slice per id, and the table holds no Python object per id
+    (about 1 MB for GPT-2's 50,257 ids)."""
 
     def __init__(self, parts: list[bytes | None]):
         n = len(parts)
         self.lens = np.fromiter((0 if p is None else len(p) for p in parts), dtype=np.int32, count=n)
         self.starts = (np.cumsum(self.lens, dtype=np.int64) - self.lens).astype(np.int32)
         self.missing = np.fromiter((p is None for p in parts), dtype=bool, count=n)  #: not expressible
-        self.blob = np.frombuffer(b"".join(p for p in parts if p is not None), dtype=np.uint8)
+        self._data = b"".join(p for p in parts if p is not None)
+        self.blob = np.frombuffer(self._data, dtype=np.uint8)
+        # the same offsets as Python arrays: slicing `_data` beats numpy on a few ids
+        self._start_list, self._end_list = array("i", self.starts.tolist()), array("i", (self.starts + self.lens).tolist())
+        self._absent = self.missing.tobytes()
 
     def __len__(self) -> int:
         return len(self.lens)
 
     def item(self, i: int) -> bytes | None:
-        if self.missing[i]:
+        return self.join([i])
+
+    def join(self, ids: Sequence[int]) -> bytes | None:
+        """The bytes of a list of (non-negative) ids, joined; None when one cannot be expressed."""
+        if any(map(self._absent.__getitem__, ids)):  # IndexError past the vocabulary, as `gather`
             return None
-        a = int(self.starts[i])
-        return self.blob[a:a + int(self.lens[i])].tobytes()
+        data, starts, ends = self._data, self._start_list, self._end_list
+        return b"".join([data[starts[i]:ends[i]] for i in ids])
 
     def gather(self, ids) -> tuple[bytes, np.ndarray] | None:
         """The bytes of all `ids` (an array or list of valid ids) joined, and each id's byte length;
@@ -218,6 +228,11 @@ class _ByteTable:
         # byte k of the result is blob[starts[id] + k - (start of that id's bytes in the result)]
         pos = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(self.starts[ids] - (ends - lens), lens)
         return self.blob[pos].tobytes(), lens
+
+
+def _gathered(table: _ByteTable, ids: np.ndarray) -> bytes | None:
+    found = table.gather(ids)
+    return None if found is None else found[0]
 
 
 class TokenDecoder:
@@ -278,18 +293,21 @@ class TokenDecoder:
 
     def _bytes(self, ids) -> bytes | None:
         """The table's bytes of a non-empty sequence; None for a negative id (the tokenizer refuses
-        it) or one the table cannot express."""
-        if isinstance(ids, np.ndarray) and ids.dtype.kind == "u":
-            if not self.rules.has_head:
-                found = self.body.gather(ids)
-                return None if found is None else found[0]
+        it) or one the table cannot express. Arrays (windows) are gathered by numpy, lists sliced."""
+        if isinstance(ids, np.ndarray):
+            if ids.dtype.kind != "u" and ids.min() < 0:
+                return None
+            join = _gathered
         elif min(ids) < 0:
             return None
-        if len(ids) == 1 or not self.rules.has_head:
-            found = self.head.gather(ids) if len(ids) == 1 else self.body.gather(ids)
-            return None if found is None else found[0]
-        first, rest = self.head.item(ids[0]), self.body.gather(ids[1:])
-        return None if first is None or rest is None else first + rest[0]
+        else:
+            join = _ByteTable.join
+        if len(ids) == 1:
+            return self.head.item(int(ids[0]))
+        if not self.rules.has_head:
+            return join(self.body, ids)
+        first, rest = self.head.item(int(ids[0])), join(self.body, ids[1:])
+        return None if first is None or rest is None else first + rest
 
     def surely_visible(self, ids: Sequence[int]) -> bool:
         """True when `decode(ids)` certainly holds a character other than white space (a quick test
