@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 import re
-from array import array
 from collections.abc import Sequence
+from operator import itemgetter
 
 import numpy as np
 
@@ -189,56 +189,34 @@ def decoder_rules(backend) -> _Rules | None:
     return None
 
 
-class _ByteTable:
-    """The bytes of every id in one buffer (offsets and lengths as numpy arrays): a long sequence is
-    one numpy gather, a short list one slice per id, and the table holds no Python object per id
-    (about 1 MB for GPT-2's 50,257 ids)."""
-
-    def __init__(self, parts: list[bytes | None]):
-        n = len(parts)
-        self.lens = np.fromiter((0 if p is None else len(p) for p in parts), dtype=np.int32, count=n)
-        self.starts = (np.cumsum(self.lens, dtype=np.int64) - self.lens).astype(np.int32)
-        self.missing = np.fromiter((p is None for p in parts), dtype=bool, count=n)  #: not expressible
-        self._data = b"".join(p for p in parts if p is not None)
-        self.blob = np.frombuffer(self._data, dtype=np.uint8)
-        # the same offsets as Python arrays: slicing `_data` beats numpy on a few ids
-        self._start_list, self._end_list = array("i", self.starts.tolist()), array("i", (self.starts + self.lens).tolist())
-        self._absent = self.missing.tobytes()
-
-    def __len__(self) -> int:
-        return len(self.lens)
-
-    def item(self, i: int) -> bytes | None:
-        return self.join([i])
-
-    def join(self, ids: Sequence[int]) -> bytes | None:
-        """The bytes of a list of (non-negative) ids, joined; None when one cannot be expressed."""
-        if any(map(self._absent.__getitem__, ids)):  # IndexError past the vocabulary, as `gather`
-            return None
-        data, starts, ends = self._data, self._start_list, self._end_list
-        return b"".join([data[starts[i]:ends[i]] for i in ids])
-
-    def gather(self, ids) -> tuple[bytes, np.ndarray] | None:
-        """The bytes of all `ids` (an array or list of valid ids) joined, and each id's byte length;
-        None when one of them cannot be expressed."""
-        if self.missing[ids].any():
-            return None
-        lens = self.lens[ids]
-        ends = np.cumsum(lens, dtype=np.int64)
-        # byte k of the result is blob[starts[id] + k - (start of that id's bytes in the result)]
-        pos = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(self.starts[ids] - (ends - lens), lens)
-        return self.blob[pos].tobytes(), lens
+def _packed(parts: list[bytes | None]) -> tuple[bytes, list[int]]:
+    """All parts in one buffer and their ends (-1: None), so that the lists behind them can be freed."""
+    ends, end = [], 0
+    for p in parts:
+        if p is None:
+            ends.append(-1)
+        else:
+            end += len(p)
+            ends.append(end)
+    return b"".join(p for p in parts if p is not None), ends
 
 
-def _gathered(table: _ByteTable, ids: np.ndarray) -> bytes | None:
-    found = table.gather(ids)
-    return None if found is None else found[0]
+def _unpacked(data: bytes, ends: list[int]) -> list[bytes | None]:
+    out: list[bytes | None] = []
+    start = 0
+    for end in ends:
+        if end < 0:
+            out.append(None)
+        else:
+            out.append(data[start:end])
+            start = end
+    return out
 
 
 class TokenDecoder:
     """`decode` / `decode_batch` of token ids, identical to the tokenizer's (`skip_special_tokens=False`).
 
-    Built once per tokenizer (one pass over the vocabulary, kept as one byte buffer, `_ByteTable`);
+    Built once per tokenizer (one pass over the vocabulary; about 2.5 MB for GPT-2's 50,257 ids);
     sequences the table cannot express go to the tokenizer itself (see the module docstring)."""
 
     def __init__(self, backend):
@@ -251,7 +229,6 @@ class TokenDecoder:
         for i in backend.get_added_tokens_decoder():
             if 0 <= i < size:
                 pieces[i] = None  # added tokens: the tokenizer decodes them its own way
-        #: bytes of each id (missing: not expressible); `head`: of an id that starts a sequence
         body = self.rules.bodies(pieces)
         head = [None if p is None else self.rules.head(p) for p in pieces] if self.rules.has_head else body
         # a printable non-space ASCII byte survives every rule above unchanged (no lossy decode,
@@ -259,8 +236,13 @@ class TokenDecoder:
         printable = re.compile(rb"[\x21-\x7e]").search
         self._visible = bytes(b is not None and h is not None and printable(b) is not None and printable(h) is not None
                               for b, h in zip(body, head))  # one byte per id, not a list
-        self.body = _ByteTable(body)
-        self.head = _ByteTable(head) if self.rules.has_head else self.body
+        packed = _packed(body), (_packed(head) if self.rules.has_head else None)
+        del pieces, body, head  # freed before the table's objects are made: they reuse that memory
+        #: bytes of each id (None: not expressible); `head`: of an id that starts a sequence
+        self.body = _unpacked(*packed[0])
+        self.head = _unpacked(*packed[1]) if packed[1] is not None else self.body
+        self._body_array = np.empty(len(self.body), dtype=object)
+        self._body_array[:] = self.body
 
     def decode(self, ids) -> str:
         """Text of one sequence of ids (a list or a numpy array)."""
@@ -268,7 +250,7 @@ class TokenDecoder:
             return self._tokenizer_decode(ids)
         try:
             data = self._bytes(ids)
-        except IndexError:  # an id outside the vocabulary
+        except (TypeError, IndexError):  # an id the table cannot express (None) or outside the vocabulary
             return self._tokenizer_decode(ids)
         return self._text(data, ids)
 
@@ -292,22 +274,21 @@ class TokenDecoder:
         return text
 
     def _bytes(self, ids) -> bytes | None:
-        """The table's bytes of a non-empty sequence; None for a negative id (the tokenizer refuses
-        it) or one the table cannot express. Arrays (windows) are gathered by numpy, lists sliced."""
+        """The table's bytes of a non-empty sequence; None for a negative id (the tokenizer refuses it)."""
         if isinstance(ids, np.ndarray):
             if ids.dtype.kind != "u" and ids.min() < 0:
                 return None
-            join = _gathered
-        elif min(ids) < 0:
+            if self.rules.has_head:
+                return self.head[ids[0]] + b"".join(self._body_array[ids[1:]].tolist())
+            return b"".join(self._body_array[ids].tolist())  # numpy's gather of the pieces, one join
+        if min(ids) < 0:
             return None
-        else:
-            join = _ByteTable.join
         if len(ids) == 1:
-            return self.head.item(int(ids[0]))
-        if not self.rules.has_head:
-            return join(self.body, ids)
-        first, rest = self.head.item(int(ids[0])), join(self.body, ids[1:])
-        return None if first is None or rest is None else first + rest
+            return self.head[ids[0]]
+        if self.rules.has_head:
+            return self.head[ids[0]] + b"".join(itemgetter(*ids[1:])(self.body)) if len(ids) > 2 \
+                else self.head[ids[0]] + self.body[ids[1]]
+        return b"".join(itemgetter(*ids)(self.body))
 
     def surely_visible(self, ids: Sequence[int]) -> bool:
         """True when `decode(ids)` certainly holds a character other than white space (a quick test
@@ -320,18 +301,17 @@ class TokenDecoder:
                 not all(isinstance(q, np.ndarray) and q.dtype.kind == "u" for q in seqs):
             return [self.decode(q) for q in seqs]
         try:
-            found = self.body.gather(np.concatenate(seqs))
+            pieces = self._body_array[np.concatenate(seqs)].tolist()
         except IndexError:  # an id outside the vocabulary: one sequence at a time
             return [self.decode(q) for q in seqs]
-        if found is None:  # a piece the table cannot express: one sequence at a time
-            return [self.decode(q) for q in seqs]
-        data, lens = found
-        ends = np.cumsum(lens).tolist()
-        out, t, a = [], 0, 0
+        out, a = [], 0
         for q in seqs:
-            t += len(q)
-            b = ends[t - 1] if t else 0
-            out.append(self._text(data[a:b], q) if len(q) else self._tokenizer_decode(q))
+            b = a + len(q)
+            try:
+                data = b"".join(pieces[a:b]) if b > a else None
+            except TypeError:  # a piece the table cannot express
+                data = None
+            out.append(self._text(data, q))
             a = b
         return out
 
