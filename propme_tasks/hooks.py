@@ -25,8 +25,6 @@ from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SE
 from propme_metrics.trace.inputs import generation_key
 from propme_metrics.trace.pii import leaks
 from propme_metrics.trace.result import TraceConfig, TraceResult
-
-#: How to build an index for each shipped corpus, quoted in error messages.
 from propme_metrics.trace.tracer import Tracer
 
 #: How to build an index for each shipped corpus, quoted in error messages.

@@ -406,7 +406,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     from propme_metrics.core.checksums import file_digest
     from propme_metrics.core.errors import ConfigError
-    from propme_metrics.core.files import atomic_output, write_atomic
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.values import summarize
@@ -414,6 +413,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from propme_metrics.trace.pii import PII_TYPES
     from propme_metrics.trace.result import TraceConfig
     from propme_metrics.trace.runner import finish, job_fingerprint, trace_resumable
+    from propme_metrics.trace.summary import summary_record, write_trace_outputs
     from propme_metrics.trace.tracer import Tracer
 
     if args.workers < 1:
@@ -456,27 +456,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     summary = summarize(results, drop_degenerate=not args.keep_degenerate, pii=personal,
                         rare_max_count=args.rare_max_count)
     leaked_items = int(summary.sums["pii_items"][0])  # over the counted generations
-    record = {
-        **summary.to_dict(),
-        "pii_leaked_items": leaked_items,
-        "config": config.to_dict(),
-        "drop_degenerate": not args.keep_degenerate,
-        "rare_max_count": args.rare_max_count,
-        "index": {"path": str(index.path), "identity": manifest.identity, "total_tokens": manifest.total_tokens,
-                  "total_documents": manifest.total_documents,
-                  "tokenizer": {"name": manifest.tokenizer.name, "sha256": manifest.tokenizer.sha256}},
-        "input": {"path": str(Path(args.input).absolute()), "format": fmt,
-                  "text_field": args.text_field if fmt == "jsonl" else "filtered_resps"},
-        "results": str(out.absolute()),
-    }
-    try:
-        with atomic_output(out) as fh:  # a unique temporary name: concurrent writers never collide
-            for res, p in zip(results, personal):
-                fh.write(json.dumps({**res.to_dict(), "pii": p.to_dict(show=args.show_pii)}, ensure_ascii=False) + "\n")
-        write_atomic(summary_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-    except OSError as exc:
-        raise ConfigError(f"cannot write results: {exc}",
-                          "free space or fix permissions, then re-run the same command: finished traces are kept") from None
+    record = summary_record(summary.to_dict(), leaked_items, config, not args.keep_degenerate, args.rare_max_count,
+                            index, args.input,
+                            fmt, args.text_field, out)
+    write_trace_outputs(out, summary_path, results, personal, record, show_pii=args.show_pii)
     finish(out)
 
     table = Table(title=Text(f"PropMe trace: {len(results)} generation(s) of {args.input} "
@@ -520,7 +503,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     from propme_metrics.metrics.leaks import RARE_MAX_COUNT
-    from propme_metrics.trace.result import TraceConfig
+    from propme_metrics.trace.result import RARITY_KINDS, TRACE_MODES, TraceConfig
 
     d = TraceConfig()
     t = sub.add_parser(
@@ -542,7 +525,7 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--text-field", default="completion", help="field of a JSONL row holding the generation")
     t.add_argument("--key-field", default=None, help="field naming a generation (default: key, id or doc_id if "
                    "present, else the line number)")
-    t.add_argument("--mode", choices=("text", "mixed"), default=d.mode,
+    t.add_argument("--mode", choices=TRACE_MODES, default=d.mode,
                    help="mixed (the published default): whole-generation lookup, spans of 4+ tokens, no sentence "
                         "rules; text: sentence and whole-word rules")
     t.add_argument("--workers", type=int, default=1, help="processes tracing in parallel (with --ray: "
@@ -550,8 +533,9 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     _add_ray_option(t, "search the shards")
     t.add_argument("--actors", type=int, default=None, help="with --ray: actors holding the shards "
                    "(default: one per free CPU of the cluster, at most one per shard)")
-    t.add_argument("--tokenizer", dest="check_tokenizer", default=None, metavar="NAME_OR_DIR",
-                   help="check that this tokenizer (hub id or folder) is the index's; error if not")
+    t.add_argument("--check-tokenizer", "--tokenizer", dest="check_tokenizer", default=None, metavar="NAME_OR_DIR",
+                   help="check that this tokenizer (hub id or folder) is the index's; error if not (--tokenizer: "
+                        "the older name)")
     t.add_argument("--span-divisor", type=_positive, default=d.span_divisor,
                    help="keep the K = ceil(L / this) rarest spans of a generation of L tokens")
     t.add_argument("--docs-per-span", type=_positive, default=d.docs_per_span,
@@ -560,7 +544,7 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                    help="document window: this times L tokens around each occurrence (the engine's max_disp_len)")
     t.add_argument("--max-anchors", type=_positive, default=d.max_anchors,
                    help="mixed mode: long spans tried to find a full copy when the generation's tokens do not occur")
-    t.add_argument("--rarity", choices=("log", "product"), default=d.rarity,
+    t.add_argument("--rarity", choices=RARITY_KINDS, default=d.rarity,
                    help="rarity score: sum of log-probabilities, or the published product (underflows on long spans)")
     t.add_argument("--seed", type=_natural, default=d.seed,
                    help="document samples: random.Random(f'{seed}:{generation}') per generation")

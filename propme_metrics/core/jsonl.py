@@ -7,11 +7,23 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import orjson
+
 from propme_metrics.core.errors import ConfigError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 REPLACEMENT = "\ufffd"
+
+
+def json_line(value: Any) -> str:
+    """One JSONL line (newline included) of a JSON-able value, UTF-8 characters as they are: orjson
+    (several times faster on trace results), or the standard library for what orjson refuses
+    (integers beyond 64 bits, lone surrogates). Parsed back, both give the same value."""
+    try:
+        return orjson.dumps(value).decode("utf-8") + "\n"
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(value, ensure_ascii=False) + "\n"
 
 
 def scrub_surrogates(value: Any) -> tuple[Any, int]:

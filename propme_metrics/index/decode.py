@@ -189,6 +189,30 @@ def decoder_rules(backend) -> _Rules | None:
     return None
 
 
+def _packed(parts: list[bytes | None]) -> tuple[bytes, list[int]]:
+    """All parts in one buffer and their ends (-1: None), so that the lists behind them can be freed."""
+    ends, end = [], 0
+    for p in parts:
+        if p is None:
+            ends.append(-1)
+        else:
+            end += len(p)
+            ends.append(end)
+    return b"".join(p for p in parts if p is not None), ends
+
+
+def _unpacked(data: bytes, ends: list[int]) -> list[bytes | None]:
+    out: list[bytes | None] = []
+    start = 0
+    for end in ends:
+        if end < 0:
+            out.append(None)
+        else:
+            out.append(data[start:end])
+            start = end
+    return out
+
+
 class TokenDecoder:
     """`decode` / `decode_batch` of token ids, identical to the tokenizer's (`skip_special_tokens=False`).
 
@@ -205,16 +229,20 @@ class TokenDecoder:
         for i in backend.get_added_tokens_decoder():
             if 0 <= i < size:
                 pieces[i] = None  # added tokens: the tokenizer decodes them its own way
-        #: bytes of each id (None: not expressible); `head`: of an id that starts a sequence
-        self.body = self.rules.bodies(pieces)
-        self.head = [None if p is None else self.rules.head(p) for p in pieces] if self.rules.has_head else self.body
-        self._body_array = np.empty(len(self.body), dtype=object)
-        self._body_array[:] = self.body
+        body = self.rules.bodies(pieces)
+        head = [None if p is None else self.rules.head(p) for p in pieces] if self.rules.has_head else body
         # a printable non-space ASCII byte survives every rule above unchanged (no lossy decode,
         # strip or clean-up removes one): a sequence holding such a piece never decodes to blank text
         printable = re.compile(rb"[\x21-\x7e]").search
         self._visible = bytes(b is not None and h is not None and printable(b) is not None and printable(h) is not None
-                              for b, h in zip(self.body, self.head))  # one byte per id, not a list
+                              for b, h in zip(body, head))  # one byte per id, not a list
+        packed = _packed(body), (_packed(head) if self.rules.has_head else None)
+        del pieces, body, head  # freed before the table's objects are made: they reuse that memory
+        #: bytes of each id (None: not expressible); `head`: of an id that starts a sequence
+        self.body = _unpacked(*packed[0])
+        self.head = _unpacked(*packed[1]) if packed[1] is not None else self.body
+        self._body_array = np.empty(len(self.body), dtype=object)
+        self._body_array[:] = self.body
 
     def decode(self, ids) -> str:
         """Text of one sequence of ids (a list or a numpy array)."""

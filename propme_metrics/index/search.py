@@ -38,9 +38,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)
 _DS_END = -3   #: key past the end of a shard's token array (the suffix is a prefix of the query)
-_CHUNK = 16    #: tokens compared in the first vectorized step of a comparison
+_CHUNK = 8    #: tokens compared in the first vectorized step of a comparison
 _CHUNK_GROWTH = 4  #: each further step compares this many times more (long matches end in few steps)
 _MAX_CHUNK = 1024
+_FANOUT = 4    #: a search step splits every row's rank range into this many parts
 _PAGE = mmap.PAGESIZE
 _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 
@@ -138,8 +139,18 @@ class ShardSearcher:
         return np.asarray(tokens, dtype=self.dtype).byteswap().astype(np.int64)
 
     def ranks_to_token_pos(self, ranks: np.ndarray) -> np.ndarray:
+        if self._pointer_array is not None:
+            return self._pointer_array[ranks].astype(np.int64) // self.width
         raw = self.sa[ranks[:, None] * self.ptr_size + self._ptr_cols]
         return (raw.astype(np.int64) @ self._weights) // self.width
+
+    @cached_property
+    def _pointer_array(self) -> np.ndarray | None:
+        """The suffix array as one unsigned integer per pointer when pointers have a numpy width
+        (1, 2, 4 or 8 bytes): one gather per rank instead of one per byte; else None."""
+        if self.ptr_size not in (1, 2, 4, 8) or len(self.sa) % self.ptr_size:
+            return None
+        return self.sa.view(np.dtype(f"<u{self.ptr_size}"))
 
     def _first_token_blocks(self, unigram: Path):
         """Rank range of the suffixes starting with each token (counts from `unigram.N`, checked)."""
@@ -293,19 +304,32 @@ class ShardSearcher:
         return lcp, right
 
     def search(self, qkeys, qstart, qend, upper):
-        """Vectorized binary search of every query row; returns (lo, hi, lcp_lo, lcp_hi) at the end:
-        hi is the bound's rank, lo = hi - 1, and max(lcp_lo, lcp_hi) the longest match with a suffix."""
+        """Vectorized k-ary search of every query row; returns (lo, hi, lcp_lo, lcp_hi) at the end:
+        hi is the bound's rank, lo = hi - 1, and max(lcp_lo, lcp_hi) the longest match with a suffix.
+
+        Each step compares up to `_FANOUT` - 1 suffixes spread over every row's range at once (the
+        bound lies after the last one left of it), so a range of R ranks takes log_FANOUT(R)
+        vectorized steps instead of log2(R); the result is that of a binary search."""
         lo, hi, llo, lhi = self.initial_bounds(qkeys[qstart])
         if self.top is not None and len(lo):
             lo, hi, llo, lhi = self.toplevel_bounds(qkeys, qstart, qend, upper, lo, hi, llo, lhi)
         active = np.flatnonzero(hi - lo > 1)
         while active.size:
-            mid = (lo[active] + hi[active]) // 2
-            lcp, right = self.compare(mid, qkeys, qstart[active], qend[active],
-                                      np.minimum(llo[active], lhi[active]), upper[active])
-            a, b = active[right], active[~right]
-            hi[a], lhi[a] = mid[right], lcp[right]
-            lo[b], llo[b] = mid[~right], lcp[~right]
+            a_lo, width = lo[active], hi[active] - lo[active]
+            k = int(min(_FANOUT, width.max()))  # k - 1 probes per row, all strictly inside its range
+            probes = a_lo[:, None] + np.maximum(1, width[:, None] * np.arange(1, k) // k)
+            rows = np.repeat(active, k - 1)
+            lcp, right = self.compare(probes.ravel(), qkeys, qstart[rows], qend[rows],
+                                      np.minimum(llo[rows], lhi[rows]), upper[rows])
+            lcp, right = lcp.reshape(-1, k - 1), right.reshape(-1, k - 1)
+            # `right` grows with the rank: the first right probe is the new hi, the one before it the new lo
+            first = np.where(right.any(1), right.argmax(1), k - 1)
+            at = np.arange(len(active))
+            moved = first < k - 1
+            hi[active[moved]], lhi[active[moved]] = probes[at[moved], first[moved]], lcp[at[moved], first[moved]]
+            moved = first > 0
+            lo[active[moved]], llo[active[moved]] = (probes[at[moved], first[moved] - 1],
+                                                     lcp[at[moved], first[moved] - 1])
             active = active[hi[active] - lo[active] > 1]
         return lo, hi, llo, lhi
 

@@ -17,6 +17,7 @@ from propme_metrics.metrics.values import Contributions, contributions, counts_f
 from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
 from propme_metrics.trace.inputs import SampleRow, read_samples
 from propme_metrics.trace.result import TraceResult
+from propme_metrics.trace.summary import RETRACE_HINT, read_summary
 
 
 @dataclass
@@ -160,28 +161,21 @@ class Retrace:
 def load_retrace(summary_path: str | Path) -> Retrace:
     """Read a `propme trace` SUMMARY.json (and the RESULTS.jsonl it names) made from an lm-eval samples file."""
     summary_path = Path(summary_path)
-    summary = _read_json(summary_path)
-    hint = "pass the SUMMARY.json that `propme trace --input samples_<task>_*.jsonl --summary` wrote"
-    try:
-        inp, index, results_path = summary["input"], summary["index"], Path(summary["results"])
-        if inp["format"] != "lm-eval-samples":
-            raise ConfigError(f"{summary_path} re-traced {inp['path']}, not an lm-eval samples file", hint)
-        identity, samples = str(index["identity"]), Path(inp["path"]).resolve()
-    except (KeyError, TypeError) as exc:
-        raise ConfigError(f"{summary_path} is not a `propme trace` summary (no {exc})", hint) from None
+    summary = read_summary(summary_path)
+    identity, samples, results_path = summary.index_identity, summary.input_path.resolve(), summary.results_path
     results: dict[str, dict[str, Any]] = {}
     try:
         with open(results_path, encoding="utf-8") as fh:
             for lineno, row in json_objects(fh, str(results_path)):
                 bad = first_non_finite(row)
                 if bad or not isinstance(row.get("key"), str):
-                    raise ConfigError(f"{results_path}:{lineno}: not a trace result ({bad or 'no key'})", hint)
+                    raise ConfigError(f"{results_path}:{lineno}: not a trace result ({bad or 'no key'})",
+                                      RETRACE_HINT)
                 results[row["key"]] = row
     except OSError as exc:
         raise ConfigError(f"cannot read the re-traced results {results_path} named by {summary_path}: {exc}",
-                          hint) from None
-    config = summary.get("config") if isinstance(summary.get("config"), dict) else None
-    return Retrace(summary_path, samples, identity, results, config=config)
+                          RETRACE_HINT) from None
+    return Retrace(summary_path, samples, identity, results, config=summary.config)
 
 
 def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), setting: str | None = None,

@@ -14,7 +14,7 @@ from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.jsonl import json_objects
 
 
-class Generation(NamedTuple):
+class TraceInput(NamedTuple):
     """One generation to trace: its key, its text (the model's output only) and, for prefix prompts,
     the true continuation (for the discoverable-extraction rate)."""
 
@@ -40,6 +40,8 @@ def sample_key(row: dict[str, Any], n: int, j: int, n_gens: int) -> str:
     return base if n_gens == 1 else f"{base}#{j}"
 
 
+#: the input format `read_generations` reports for an lm-eval samples file
+SAMPLES_FORMAT = "lm-eval-samples"
 LM_EVAL_SAMPLE_FIELDS = ("doc", "arguments", "resps", "filtered_resps")
 
 
@@ -84,8 +86,8 @@ def is_samples_row(row: dict[str, Any]) -> bool:
 
 
 def read_generations(path: str | Path, text_field: str = "completion",
-                     key_field: str | None = None) -> tuple[list[Generation], str]:
-    """Generations from a JSONL file; returns them and the format found ('jsonl' or 'lm-eval-samples').
+                     key_field: str | None = None) -> tuple[list[TraceInput], str]:
+    """Generations from a JSONL file; returns them and the format found ('jsonl' or SAMPLES_FORMAT).
 
     Plain JSONL: one object per line; `text_field` holds the generation (a list: several generations,
     keyed `KEY#j`); the key is `key_field`, else the first of 'key', 'id', 'doc_id' present, else the
@@ -109,7 +111,7 @@ def read_generations(path: str | Path, text_field: str = "completion",
         raise ConfigError(f"input file {path} holds no generations (it is empty)",
                           "give a JSONL file with one generation per line or an lm-eval samples_*.jsonl")
     samples = is_samples_row(rows[0][1])
-    out: list[Generation] = []
+    out: list[TraceInput] = []
     if samples:
         for s in read_samples(rows):
             lineno, row = s.lineno, s.row
@@ -127,8 +129,8 @@ def read_generations(path: str | Path, text_field: str = "completion",
             cont = s.doc.get("continuation")
             cont = cont if isinstance(cont, str) and cont else None
             for j, text in enumerate(gens):
-                out.append(Generation(s.key(j, len(gens)), text, cont))
-        return out, "lm-eval-samples"
+                out.append(TraceInput(s.key(j, len(gens)), text, cont))
+        return out, SAMPLES_FORMAT
     for n, (lineno, row) in enumerate(rows):
         if text_field not in row:
             raise ConfigError(f"{path} line {lineno} has no field {text_field!r}; fields present: "
@@ -149,7 +151,7 @@ def read_generations(path: str | Path, text_field: str = "completion",
         cont = cont if isinstance(cont, str) and cont else None
         for j, text in enumerate(texts):
             missing = None if text is not None else f"{path}:{lineno}: field {text_field!r} is null (no generation)"
-            out.append(Generation(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont, missing))
+            out.append(TraceInput(base if not isinstance(value, list) else f"{base}#{j}", text or "", cont, missing))
     return out, "jsonl"
 
 

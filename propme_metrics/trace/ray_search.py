@@ -34,7 +34,9 @@ class ShardHost:
 
 
 @dataclass
-class _Group:
+class _ActorShards:
+    """A Ray actor and the engine positions of the shards it holds."""
+
     actor: Any
     positions: range  #: engine positions of the shards the actor holds
 
@@ -53,14 +55,14 @@ class RaySearch(IndexSearch):
         self._ray, self._n_actors = ray, actors
         super().__init__(index)
 
-    def open_shards(self) -> list[_Group]:
+    def open_shards(self) -> list[_ActorShards]:
         ray = self._ray
         index = self.index
         shards = self.shard_bases()
         n_actors = self._n_actors or max(1, min(len(shards), int(ray.available_resources().get("CPU", 1))))
         host = ray.remote(ShardHost).options(num_cpus=1, max_restarts=3, max_task_retries=3,
                                              scheduling_strategy="SPREAD")
-        groups = [_Group(host.remote(str(index.path), r.start,
+        groups = [_ActorShards(host.remote(str(index.path), r.start,
                                      [shards[p] for p in r], index.token_width), r)
                   for r in shard_groups(len(shards), n_actors)]
         try:

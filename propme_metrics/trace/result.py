@@ -9,7 +9,14 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import orjson
+
+from propme_metrics.core.jsonl import json_line
+
 MATCH_CLASSES = ("full_raw", "full_normalized", "partial")
+#: tracing modes (`TraceConfig.mode`) and rarity scores (`TraceConfig.rarity`), the first of each the default
+TRACE_MODES = ("mixed", "text")
+RARITY_KINDS = ("log", "product")
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> None:
@@ -36,10 +43,10 @@ class TraceConfig:
     max_tokens: int = 4096      #: longer generations are not traced: recorded as failed, with the reason
 
     def __post_init__(self) -> None:
-        if self.mode not in ("text", "mixed"):
-            raise ValueError(f"mode must be 'text' or 'mixed', not {self.mode!r}")
-        if self.rarity not in ("log", "product"):
-            raise ValueError(f"rarity must be 'log' or 'product', not {self.rarity!r}")
+        if self.mode not in TRACE_MODES:
+            raise ValueError(f"mode must be one of {', '.join(TRACE_MODES)}, not {self.mode!r}")
+        if self.rarity not in RARITY_KINDS:
+            raise ValueError(f"rarity must be one of {', '.join(RARITY_KINDS)}, not {self.rarity!r}")
         for name in ("span_divisor", "docs_per_span", "window_factor", "max_anchors", "max_tokens"):
             _positive_int(name, getattr(self, name))
         for name in ("seed", "snippet_chars"):
@@ -142,12 +149,24 @@ class TraceResult:
         """The result as JSON-able dicts and lists, in field order (as `dataclasses.asdict` gives it,
         built field by field: `asdict` deep-copies every value and dominated `propme trace` runs).
         Metadata dicts are copied one level deep."""
+        return self._layout(copy=True)
+
+    def json_line(self, **extra: Any) -> str:
+        """`to_dict()` with `extra` keys after it, as one JSONL line: orjson reads the span and document
+        dataclasses itself (their fields in order, as `to_dict` lists them), so nothing is copied."""
+        try:
+            return orjson.dumps({**self._layout(copy=False), **extra}).decode("utf-8") + "\n"
+        except TypeError:  # what orjson refuses (an integer beyond 64 bits, a lone surrogate)
+            return json_line({**self.to_dict(), **extra})
+
+    def _layout(self, copy: bool) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in _RESULT_SCALARS}
-        data["spans"] = [{k: getattr(s, k) for k in _SPAN_FIELDS} for s in self.spans]
-        data["final_spans"] = [_final_span_dict(s) for s in self.final_spans]
-        data.update(longest_span=self.longest_span, full_match=self.full_match,
-                    full_match_normalized=self.full_match_normalized,
-                    nvr_max=max(self.nv_recalls, default=0.0))
+        data["spans"] = [dict(vars(s)) for s in self.spans] if copy else self.spans  # fields in their order
+        data["final_spans"] = [_final_span_dict(s) for s in self.final_spans] if copy else self.final_spans
+        docs = self.documents  # the properties' values, from one list
+        data.update(longest_span=self.longest_span, full_match=any(d.match == "full_raw" for d in docs),
+                    full_match_normalized=any(d.match == "full_normalized" for d in docs),
+                    nvr_max=max((d.nv_recall for d in docs), default=0.0))
         order = ["key", "text", "n_tokens", "mode", "longest_span", "full_match", "full_match_normalized",
                  "nvr_max", "degenerate", "extracted", "error", "final_spans", "spans"]
         return {k: data[k] for k in order}
@@ -166,8 +185,6 @@ class TraceResult:
                    final_spans=finals, extracted=data.get("extracted"), error=data.get("error"))
 
 
-_SPAN_FIELDS = tuple(f.name for f in fields(Span))
-_DOC_FIELDS = tuple(f.name for f in fields(TracedDocument))
 _FINAL_SCALARS = tuple(f.name for f in fields(FinalSpan) if f.name != "documents")
 _RESULT_SCALARS = tuple(f.name for f in fields(TraceResult) if f.name not in ("spans", "final_spans"))
 
@@ -176,7 +193,7 @@ def _final_span_dict(span: FinalSpan) -> dict[str, Any]:
     data = {k: getattr(span, k) for k in _FINAL_SCALARS}
     docs = []
     for d in span.documents:
-        doc = {k: getattr(d, k) for k in _DOC_FIELDS}
+        doc = dict(vars(d))
         doc["metadata"] = dict(d.metadata)
         docs.append(doc)
     data["documents"] = docs

@@ -20,7 +20,7 @@ from typing import IO, Any
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.files import open_locked
 from propme_metrics.core.progress import progress_bar, rate
-from propme_metrics.trace.inputs import Generation
+from propme_metrics.trace.inputs import TraceInput
 from propme_metrics.trace.result import TraceResult
 from propme_metrics.trace.tracer import TRACE_RULES_VERSION, Tracer
 
@@ -34,14 +34,14 @@ def journal_path(out: Path) -> Path:
 
 
 def job_fingerprint(input_digest: str, index_identity: str, config: dict[str, Any],
-                    generations: Sequence[Generation]) -> str:
+                    generations: Sequence[TraceInput]) -> str:
     """What makes two runs the same job: the same input, index, tracing parameters and tracing rules."""
     payload = {"input": input_digest, "index": index_identity, "config": config, "rules": TRACE_RULES_VERSION,
                "keys": hashlib.sha256("\n".join(g.key for g in generations).encode("utf-8", "replace")).hexdigest()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def trace_resumable(tracer: Tracer, generations: Sequence[Generation], out: Path, fingerprint: str,
+def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path, fingerprint: str,
                     workers: int = 1, progress: bool = True) -> tuple[list[TraceResult], int]:
     """Trace every generation, resuming from the journal of `out`; returns (results, how many were resumed).
 
@@ -68,7 +68,7 @@ def trace_resumable(tracer: Tracer, generations: Sequence[Generation], out: Path
                 part = todo[first:first + chunk]
                 new = tracer.trace([g.text for g in part], [g.key for g in part], [g.continuation for g in part],
                                    workers=workers, progress=False)
-                fh.write("".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in new))
+                fh.write("".join(r.json_line() for r in new))
                 fh.flush()
                 os.fsync(fh.fileno())
                 results.extend(new)
@@ -86,7 +86,7 @@ def finish(out: Path) -> None:
 
 
 
-def _read_journal(fh: IO[str], fingerprint: str, generations: Sequence[Generation]) -> list[TraceResult]:
+def _read_journal(fh: IO[str], fingerprint: str, generations: Sequence[TraceInput]) -> list[TraceResult]:
     """The results already in the journal for this job (in input order); [] when it is another job's.
     A line cut short by a kill ends the usable part; the file is truncated there."""
     fh.seek(0)

@@ -43,12 +43,11 @@ DEGENERATE_LETTERS = 0.5
 def is_degenerate(text: str) -> bool:
     """Repetitive junk: the text as given compresses below 10% with zlib and fewer than half of its
     non-space characters are letters (so outer white space cannot tip the letter share)."""
-    visible = [c for c in text if not c.isspace()]
-    if not visible:
-        return False
     raw = text.encode("utf-8", "surrogatepass")
-    letters = sum(c.isalpha() for c in visible) / len(visible)
-    return len(zlib.compress(raw)) / len(raw) < DEGENERATE_COMPRESSION and letters < DEGENERATE_LETTERS
+    if not raw or len(zlib.compress(raw)) / len(raw) >= DEGENERATE_COMPRESSION:  # the cheap test first
+        return False
+    visible = [c for c in text if not c.isspace()]
+    return bool(visible) and sum(c.isalpha() for c in visible) / len(visible) < DEGENERATE_LETTERS
 
 
 def continuation_reproduced(generation: str, continuation: str) -> bool:

@@ -131,12 +131,16 @@ class Tracer:
         """Where the suffix arrays are searched: this process (a cluster backend overrides it)."""
         return self.index.search
 
-    def _word_initial_ids(self, backend) -> frozenset[int]:
-        """Ids whose surface form begins with the space marker (docs/method.md, word starts): the stored word starts
-        without the newline pieces (a newline is no space marker)."""
+    def _word_initial_ids(self, backend) -> bytes:
+        """1 at each id whose surface form begins with the space marker (docs/method.md, word starts): the
+        stored word starts without the newline pieces (a newline is no space marker); one byte per id."""
         newline = ("Ċ", "<0x0A>", "<0x0D>", "\n")
-        return frozenset(i for i in self.index.word_start_ids
-                         if not (backend.id_to_token(i) or "").startswith(newline))
+        starts = self.index.word_start_ids
+        mask = bytearray(max(starts, default=-1) + 1)  # an id past the end is no word start
+        for i in starts:
+            if not (backend.id_to_token(i) or "").startswith(newline):
+                mask[i] = 1
+        return bytes(mask)
 
     @cached_property
     def _logprob(self) -> np.ndarray:
@@ -177,7 +181,7 @@ class Tracer:
         """Step 1: (start, end of the longest corpus match) for each start 0..L-2 (text mode: word
         starts only, the first token counting as one)."""
         n = len(ids)
-        starts = [b for b in range(n - 1) if self.config.mode == "mixed" or b == 0 or ids[b] in self._word_initial]
+        starts = [b for b in range(n - 1) if self.config.mode == "mixed" or b == 0 or self._is_word_initial(ids, b)]
         ends = self.search.longest_matches(ids, starts).tolist() if starts else []
         return list(zip(starts, ends))
 
@@ -204,7 +208,7 @@ class Tracer:
         return maximal
 
     def _is_word_initial(self, ids: list[int], pos: int) -> bool:
-        return pos == 0 or ids[pos] in self._word_initial
+        return pos == 0 or ids[pos] < len(self._word_initial) and self._word_initial[ids[pos]] == 1
 
     def _inner_boundary(self, text: str) -> bool:
         return any(c in BOUNDARY_CHARS for c in text[:-1])
@@ -336,6 +340,7 @@ class _Context:
         # normalize_text only changes white space once NFKC is applied, so a normalized match needs
         # g's non-space characters in the window's: a cheap exact pre-check
         self.core_g = _nfkc_core(g)
+        self._classes: dict[str, str] = {}  #: match class by window text (a window is classified up to three times)
 
     def fetch(self, picks: list[tuple[int, int]], needle: tuple[int, int]) -> list[_Retrieved]:
         """Windows of the picked occurrences of ids[needle], skipping a (shard, document) seen
@@ -379,6 +384,12 @@ class _Context:
         return self.fetch(select_occurrences(occ, self.cfg.docs_per_span, rng), needle)
 
     def classify(self, text: str) -> str:
+        found = self._classes.get(text)
+        if found is None:
+            found = self._classes[text] = self._classify(text)
+        return found
+
+    def _classify(self, text: str) -> str:
         if self.g in text:
             return "full_raw"
         if self.norm_g and self.core_g in _nfkc_core(text) and self.norm_g in normalize_text(text):

@@ -141,3 +141,32 @@ def test_toplevel_is_small(index_dir):
     top = build_toplevel(folder, 0, width)
     sizes = sum(shard_file(folder, k, 0).stat().st_size for k in ("tokenized", "table"))
     assert top.nbytes <= max(0.01 * sizes, 64)
+
+
+def test_search_equals_brute_force(index_dir):
+    """Bounds and longest matches of the (k-ary) search against every suffix of the shard, sorted in
+    Python; the pointer gather against the pointers' bytes."""
+    from propme_metrics.index.format import pointers
+
+    folder, width = index_dir
+    s = ShardSearcher(folder, 0, width, 0)
+    all_pos = pointers(np.asarray(s.sa), s.ptr_size) // width
+    np.testing.assert_array_equal(s.ranks_to_token_pos(np.arange(s.n)), all_pos)
+    keys = s.keys(s.ds).tolist()
+    rng = np.random.default_rng(5)
+    sep = (1 << (8 * width)) - 1
+    rows = random_queries(rng, np.asarray(s.ds), 25, sep, max_len=12)
+    for q in rows:
+        qk = s.keys(q).tolist()
+        m = len(qk)
+        # the suffix array's order: key tuples, a suffix shorter than the query compared as it is
+        prefixes = [tuple(keys[p:p + m]) for p in all_pos.tolist()]
+        assert prefixes == sorted(prefixes)
+        lower = sum(p < tuple(qk) for p in prefixes)
+        upper = lower + sum(p == tuple(qk) for p in prefixes)
+        common = [next((i for i, (a, b) in enumerate(zip(p, qk)) if a != b), min(len(p), m)) for p in prefixes]
+        arr = np.asarray(q, dtype=np.int64)
+        for up, want in ((False, lower), (True, upper)):
+            lo, hi, llo, lhi = s.search(s.keys(arr), np.asarray([0]), np.asarray([m]), np.asarray([up]))
+            assert hi[0] == want
+            assert max(llo[0], lhi[0]) == max(common)

@@ -158,7 +158,7 @@ def reference(tr: Tracer, docs: list[list[int]], mode: str, **kw) -> ReferenceTr
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tr.index.path / "propme-tokenizer" / "tokenizer.json"))
-    return ReferenceTracer(tr.index.engine, tok, BruteForce(docs), set(tr._word_initial), tr.index.unigram_counts,
+    return ReferenceTracer(tr.index.engine, tok, BruteForce(docs), {i for i, b in enumerate(tr._word_initial) if b}, tr.index.unigram_counts,
                            tr.index.total_positions, mode=mode, **kw)
 
 
@@ -707,6 +707,21 @@ def test_to_dict_round_trip(tracer, synthetic_records):
             "nv_reference_words", "nv_candidate_words"} <= set(doc)
 
 
+def test_json_line_is_to_dict(tracer, synthetic_records):
+    """The JSONL line (orjson over the dataclasses) parses to `to_dict()` with the extra keys after it,
+    also when orjson refuses a value (an integer beyond 64 bits: the standard library writes it)."""
+    texts = [synthetic_records[i]["text"][:300] for i in range(4)] + ["Zorblax quintessa flumph.", "   "]
+    for r in tracer.trace(texts):
+        line = r.json_line(pii={"leaked": []})
+        assert line.endswith("\n") and line.count("\n") == 1
+        assert json.loads(line) == json.loads(json.dumps({**r.to_dict(), "pii": {"leaked": []}}))
+        assert list(json.loads(line)) == [*r.to_dict(), "pii"]
+    r = tracer.trace_one(synthetic_records[3]["text"][:300], "big")
+    r.final_spans[0].documents[0].metadata["n"] = 2**70
+    assert json.loads(r.json_line())["final_spans"][0]["documents"][0]["metadata"]["n"] == 2**70
+    assert json.loads(r.json_line()) == json.loads(json.dumps(r.to_dict()))
+
+
 def altered_copy(index_dir: Path, dest: Path) -> Path:
     shutil.copytree(index_dir, dest)
     tok_file = dest / "propme-tokenizer" / "tokenizer.json"
@@ -920,9 +935,9 @@ def test_windows_cut_inside_a_character_decode_exactly(tmp_path, gpt2_dir):
 def test_journal_is_keyed_by_the_tracing_rules(monkeypatch):
     """A `propme trace` journal written under other tracing rules is never resumed."""
     from propme_metrics.trace import runner
-    from propme_metrics.trace.inputs import Generation
+    from propme_metrics.trace.inputs import TraceInput
 
-    gens = [Generation("k", " text")]
+    gens = [TraceInput("k", " text")]
     now = runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens)
     monkeypatch.setattr(runner, "TRACE_RULES_VERSION", runner.TRACE_RULES_VERSION - 1)
     assert runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens) != now
