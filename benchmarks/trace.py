@@ -46,7 +46,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import maxrss_mib, status_kb  # noqa: E402
 
 # -- the baseline -------------------------------------------------------------------------------
 
@@ -110,16 +111,6 @@ def baseline_tracer_class():
 
 # -- measurement (runs in its own process) ---------------------------------------------------------
 
-def _status_kb(field: str) -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
-
-
 def serialize_line(result) -> str:
     """A result's line as `propme trace` writes it (an older checkout: as that one did)."""
     if hasattr(result, "json_line"):
@@ -157,8 +148,8 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
         print(json.dumps({"kind": kind, "index": index, "workers": 1, "generations": len(rows), "seconds": seconds,
                           "open_seconds": opened, "rate": len(rows) / seconds,
                           "tokens": sum(map(len, all_ids)), "failed": 0,
-                          "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                          "rss_anon_mb": _status_kb("RssAnon") / 1024, "rss_file_mb": _status_kb("RssFile") / 1024}))
+                          "maxrss_mb": maxrss_mib(),
+                          "rss_anon_mb": status_kb("RssAnon") / 1024, "rss_file_mb": status_kb("RssFile") / 1024}))
         return
     seconds = math.inf
     for _ in range(repeat):  # best of `repeat`: other load on the machine only ever slows a run down
@@ -171,15 +162,13 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
     if out:
         with open(out, "w", encoding="utf-8") as fh:
             fh.writelines(lines)
-    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({
         "kind": kind, "index": index, "workers": workers, "generations": len(rows), "seconds": seconds,
         "open_seconds": opened, "rate": len(rows) / seconds, "tokens": sum(r.n_tokens for r in results),
         "serialize_seconds": serialize,
         "failed": sum(r.error is not None for r in results),
-        "maxrss_mb": max(self_kb, child_kb) / 1024, "rss_anon_mb": _status_kb("RssAnon") / 1024,
-        "rss_file_mb": _status_kb("RssFile") / 1024}))
+        "maxrss_mb": max(maxrss_mib(resource.RUSAGE_SELF), maxrss_mib(resource.RUSAGE_CHILDREN)), "rss_anon_mb": status_kb("RssAnon") / 1024,
+        "rss_file_mb": status_kb("RssFile") / 1024}))
 
 
 def measure_decoding(index: Path, gens_path: Path, n: int, repeat: int) -> dict:
