@@ -351,6 +351,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _add_report_command(sub: argparse._SubParsersAction) -> None:
     from propme_metrics.metrics.leaks import RARE_MAX_COUNT
+    from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
     from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 
@@ -384,10 +385,10 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
                    "(default: masked, e.g. j***@e***.dk; the leaderboard never holds values)")
     r.add_argument("--discoverable-n", metavar="N,N,...", default=None,
                    help="sample counts n of the likelihood subtasks' (n, p) curve (default: each run's "
-                        "discoverable_n metadata, else 1,10,100,1000,10000)")
+                        f"discoverable_n metadata, else {','.join(map(str, DISCOVERABLE_N))})")
     r.add_argument("--discoverable-p", metavar="P", default=None,
                    help="probability p of (n, p)-discoverability, between 0 and 1 (default: each run's "
-                        "discoverable_p metadata, else 0.5)")
+                        f"discoverable_p metadata, else {DISCOVERABLE_P})")
     r.add_argument("--rare-max-count", type=_positive, default=None, metavar="N",
                    help="fmr_rare counts a full match whose text occurs at most N times in the corpus (default: "
                         f"the runs' rare_max_count metadata, else {RARE_MAX_COUNT})")

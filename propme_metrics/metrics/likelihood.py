@@ -106,7 +106,7 @@ def check_n(raw: Any, where: str = N_KEY) -> tuple[int, ...]:
         values = []
     if not values or min(values) < 1:
         raise ConfigError(f"{where} must be a list of positive whole numbers of samples, not {raw!r}",
-                          "for instance [1, 10, 100, 1000, 10000] (the default)")
+                          f"for instance {list(DISCOVERABLE_N)} (the default)")
     return tuple(sorted(set(values)))
 
 
