@@ -165,6 +165,14 @@ def parse_metadata(raw: str, unwrap: bool = False) -> dict[str, Any]:
             parsed = ast.literal_eval(raw)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return {"raw": raw}
-    if unwrap and isinstance(parsed, dict) and isinstance(parsed.get("metadata"), dict):
-        parsed = parsed["metadata"]
+    if unwrap:
+        parsed = unwrap_metadata(parsed)
     return parsed if isinstance(parsed, dict) else {"value": parsed}
+
+
+def unwrap_metadata(metadata: Any) -> Any:
+    """A nested 'metadata' dict if the record has one, else the record (how the published tracer
+    reads source ids)."""
+    if isinstance(metadata, dict) and isinstance(metadata.get("metadata"), dict):
+        return metadata["metadata"]
+    return metadata

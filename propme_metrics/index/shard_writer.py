@@ -2,8 +2,9 @@
 and the per-source document and token counts of what was written.
 
 Document i of the corpus goes to shard i mod N; a build of some shards (`--shard-ids`) writes only
-those. The counts per source are taken from each metadata line as written, read back exactly as
-`index/source_counts.py` reads a finished index, so both ways of counting agree.
+those. The counts per source are taken from each record as it is written, with the same unwrapping
+and source rule (`format.unwrap_metadata`, `source_counts.source_of`) that `index/source_counts.py`
+applies to a finished index's metadata lines, so both ways of counting agree.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.progress import rate
-from propme_metrics.index.format import TokenLayout, parse_metadata, shard_file, token_layout
+from propme_metrics.index.format import TokenLayout, shard_file, token_layout, unwrap_metadata
 from propme_metrics.index.source_counts import source_of
 from propme_metrics.index.sources import CorpusSource
 
@@ -95,8 +96,8 @@ class ShardWriter:
         self._unigrams[sid] += np.bincount(body, minlength=self.vocab_len)[:self.vocab_len] if len(body) else 0
         self._counts[sid]["documents"] += len(ids)
         self._counts[sid]["tokens"] += len(body)
-        for text, doc_ids in zip(texts, ids):
-            entry = self._sources.setdefault(source_of(parse_metadata(text, unwrap=True), self.source_field),
+        for meta, doc_ids in zip(metadata, ids):  # the record as written, not parsed back from its line
+            entry = self._sources.setdefault(source_of(unwrap_metadata(meta), self.source_field),
                                              {"documents": 0, "tokens": 0})
             entry["documents"] += 1
             entry["tokens"] += len(doc_ids)
