@@ -39,11 +39,11 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
-def open_locked(path: Path, mode: str, busy: Exception) -> IO[str]:
-    """`path` opened (created if needed) and locked for this process alone, without waiting; `busy`
-    is raised when another process holds the lock."""
+def open_locked(path: Path, mode: str, busy: Exception) -> IO:
+    """`path` opened (created if needed; text as UTF-8) and locked for this process alone, without
+    waiting; `busy` is raised when another process holds the lock."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, mode, encoding="utf-8")
+    fh = open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -50,33 +50,42 @@ def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path
     """
     path = journal_path(out)
     chunk = CHUNK_PER_WORKER * workers
-    fh = open_locked(path, "a+", ConfigError(f"another `propme trace` is writing {out} right now",
-                                             "wait for it to finish, or give this run another --out and --summary"))
+    fh = open_locked(path, "a+b", ConfigError(f"another `propme trace` is writing {out} right now",
+                                              "wait for it to finish, or give this run another --out and --summary"))
     try:
         results = _read_journal(fh, fingerprint, generations)
         resumed = len(results)
         if not resumed:
             fh.seek(0)
             fh.truncate()
-            fh.write(json.dumps({"format": JOURNAL_FORMAT, "fingerprint": fingerprint}) + "\n")
+            fh.write(json.dumps({"format": JOURNAL_FORMAT, "fingerprint": fingerprint}).encode() + b"\n")
             fh.flush()
-        todo = list(generations[resumed:])
+        todo = generations[resumed:]
         started = time.time()
-        with progress_bar(progress) as bar:
+        # one set of workers for the whole run (forked before the progress thread starts); the
+        # journal is written every `chunk` results
+        with tracer.runner([g.text for g in todo], [g.key for g in todo], [g.continuation for g in todo],
+                           workers=workers) as traced, progress_bar(progress) as bar:
             task = bar.add_task("tracing", total=len(generations), completed=resumed, rate="")
-            for first in range(0, len(todo), chunk):
-                part = todo[first:first + chunk]
-                new = tracer.trace([g.text for g in part], [g.key for g in part], [g.continuation for g in part],
-                                   workers=workers, progress=False)
-                fh.write("".join(r.json_line() for r in new))
-                fh.flush()
-                os.fsync(fh.fileno())
-                results.extend(new)
-                bar.update(task, completed=len(results),
-                           rate=rate(len(results) - resumed, time.time() - started, "gen"))
+            lines: list[bytes] = []
+            for res in traced:
+                results.append(res)
+                lines.append(res.json_bytes())
+                if len(lines) == chunk or len(results) == len(generations):
+                    _append(fh, lines)
+                    lines = []
+                    bar.update(task, completed=len(results),
+                               rate=rate(len(results) - resumed, time.time() - started, "gen"))
         return results, resumed
     finally:
         fh.close()  # releases the lock
+
+
+def _append(fh: IO[bytes], lines: list[bytes]) -> None:
+    """Add finished results to the journal, on disk before more tracing (what a kill may cost is one chunk)."""
+    fh.write(b"".join(lines))
+    fh.flush()
+    os.fsync(fh.fileno())
 
 
 def finish(out: Path) -> None:
@@ -84,9 +93,7 @@ def finish(out: Path) -> None:
     journal_path(out).unlink(missing_ok=True)
 
 
-
-
-def _read_journal(fh: IO[str], fingerprint: str, generations: Sequence[TraceInput]) -> list[TraceResult]:
+def _read_journal(fh: IO[bytes], fingerprint: str, generations: Sequence[TraceInput]) -> list[TraceResult]:
     """The results already in the journal for this job (in input order); [] when it is another job's.
     A line cut short by a kill ends the usable part; the file is truncated there."""
     fh.seek(0)
@@ -98,8 +105,8 @@ def _read_journal(fh: IO[str], fingerprint: str, generations: Sequence[TraceInpu
         return []
     results: list[TraceResult] = []
     good_end = fh.tell()
-    for line in iter(fh.readline, ""):
-        if not line.endswith("\n") or len(results) >= len(generations):
+    for line in iter(fh.readline, b""):
+        if not line.endswith(b"\n") or len(results) >= len(generations):
             break
         try:
             res = TraceResult.from_dict(json.loads(line))

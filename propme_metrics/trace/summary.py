@@ -61,9 +61,9 @@ def write_trace_outputs(results_path: Path, summary_path: Path, results: Sequenc
     """Write RESULTS.jsonl (each result with its leaks, values masked unless `show_pii`) and
     SUMMARY.json (`record`), each atomically; ConfigError when the disk refuses."""
     try:
-        with atomic_output(results_path) as fh:  # a unique temporary name: concurrent writers never collide
+        with atomic_output(results_path, "wb") as fh:  # a unique temporary name: concurrent writers never collide
             for res, p in zip(results, leaks):
-                fh.write(res.json_line(pii=p.to_dict(show=show_pii)))
+                fh.write(res.json_bytes(pii=p.to_dict(show=show_pii)))
         write_atomic(summary_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     except OSError as exc:
         raise ConfigError(f"cannot write results: {exc}",

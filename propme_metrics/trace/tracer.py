@@ -22,6 +22,7 @@ that is only white space); nothing else differs.
 """
 from __future__ import annotations
 
+import gc
 import math
 import random
 import time
@@ -296,25 +297,30 @@ class Tracer:
                    continuations: Sequence[str | None] | None = None, workers: int = 1,
                    progress: bool = False) -> Iterator[TraceResult]:
         """`trace`, yielding each result (in input order) as soon as it is ready."""
-        keys = list(keys) if keys is not None else [str(i) for i in range(len(texts))]
-        conts = list(continuations) if continuations is not None else [None] * len(texts)
-        if len(keys) != len(texts) or len(conts) != len(texts):
-            raise ValueError("texts, keys and continuations must have the same length")
-        jobs = list(zip(texts, keys, conts))
         from propme_metrics.core.progress import progress_bar, rate
 
         done = 0
         started = time.time()
-        with self._runner(jobs, workers) as runner:  # forks (if at all) before the progress thread starts
+        with self.runner(texts, keys, continuations, workers) as runner:  # forks before the progress thread starts
             with progress_bar(progress) as bar:
-                task = bar.add_task("tracing", total=len(jobs), rate="")
+                task = bar.add_task("tracing", total=len(runner.jobs), rate="")
                 for res in runner:
                     done += 1
                     bar.update(task, advance=1, rate=rate(done, time.time() - started, "gen"))
                     yield res
 
+    def runner(self, texts: Sequence[str], keys: Sequence[str] | None = None,
+               continuations: Sequence[str | None] | None = None, workers: int = 1) -> _Runner:
+        """What runs a batch: a context manager that iterates the results in input order, in this
+        process or in `workers` forked processes, forked on entering (enter it before starting threads)."""
+        keys = list(keys) if keys is not None else [str(i) for i in range(len(texts))]
+        conts = list(continuations) if continuations is not None else [None] * len(texts)
+        if len(keys) != len(texts) or len(conts) != len(texts):
+            raise ValueError("texts, keys and continuations must have the same length")
+        return self._runner(list(zip(texts, keys, conts)), workers)
+
     def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> _Runner:
-        """What runs the jobs of `iter_trace`: this process, or forked workers."""
+        """The runner of `runner` (the Ray tracer runs jobs in driver threads instead)."""
         return _Runner(self, jobs, workers)
 
     def safe_trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
@@ -527,16 +533,22 @@ class _Runner:
     depends on its own input only, so any number of workers gives the same results."""
 
     def __init__(self, tracer: Tracer, jobs: list[tuple[str, str, str | None]], workers: int):
-        self.tracer, self.jobs, self.pool = tracer, jobs, None
-        if workers > 1 and len(jobs) > 1:
+        self.tracer, self.jobs, self.workers, self.pool = tracer, jobs, workers, None
+
+    def __enter__(self) -> _Runner:
+        if self.workers > 1 and len(self.jobs) > 1:
             import multiprocessing as mp
 
             global _WORKER
-            _WORKER = tracer
-            self.pool = mp.get_context("fork").Pool(min(workers, len(jobs)), initializer=_init_worker)
-            self.chunksize = max(1, min(8, len(jobs) // (8 * workers)))
-
-    def __enter__(self) -> _Runner:
+            _WORKER = self.tracer
+            # objects alive now are never collected by the workers: their garbage collector leaves
+            # them alone instead of walking them (which copies every inherited page it touches)
+            gc.freeze()
+            try:
+                self.pool = mp.get_context("fork").Pool(min(self.workers, len(self.jobs)), initializer=_init_worker)
+            finally:
+                gc.unfreeze()
+            self.chunksize = max(1, min(8, len(self.jobs) // (8 * self.workers)))
         return self
 
     def __iter__(self):

@@ -36,24 +36,24 @@ def test_interrupted_trace_resumes_with_identical_results(tmp_path, monkeypatch,
     inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
     assert cli_run(*trace_args(synthetic_index, inp, tmp_path / "once"))[0] == 0
     monkeypatch.setattr(resume_module, "CHUNK_PER_WORKER", 2)
-    real_trace, calls = Tracer.trace, []
+    real_trace_one, calls = Tracer.safe_trace_one, []
 
-    def interrupted(self, texts, *args, **kwargs):
-        calls.append(len(texts))
-        if len(calls) == 3:
+    def interrupted(self, text, *args, **kwargs):  # Ctrl-C while the fifth generation is traced
+        calls.append(text)
+        if len(calls) == 5:
             raise KeyboardInterrupt
-        return real_trace(self, texts, *args, **kwargs)
+        return real_trace_one(self, text, *args, **kwargs)
 
-    monkeypatch.setattr(Tracer, "trace", interrupted)
+    monkeypatch.setattr(Tracer, "safe_trace_one", interrupted)
     code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path / "twice"))
     assert code == 130 and "resume" in err
     assert not (tmp_path / "twice" / "r.jsonl").exists()
     calls.clear()
-    monkeypatch.setattr(Tracer, "trace", lambda self, texts, *a, **k: calls.append(len(texts)) or
-                        real_trace(self, texts, *a, **k))
+    monkeypatch.setattr(Tracer, "safe_trace_one", lambda self, text, *a, **k: calls.append(text) or
+                        real_trace_one(self, text, *a, **k))
     code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path / "twice"))
     assert code == 0, err
-    assert "resumed: 4 of 9" in err and sum(calls) == 5  # only the rest was traced
+    assert "resumed: 4 of 9" in err and len(calls) == 5  # only the rest was traced
     assert (tmp_path / "twice" / "r.jsonl").read_bytes() == (tmp_path / "once" / "r.jsonl").read_bytes()
     once, twice = (json.loads((tmp_path / d / "s.json").read_text()) for d in ("once", "twice"))
     assert twice.pop("results") == str(tmp_path / "twice" / "r.jsonl")

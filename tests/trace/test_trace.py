@@ -707,19 +707,34 @@ def test_to_dict_round_trip(tracer, synthetic_records):
             "nv_reference_words", "nv_candidate_words"} <= set(doc)
 
 
-def test_json_line_is_to_dict(tracer, synthetic_records):
-    """The JSONL line (orjson over the dataclasses) parses to `to_dict()` with the extra keys after it,
-    also when orjson refuses a value (an integer beyond 64 bits: the standard library writes it)."""
+def test_json_bytes_is_to_dict(tracer, synthetic_records):
+    """The JSONL line (orjson over the dataclasses, UTF-8 bytes) parses to `to_dict()` with the extra
+    keys after it, also when orjson refuses a value: an integer beyond 64 bits or a lone surrogate
+    (the standard library writes them; the surrogate as its JSON escape, so the line stays UTF-8)."""
     texts = [synthetic_records[i]["text"][:300] for i in range(4)] + ["Zorblax quintessa flumph.", "   "]
     for r in tracer.trace(texts):
-        line = r.json_line(pii={"leaked": []})
-        assert line.endswith("\n") and line.count("\n") == 1
+        line = r.json_bytes(pii={"leaked": []})
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
         assert json.loads(line) == json.loads(json.dumps({**r.to_dict(), "pii": {"leaked": []}}))
         assert list(json.loads(line)) == [*r.to_dict(), "pii"]
     r = tracer.trace_one(synthetic_records[3]["text"][:300], "big")
     r.final_spans[0].documents[0].metadata["n"] = 2**70
-    assert json.loads(r.json_line())["final_spans"][0]["documents"][0]["metadata"]["n"] == 2**70
-    assert json.loads(r.json_line()) == json.loads(json.dumps(r.to_dict()))
+    assert json.loads(r.json_bytes())["final_spans"][0]["documents"][0]["metadata"]["n"] == 2**70
+    assert json.loads(r.json_bytes()) == json.loads(json.dumps(r.to_dict()))
+    r.final_spans[0].documents[0].metadata["n"] = "cut \ud800 here"
+    line = r.json_bytes()
+    line.decode("utf-8")  # valid UTF-8
+    assert json.loads(line)["final_spans"][0]["documents"][0]["metadata"]["n"] == "cut \ud800 here"
+
+
+def test_results_pickle_by_fields(tracer, synthetic_records):
+    """Results cross from forked workers pickled as (class, field values): loaded back they are equal."""
+    import pickle
+
+    for r in tracer.trace([synthetic_records[i]["text"][:300] for i in range(3)] + ["Zorblax quintessa flumph."]):
+        back = pickle.loads(pickle.dumps(r))
+        assert back == r and back.to_dict() == r.to_dict()
+        assert all(type(d) is type(e) for d, e in zip(back.documents, r.documents))
 
 
 def altered_copy(index_dir: Path, dest: Path) -> Path:
