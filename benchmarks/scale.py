@@ -426,7 +426,7 @@ def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Pat
         tracer.search.shards = [ShardSearcher(tracer.index.path, s.id, s.width, s.doc_base, accelerate=False)
                           for s in tracer.search.shards]
     open_s = time.perf_counter() - t
-    accel_bytes = sum(s.top.nbytes for s in tracer.search.shards if s.top is not None)
+    accel_bytes = sum(s.toplevel_bytes for s in tracer.search.shards)
     steps = count_steps(tracer)  # searches (what grows with more shards) and windows, timed
     tracer.trace_one(rows[0]["text"], "warm-up")
     results, times, cpu, residency, timed = [], [], [], [], Steps()

@@ -42,6 +42,9 @@ _CHUNK = 8    #: tokens compared in the first vectorized step of a comparison
 _CHUNK_GROWTH = 4  #: each further step compares this many times more (long matches end in few steps)
 _MAX_CHUNK = 1024
 _FANOUT = 4    #: a search step splits every row's rank range into this many parts
+#: packed top-level keys (`_packed_samples`): every key shifted by this much, so that 0 sorts below
+#: every token and the end of the shard (1) below every token too, but above a query's end
+_SHIFT = 2 - _DS_END
 _PAGE = mmap.PAGESIZE
 _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 
@@ -104,6 +107,21 @@ class _Prefetcher:
             pass
 
 
+def _packed_samples(top: TopLevel) -> np.ndarray:
+    """The samples' keys as one sortable row each: big-endian unsigned integers, every key plus
+    `_SHIFT`, the shard's end as 1 (what `_sample_compare` compares, as rows of bytes in the same
+    order), so that one `np.searchsorted` over byte strings replaces a binary search step by step."""
+    dtype = np.dtype(">u4") if top.keys.dtype.itemsize <= 2 else np.dtype(">u8")
+    keys = top.keys.astype(np.int64) + _SHIFT
+    keys[np.arange(top.tokens)[None, :] >= top.lengths[:, None].astype(np.int64)] = _DS_END + _SHIFT
+    return np.ascontiguousarray(keys.astype(dtype))  # the byte order last: arithmetic gives native order
+
+
+def _key_limit(top: TopLevel) -> int:
+    """A packed key above every key of a real token."""
+    return int(np.iinfo(top.keys.dtype).max) + _SHIFT + 1
+
+
 class ShardSearcher:
     """One shard's files, memory-mapped: suffix-array search and document windows with numpy.
 
@@ -126,11 +144,11 @@ class ShardSearcher:
         self.meta = _map(shard_file(folder, "metadata", sid), np.uint8, accelerate)
         self.doc_base = doc_base
         self.blocks = self._first_token_blocks(shard_file(folder, "unigram", sid))
-        self.top: TopLevel | None = None
+        self.use_toplevel(None)
         self._fetch_sa = self._fetch_ds = None
         self._reading_disk = True  # whether the last step read from the disk (then the next prefetches)
         if accelerate and self.n:
-            self.top = load_toplevel(folder, sid, width, self.n, self._toplevel_ok)
+            self.use_toplevel(load_toplevel(folder, sid, width, self.n, self._toplevel_ok))
             if hasattr(os, "posix_fadvise"):  # Linux and most Unixes; elsewhere searches just fault pages in
                 self._fetch_sa, self._fetch_ds = _Prefetcher(sa_path), _Prefetcher(ds_path)
 
@@ -203,13 +221,23 @@ class ShardSearcher:
         valid = cols[None, :] < lengths[:, None]
         return bool(np.array_equal(top.lengths[idx], lengths) and np.array_equal(real[valid], stored[valid]))
 
+    def use_toplevel(self, top: TopLevel | None) -> None:
+        """Start every search on these samples of the suffix array (None: the plain search). Only
+        their packed form is kept (`_packed_samples`)."""
+        self.stride = top.stride if top is not None else 0
+        self.samples = _packed_samples(top) if top is not None else None
+        self._key_limit = _key_limit(top) if top is not None else 0
+
+    @property
+    def toplevel_bytes(self) -> int:
+        """Memory held by the samples (0 for the plain search)."""
+        return self.samples.nbytes if self.samples is not None else 0
+
     def _sample_compare(self, idx, qkeys, qstart, qend, upper):
         """`compare` against the in-memory samples `idx`: (lcp, right, determined); a row is not
         determined when the query and the sample agree on every sampled token (lcp >= tokens)."""
-        top = self.top
-        t = top.tokens
-        ck = top.keys[idx].astype(np.int64)
-        ck[np.arange(t)[None, :] >= top.lengths[idx][:, None].astype(np.int64)] = _DS_END
+        t = self.samples.shape[1]
+        ck = self.samples[idx].astype(np.int64) - _SHIFT  # the shard's end comes back as _DS_END
         qpos = qstart[:, None] + np.arange(t)
         qk = np.where(qpos < qend[:, None], qkeys[np.minimum(qpos, len(qkeys) - 1)], _Q_END)
         neq = ck != qk
@@ -226,36 +254,37 @@ class ShardSearcher:
 
     def toplevel_bounds(self, qkeys, qstart, qend, upper, lo, hi, llo, lhi):
         """Narrow (lo, hi) with the in-memory samples: the last sample left of the bound and the first
-        one right of it, found without reading the disk (lcps exact); rows whose query agrees with
-        several samples on all sampled tokens keep the samples around those as bounds."""
-        top = self.top
-        stride, count = top.stride, len(top.keys)
+        one right of it, both found by one binary search of the packed samples (`_packed_samples`),
+        with their exact lcps; rows whose query agrees with several samples on all sampled tokens
+        keep the samples around those as bounds."""
+        samples = self.samples
+        stride, (count, t) = self.stride, samples.shape
         m = len(lo)
-        # two searches per row over sample indices: the last 'left' sample and the first 'right' one
-        s_lo = np.tile(np.where(lo >= 0, lo // stride, -1), 2)       # known left (or before rank 0)
-        s_hi = np.tile(np.minimum(-(-hi // stride), count), 2)        # known right (or past the end)
-        want_right = np.repeat([False, True], m)                      # search 2: first right sample
-        row = np.tile(np.arange(m), 2)
-        s_lcp = np.zeros(2 * m, np.int64)
-        active = np.flatnonzero(s_hi - s_lo > 1)
-        while active.size:
-            mid = (s_lo[active] + s_hi[active]) // 2
-            r = row[active]
-            lcp, right, det = self._sample_compare(mid, qkeys, qstart[r], qend[r], upper[r])
-            go_right = np.where(want_right[active], det & right, ~(det & ~right))
-            a, b = active[go_right], active[~go_right]
-            s_hi[a] = mid[go_right]
-            s_lo[b] = mid[~go_right]
-            s_lcp[a[want_right[a]]] = lcp[go_right][want_right[a]]
-            s_lcp[b[~want_right[b]]] = lcp[~go_right][~want_right[b]]
-            active = active[s_hi[active] - s_lo[active] > 1]
-        last_left, first_right = s_lo[:m], s_hi[m:]
+        qlen = qend - qstart
+        # the query's first t keys, packed like the samples; past its end a key below every sample
+        # key (a lower bound: a sample starting with the whole query lies right of it) or above
+        # every one (an upper bound: such a sample lies left)
+        qpos = qstart[:, None] + np.arange(t)
+        packed = qkeys[np.minimum(qpos, len(qkeys) - 1)] + _SHIFT
+        packed = np.where(qpos < qend[:, None], packed, np.where(upper, self._key_limit, 0)[:, None])
+        as_bytes = f"S{samples.itemsize * t}"  # rows of big-endian keys compare as byte strings
+        packed = np.ascontiguousarray(packed.astype(samples.dtype)).view(as_bytes)[:, 0]
+        rows_sorted = samples.view(as_bytes)[:, 0]
+        below, through = np.searchsorted(rows_sorted, packed, "left"), np.searchsorted(rows_sorted, packed, "right")
+        # samples equal to the query's first t tokens: when the query has no more tokens they start
+        # with it (right of a lower bound, left of an upper one); else they are not determined
+        whole = qlen <= t
+        last_left = np.where(upper & whole, through, below) - 1
+        first_right = np.where(~upper & whole, below, through)
+        both = np.concatenate((np.maximum(last_left, 0), np.minimum(first_right, count - 1)))
+        rows = np.tile(np.arange(m), 2)
+        lcp = self._sample_compare(both, qkeys, qstart[rows], qend[rows], upper[rows])[0]
         new_lo = last_left * stride
         tighter = (last_left >= 0) & (new_lo > lo)
-        lo, llo = np.where(tighter, new_lo, lo), np.where(tighter, s_lcp[:m], llo)
+        lo, llo = np.where(tighter, new_lo, lo), np.where(tighter, lcp[:m], llo)
         new_hi = first_right * stride
         tighter = (first_right < count) & (new_hi < hi)
-        hi, lhi = np.where(tighter, new_hi, hi), np.where(tighter, s_lcp[m:], lhi)
+        hi, lhi = np.where(tighter, new_hi, hi), np.where(tighter, lcp[m:], lhi)
         return lo, hi, llo, lhi
 
     def compare(self, ranks, qkeys, qstart, qend, skip, upper):
@@ -311,7 +340,7 @@ class ShardSearcher:
         bound lies after the last one left of it), so a range of R ranks takes log_FANOUT(R)
         vectorized steps instead of log2(R); the result is that of a binary search."""
         lo, hi, llo, lhi = self.initial_bounds(qkeys[qstart])
-        if self.top is not None and len(lo):
+        if self.samples is not None and len(lo):
             lo, hi, llo, lhi = self.toplevel_bounds(qkeys, qstart, qend, upper, lo, hi, llo, lhi)
         active = np.flatnonzero(hi - lo > 1)
         while active.size:

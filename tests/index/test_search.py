@@ -33,7 +33,7 @@ def index_dir(request, tmp_path_factory, gpt2_dir):
 def searchers(folder, width, stride, tokens):
     plain = ShardSearcher(folder, 0, width, 0, accelerate=False)
     fast = ShardSearcher(folder, 0, width, 0)
-    fast.top = build_toplevel(folder, 0, width, stride=stride, tokens=tokens)
+    fast.use_toplevel(build_toplevel(folder, 0, width, stride=stride, tokens=tokens))
     return plain, fast
 
 
