@@ -3,7 +3,7 @@
 lm-eval calls `process_results` once per document and keeps the items it returns twice, by
 reference: in the logged sample and in the lists it later hands each metric's aggregation
 function; it writes the samples only after aggregating (lm-eval 0.4.13, `evaluator.evaluate`).
-So `process_results` may return empty items (`Item`) that point at their prompt's `Pending`
+So `process_results` may return placeholder items (`Item`) that point at their prompt's `Pending`
 record, shared by all of the prompt's metrics. The first aggregation of a task traces every
 pending prompt among its items in one `Tracer.iter_trace` call (forked workers, results in input
 order and identical for any number of workers) and fills each prompt's items in place: the logged
@@ -28,6 +28,9 @@ MAX_DEFAULT_TRACE_WORKERS = 8
 #: the variables that give the number of processes of a distributed run (those accelerate reads)
 WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
+#: what a pending item holds until it is filled: never empty, so `json.dumps` (which writes an empty
+#: dict without asking it for its items) makes it trace its prompt, and an unfilled item is visible
+PENDING_MARK = {"pending": "traced by the task's first aggregation"}
 #: one generation to trace: (text, key, true continuation or None)
 Job = tuple[str, str, "str | None"]
 
@@ -67,6 +70,7 @@ class Pending:
         values = self.build(traces)
         for name, item in self.items.items():
             item.pending = None
+            dict.clear(item)
             dict.update(item, values[name])
         self.items = {}
 
@@ -77,11 +81,11 @@ class Pending:
 
 
 class Item(dict):
-    """A metric item of one prompt: empty while its prompt is pending, then the value, filled in
-    place. `json.dumps` and `pickle` see only its keys; any read traces a pending prompt first."""
+    """A metric item of one prompt: PENDING_MARK while its prompt is pending, then the value, filled
+    in place. `json.dumps` and `pickle` see only its keys; any read traces a pending prompt first."""
 
     def __init__(self, pending: Pending | None = None):
-        super().__init__()
+        super().__init__(PENDING_MARK)
         self.pending = pending
 
     def __reduce__(self):  # copies and pickles are plain dicts of the final value
