@@ -123,6 +123,22 @@ def test_every_logged_item_is_the_final_value(lm_eval_runs):
         assert results[task]["trace,none"] == sum(row["trace"]["failed"] for row in rows)
 
 
+def test_samples_logging_nvr_max_as_a_number_still_load(lm_eval_runs, tmp_path):
+    """Runs made before `nvr_max`'s item became {"max", "n"} logged a bare number (or null): the
+    report reads the traces only, so such samples files load as before."""
+    from propme_metrics.report.load import load_samples
+
+    path = samples_file(lm_eval_runs["two"], "propme_demo_prefix")
+    old = tmp_path / path.name
+    with open(old, "w", encoding="utf-8") as fh:
+        for row in _samples(lm_eval_runs["two"], "propme_demo_prefix"):
+            row["nvr_max"] = row["nvr_max"]["max"]
+            fh.write(json.dumps(row) + "\n")
+    loaded = [load_samples(p, "propme_demo_prefix", setting="prefix")[0] for p in (path, old)]
+    assert [(p.id, p.generations, p.values) for p in loaded[0]] == [(p.id, p.generations, p.values) for p in loaded[1]]
+    assert loaded[0] and all(p.values for p in loaded[0])
+
+
 @pytest.fixture
 def prefix_docs(demo_paths, monkeypatch, tmp_path):
     """The demo's prefix documents with `trace_workers` 2, and generations for them: the true
