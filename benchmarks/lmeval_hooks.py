@@ -9,19 +9,27 @@ What it does, in one run:
   1. prepares the demo (corpus, index, tiny model, prompt sets) and runs a stock `lm_eval` on it
      with --log_samples, unless --demo names a finished one;
   2. replays every generate_until sample that lm-eval logged through the hooks exactly as lm-eval
-     calls them (`process_results(doc, filtered_resps)`, the logged doc), so generation is excluded;
-     the first call opens the index and is timed apart (start-up, once per process);
+     runs them: `process_results(doc, filtered_resps)` for every logged sample of every task, then
+     each task's aggregation functions as its YAML names them, for every item key in the order
+     lm-eval aggregates them (the first one traces the task's prompts in bulk), all timed together;
+     generation is excluded, and opening the index (start-up, once per process: the first trace) is
+     timed apart.
+     Twice: with `trace_workers` 1 (each prompt traced in `process_results`, the hooks before they
+     were parallel) and with `--hook-workers` (default: the hooks' own default);
   3. traces the same samples files with `propme trace --workers 2` (the docs' tracing settings) and
      reads the tracing speed it prints (start-up excluded there too);
-  4. checks that both give the same trace of every generation and prints the per-generation cost
-     of each and their ratio (goal: the hooks at most 1.5x slower).
+  4. checks that all three give the same trace of every generation (and both replays the same
+     aggregated values) and prints the per-generation cost of each and the ratio of the parallel
+     hooks to `propme trace` (goal: at most 1.5x slower).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -45,24 +53,58 @@ def samples_files(runs: Path) -> list[Path]:
     return [f for f in files if f.name.endswith(newest)]
 
 
-def replay_hooks(files: list[Path]) -> dict:
-    """Every logged sample through `process_results`, timed; returns the timings and the traces by key."""
+def task_name(samples: Path) -> str:
+    """The task of `samples_<task>_<date id>.jsonl`."""
+    return samples.name[len("samples_"):].rsplit("_", 1)[0]
+
+
+def aggregations(task: str) -> dict:
+    """Metric name -> aggregation function, as the task's YAML in task_configs/ names them."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    from propme_tasks.discovery import tasks_path
+
+    found = sorted(Path(tasks_path()).rglob(f"{task}.yaml"))
+    if not found:
+        sys.exit(f"no task YAML {task}.yaml under {tasks_path()}")
+    return {m["metric"]: m["aggregation"] for m in load_yaml(found[0])["metric_list"]}
+
+
+def replay_hooks(files: list[Path], workers: int) -> dict:
+    """Every logged sample through `process_results`, then every task's aggregations, timed together
+    with `trace_workers` = `workers`; returns the timings, the traces by key and the aggregated values."""
     from propme_tasks import hooks
 
-    rows = [json.loads(line) for f in files for line in open(f, encoding="utf-8")]
+    tasks = {task_name(f): [json.loads(line) for line in open(f, encoding="utf-8")] for f in files}
+    for rows in tasks.values():
+        for row in rows:
+            row["doc"]["trace_workers"] = workers
+    aggregate = {task: aggregations(task) for task in tasks}
+    first = next(iter(tasks.values()))[0]
     t0 = time.perf_counter()
-    hooks.process_results(rows[0]["doc"], rows[0]["filtered_resps"])  # opens the index (start-up)
+    hooks._doc_tracer(first["doc"]).trace_one(str(first["filtered_resps"][0]))  # opens the index (start-up)
     startup = time.perf_counter() - t0
-    traces: dict[str, dict] = {}
-    wall, cpu = time.perf_counter(), time.process_time()
-    for row in rows:
-        items = hooks.process_results(row["doc"], row["filtered_resps"])
-        for g in items["trace"]["generations"]:
-            traces[g["key"]] = g
-    seconds, cpu_seconds = time.perf_counter() - wall, time.process_time() - cpu
-    traces = {k: json.loads(json.dumps(g)) for k, g in traces.items()}  # as lm-eval logs them (tuples as lists)
+    cpu0 = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    wall = time.perf_counter()
+    items = {task: [hooks.process_results(row["doc"], row["filtered_resps"]) for row in rows]
+             for task, rows in tasks.items()}
+    values = {}
+    for task, task_items in items.items():  # lm-eval aggregates in the order of the items' keys
+        for name in task_items[0]:
+            values[f"{task}/{name}"] = aggregate[task][name]([it[name] for it in task_items])
+    seconds = time.perf_counter() - wall
+    cpu1 = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu_seconds = sum(b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime for a, b in zip(cpu0, cpu1))
+    # as lm-eval logs them (tuples as lists)
+    traces = {g["key"]: g for task_items in items.values() for it in task_items
+              for g in json.loads(json.dumps(it["trace"]))["generations"]}
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "startup_seconds": startup,
-            "generations": len(traces), "traces": traces}
+            "generations": len(traces), "traces": traces, "values": values, "workers": workers}
+
+
+def same_values(a: dict, b: dict) -> bool:
+    """The same aggregated values (NaN, lm-eval's undefined, equal to NaN)."""
+    return a.keys() == b.keys() and all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
 
 
 def cli_flags(trace_config: str) -> list[str]:
@@ -98,6 +140,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/propme-bench-lmeval"), help="where the demo and traces go")
     p.add_argument("--full", action="store_true", help="prepare the full-size demo instead of the small one")
     p.add_argument("--workers", type=int, default=2, help="workers of `propme trace`")
+    p.add_argument("--hook-workers", type=int, help="trace_workers of the parallel hooks (default: the hooks' default)")
     args = p.parse_args()
 
     from propme_metrics.demo.run import FULL, SMALL, DemoPaths, prepare, run_lm_eval
@@ -114,28 +157,36 @@ def main() -> None:
     files = samples_files(paths.runs)
     first = json.loads(open(files[0], encoding="utf-8").readline())["doc"]
     print(f"samples: {', '.join(f.name for f in files)}", flush=True)
-    hooks = replay_hooks(files)
+    from propme_tasks.deferred import default_trace_workers
+
+    before = replay_hooks(files, 1)
+    hooks = replay_hooks(files, args.hook_workers or default_trace_workers())
     cli = run_propme_trace(files, first["index_path"], first["trace_config"], args.work, args.workers)
     keys = sorted(hooks["traces"])
-    same = sum(hooks["traces"][k] == cli["traces"].get(k) for k in keys)  # each with its (masked) PII
-    per_hook = 1000 * hooks["seconds"] / hooks["generations"]
-    per_cli = 1000 * cli["seconds"] / cli["generations"]
+    same = sum(hooks["traces"][k] == cli["traces"].get(k) == before["traces"].get(k) for k in keys)  # with (masked) PII
+    per = {name: 1000 * run["seconds"] / run["generations"] for name, run in
+           (("before", before), ("hooks", hooks), ("cli", cli))}
     print()
     print(f"Index {first['index_path']}; {hooks['generations']} generations in {len(files)} samples files. "
           f"Machine: {os.cpu_count()} CPUs.")
     print()
-    print("| path | generations | seconds | ms/generation |")
-    print("|---|---|---|---|")
-    print(f"| hooks (`process_results`, one process, as lm-eval calls them) | {hooks['generations']} | "
-          f"{hooks['seconds']:.2f} | {per_hook:.1f} |")
+    print("| path | generations | seconds | ms/generation | CPU ms/generation |")
+    print("|---|---|---|---|---|")
+    for name, run, what in (("before", before, "hooks, `trace_workers` 1 (each prompt traced in `process_results`)"),
+                            ("hooks", hooks, f"hooks, `trace_workers` {hooks['workers']} (traced in bulk by the "
+                                             "first aggregation)")):
+        print(f"| {what} | {run['generations']} | {run['seconds']:.2f} | {per[name]:.1f} | "
+              f"{1000 * run['cpu_seconds'] / run['generations']:.1f} |")
     print(f"| `propme trace --workers {args.workers}` (its printed speed) | {cli['generations']} | "
-          f"{cli['seconds']:.2f} | {per_cli:.1f} |")
+          f"{cli['seconds']:.2f} | {per['cli']:.1f} | |")
     print()
-    ratio = per_hook / per_cli
-    print(f"Hooks / propme trace per generation: {ratio:.2f}x (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'MISSED'}); "
-          f"hooks' start-up (first call: opening the index) {hooks['startup_seconds']:.2f} s, CPU "
-          f"{1000 * hooks['cpu_seconds'] / hooks['generations']:.1f} ms/generation; traces identical on "
-          f"{same}/{len(keys)} generations.")
+    ratio = per["hooks"] / per["cli"]
+    print(f"Hooks (trace_workers {hooks['workers']}) / propme trace per generation: {ratio:.2f}x "
+          f"(goal <= {GOAL}x: {'met' if ratio <= GOAL else 'MISSED'}); with trace_workers 1: "
+          f"{per['before'] / per['cli']:.2f}x. Hooks' start-up (opening the index, first trace) {before['startup_seconds']:.2f} s. "
+          f"Traces identical on {same}/{len(keys)} generations; aggregated values "
+          f"{'identical' if same_values(before['values'], hooks['values']) else 'DIFFERENT'} "
+          f"({len(hooks['values'])} task metrics).")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,17 @@ lm-eval passes the task's merged metadata (YAML `metadata:` + `--metadata` + `--
 what scoring needs (index path, tracing parameters) into every document. It also resolves the
 document-start token (`propme_metrics.prompts.start`) from the model arguments: the model is given
 `model_prompt` = start token + prompt, and each document records the choice.
+
+`process_results` hands lm-eval items that are traced later, in bulk, by the task's first
+aggregation (`propme_tasks.deferred`), with `trace_workers` processes; with one worker, or in a
+distributed run, it traces each prompt's generations itself.
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import fields
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ from propme_metrics.trace.inputs import generation_key
 from propme_metrics.trace.pii import leaks
 from propme_metrics.trace.result import TraceConfig, TraceResult
 from propme_metrics.trace.tracer import Tracer
+from propme_tasks import deferred
 
 #: How to build an index for each shipped corpus, quoted in error messages.
 BUILD_HINTS = {
@@ -37,6 +42,8 @@ BUILD_HINTS = {
 TRACE_KEYS = {f.name for f in fields(TraceConfig)}
 #: where the shards are searched: `trace_backend` ('local' or 'ray'), `trace_ray_address`, `trace_ray_actors`
 BACKEND_KEYS = {"backend", "ray_address", "ray_actors"}
+#: how many generations are traced at once: `trace_workers`
+RUN_KEYS = {"workers"}
 
 
 class TaskConfigError(ConfigError):
@@ -106,10 +113,11 @@ def _bool_setting(meta: dict[str, Any], key: str) -> bool:
 
 def trace_config(meta: dict[str, Any]) -> TraceConfig:
     """TraceConfig from `trace_<field>` metadata keys or PROPME_TRACE_<FIELD> variables."""
-    unknown = [k for k in meta if k.startswith("trace_") and k[6:] not in TRACE_KEYS | BACKEND_KEYS]
+    valid = TRACE_KEYS | BACKEND_KEYS | RUN_KEYS
+    unknown = [k for k in meta if k.startswith("trace_") and k[6:] not in valid]
     if unknown:
         raise TaskConfigError(f"unknown tracing parameter(s) {unknown}; valid: "
-                              + ", ".join(f"trace_{k}" for k in sorted(TRACE_KEYS | BACKEND_KEYS)))
+                              + ", ".join(f"trace_{k}" for k in sorted(valid)))
     values = {}
     try:
         for f in fields(TraceConfig):
@@ -158,6 +166,7 @@ def load_prompts(**meta: Any):
     config = trace_config(meta)
     config_json = json.dumps(config.to_dict(), sort_keys=True)
     backend_json = trace_backend(meta)
+    workers = _int_setting(meta, "trace_workers", deferred.default_trace_workers())
     try:
         # the tracer opens the index and checks its tokenizer now: nothing may fail after generation
         index = _doc_tracer({"index_path": str(Path(index_path).absolute()), "trace_config": config_json,
@@ -189,7 +198,8 @@ def load_prompts(**meta: Any):
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         records = _prompt_set(meta, index, corpus, setting, language, seed).records
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
-              "trace_config": config_json, "trace_backend": backend_json, "start_token": start.token,
+              "trace_config": config_json, "trace_backend": backend_json, "trace_workers": workers,
+              "start_token": start.token,
               "start_token_choice": start.choice, "start_token_note": start.note,
               "pii_show": _bool_setting(meta, "pii_show"),
               # fmr_rare's threshold, logged with every document so the report reads the run's value
@@ -280,7 +290,8 @@ def _tracer(index_path: str, config_json: str, backend_json: str = "") -> Tracer
 
 
 def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
-    """Trace every generation of this prompt and return one item per metric of the YAML.
+    """One item per metric of the YAML for this prompt's generations, traced now or by the task's
+    first aggregation (`propme_tasks.deferred`; the same items either way).
 
     Items of the registry's metrics are (numerator, denominator) pairs that `agg_ratio` pools over
     the whole task (`max` metrics: the largest value, `agg_max`), so lm-eval's table shows the same
@@ -290,10 +301,19 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     tracer = _doc_tracer(doc)
     setting = doc.get("setting")
     continuation = doc.get("continuation") or None if setting == "prefix" else None
-    traces: list[TraceResult] = []
-    for j, text in enumerate(generations):
-        key = generation_key(doc["id"], doc.get("sample_ix", 0), j, len(generations))
-        traces.append(tracer.safe_trace_one(str(text), key=key, continuation=continuation))
+    jobs = [(str(text), generation_key(doc["id"], doc.get("sample_ix", 0), j, len(generations)), continuation)
+            for j, text in enumerate(generations)]
+    workers = doc.get("trace_workers") or deferred.default_trace_workers()
+    if workers > 1 and not deferred.distributed():
+        names = ["trace", *(m.name for m in registry.for_setting(setting))]
+        return deferred.pending_items(tracer, jobs, partial(_items, doc), names, workers)
+    return _items(doc, [tracer.safe_trace_one(*job) for job in jobs])
+
+
+def _items(doc: dict[str, Any], traces: list[TraceResult]) -> dict[str, Any]:
+    """The items of one prompt from its generations' traces: `trace` (the full record) first, then
+    the setting's metrics in registry order."""
+    setting = doc.get("setting")
     personal = [leaks(t) for t in traces]
     records = []
     for t, p in zip(traces, personal):
@@ -323,17 +343,20 @@ def _top_sources(traces: list[TraceResult], k: int = 5) -> list[dict[str, Any]]:
 
 def agg_ratio(items: list[dict[str, float]]) -> float:
     """Sum of numerators over sum of denominators, pooled over the task; NaN when nothing was
-    counted (undefined, not 0)."""
+    counted (undefined, not 0). Each aggregation first traces the task's pending prompts."""
+    deferred.trace_pending(items)
     value = registry.RATIO.corpus_value(items)
     return float("nan") if value is None else value
 
 
-def agg_max(items: list[float | None]) -> float:
+def agg_max(items: list[dict[str, float | None]]) -> float:
     """Largest value over counted prompts; NaN when nothing was counted."""
+    deferred.trace_pending(items)
     value = registry.MAXIMUM.corpus_value(items)
     return float("nan") if value is None else value
 
 
 def agg_trace_failures(items: list[dict[str, Any]]) -> int:
     """Generations whose tracing failed (0 is healthy); redo them with `propme trace` on the samples file."""
+    deferred.trace_pending(items)
     return sum(i["failed"] for i in items)

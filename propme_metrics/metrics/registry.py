@@ -95,12 +95,13 @@ class MaxPooling(Pooling):
     def value(self, numerator: float, denominator: float) -> float:
         return float(numerator)
 
-    def sample_item(self, pair: Contribution) -> float | None:
-        """One prompt's largest value (None when it has no counted generation)."""
-        return self.value(*pair) if pair[1] else None
+    def sample_item(self, pair: Contribution) -> dict[str, float | None]:
+        """One prompt's largest value (None when it has no counted generation) and its counted
+        generations; a dict like the ratio's item, so the lm-eval hooks can fill it in place."""
+        return {"max": self.value(*pair) if pair[1] else None, "n": pair[1]}
 
-    def corpus_value(self, items: Iterable[float | None]) -> float | None:
-        num, den = self.pool((i, 1.0) for i in items if i is not None)
+    def corpus_value(self, items: Iterable[dict[str, float | None]]) -> float | None:
+        num, den = self.pool((i["max"], 1.0) for i in items if i["n"])
         return self.value(num, den) if den else None
 
 

@@ -215,6 +215,12 @@ def test_lm_eval_hook_on_ray_equals_local(ray_cluster, corpus_and_local):
     on_ray = {**doc, "trace_backend": hooks.trace_backend({"trace_backend": "ray", "trace_ray_actors": "2"})}
     assert json.loads(on_ray["trace_backend"]) == {"backend": "ray", "address": None, "actors": 2}
     assert hooks.process_results(on_ray, [gens]) == hooks.process_results(doc, [gens])
+    # traced in bulk by the first aggregation, two driver threads keeping the actors busy
+    ray_items = [hooks.process_results({**on_ray, "id": f"p{i}", "trace_workers": 2}, [gens[i:i + 2]])
+                 for i in (0, 2)]
+    assert hooks.agg_trace_failures([it["trace"] for it in ray_items]) == 0
+    local_items = [hooks.process_results({**doc, "id": f"p{i}", "trace_workers": 1}, [gens[i:i + 2]]) for i in (0, 2)]
+    assert ray_items == local_items
     with pytest.raises(hooks.TaskConfigError, match="'local' or 'ray'"):
         hooks.trace_backend({"trace_backend": "spark"})
 

@@ -216,7 +216,7 @@ def test_process_results_traces_each_generation(demo_paths, monkeypatch, tmp_pat
     junk = hooks.process_results(doc, ["!!!!" * 300])
     # a degenerate generation counts in no metric: every pooled item has a zero denominator
     assert all(v["n"] == 0 for k, v in junk.items() if isinstance(v, dict) and "n" in v)
-    assert junk["nvr_max"] is None
+    assert junk["nvr_max"] == {"max": None, "n": 0.0}
 
 
 def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
@@ -266,7 +266,7 @@ def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp
     assert gen["text"] == "a generation that cannot be traced" and "engine exploded" in gen["error"]
     # counted as a failure, not as a zero: nothing enters any metric's numerator or denominator
     assert all(v["n"] == 0 for k, v in items.items() if isinstance(v, dict) and "n" in v)
-    assert items["nvr_max"] is None
+    assert items["nvr_max"] == {"max": None, "n": 0.0}
     assert hooks.agg_trace_failures([items["trace"]]) == 1
 
 

@@ -1,0 +1,271 @@
+"""Tracing deferred to lm-eval's aggregation (`propme_tasks.deferred`): the same samples and numbers
+as tracing in `process_results`, in real `lm_eval` runs, when the workers fail, and for callers
+that read the items at once; the `trace_workers` setting; distributed runs trace at once."""
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing.pool
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from propme_metrics.metrics import registry
+from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
+from propme_metrics.trace import tracer as tracer_module
+from propme_metrics.trace.result import TraceResult
+from propme_tasks import deferred, hooks
+from support.lmeval import demo_metadata, model_args, run_lm_eval, samples_file
+
+TASKS = ("propme_demo_prefix", "propme_demo_generic", "propme_demo_unconditional")
+SPY = str(Path(__file__).parents[1] / "support" / "lmeval_trace_spy.py")
+
+
+def _spy_lm_eval(calls: Path, args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """`run_lm_eval` through the stock CLI with PropMe's tracing calls logged to `calls`."""
+    full_env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                    PROPME_CACHE_DIR=str(tmp_path / "cache"), **env)
+    full_env.pop("PROPME_DEMO_INDEX", None)
+    return subprocess.run([sys.executable, SPY, str(calls), *args], env=full_env, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def lm_eval_runs(demo_paths, tmp_path_factory):
+    """Three `lm_eval` runs of the same tasks: `trace_workers` 1 (metadata) and 2 (environment) with
+    --log_samples, the second with PropMe's tracing calls logged; and 2 without --log_samples."""
+    root = tmp_path_factory.mktemp("deferred")
+    runs = {}
+    for name, workers, env, log in (("one", {"trace_workers": 1}, {}, True),
+                                    ("two", {}, {"PROPME_TRACE_WORKERS": "2"}, True),
+                                    ("unlogged", {"trace_workers": 2}, {}, False)):
+        out = root / name
+        metadata = json.dumps({**json.loads(demo_metadata(demo_paths)), **workers})
+        args = [*model_args(demo_paths), "--tasks", ",".join(TASKS), "--gen_kwargs", "max_gen_toks=64",
+                "--metadata", metadata, *(["--log_samples"] if log else []), "--output_path", str(out)]
+        if name == "two":
+            proc = _spy_lm_eval(root / "calls.jsonl", args, root, **env)
+        else:
+            proc = run_lm_eval(args, root, **env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "parallel tracing failed" not in proc.stderr
+        runs[name] = out
+    runs["calls"] = [json.loads(line) for line in open(root / "calls.jsonl")]
+    return runs
+
+
+def _results(out) -> dict:
+    return json.loads(next(out.rglob("results_*.json")).read_text())
+
+
+def _samples(out, task: str) -> list[dict]:
+    return [json.loads(line) for line in samples_file(out, task).open(encoding="utf-8")]
+
+
+def test_any_number_of_workers_logs_the_same_samples_and_results(lm_eval_runs):
+    one, two = (_results(lm_eval_runs[n]) for n in ("one", "two"))
+    for task in TASKS:
+        assert one["configs"][task]["metadata"]["trace_workers"] == 1  # the setting is recorded with the run
+        rows = {n: _samples(lm_eval_runs[n], task) for n in ("one", "two")}
+        assert {r["doc"]["trace_workers"] for r in rows["one"]} == {1}
+        assert {r["doc"]["trace_workers"] for r in rows["two"]} == {2}
+        assert len(rows["one"]) == len(rows["two"]) > 0
+        for a, b in zip(rows["one"], rows["two"]):
+            for row in (a, b):  # what differs by design: the recorded setting and the document's hash
+                del row["doc"]["trace_workers"], row["doc_hash"]
+            assert a == b
+    # NaN (undefined) compares equal through its JSON spelling
+    assert json.dumps(one["results"], sort_keys=True) == json.dumps(two["results"], sort_keys=True)
+    unlogged = _results(lm_eval_runs["unlogged"])
+    assert json.dumps(unlogged["results"], sort_keys=True) == json.dumps(two["results"], sort_keys=True)
+    assert not list(lm_eval_runs["unlogged"].rglob("samples_*.jsonl"))
+    prefix = two["results"]["propme_demo_prefix"]
+    assert prefix["fmr,none"] >= 0.8 and prefix["trace,none"] == 0  # the planted documents, traced
+    # with 2 workers each task was traced in one bulk call, all of its generations at once
+    assert sorted(c["generations"] for c in lm_eval_runs["calls"]) == sorted(
+        len(_samples(lm_eval_runs["two"], task)) for task in TASKS)
+    assert {c["workers"] for c in lm_eval_runs["calls"]} == {2}
+
+
+def test_every_logged_item_is_the_final_value(lm_eval_runs):
+    """Each logged metric item is the one its trace gives (none left empty), and lm-eval's table is
+    the aggregation of exactly the logged items."""
+    results = _results(lm_eval_runs["two"])["results"]
+    for task in TASKS:
+        rows = _samples(lm_eval_runs["two"], task)
+        setting = rows[0]["doc"]["setting"]
+        metrics = registry.for_setting(setting)
+        assert rows[0]["metrics"] == ["trace", *(m.name for m in metrics)]
+        for row in rows:
+            assert not any("pending" in row[name] for name in row["metrics"])  # no placeholder left
+            trace = row["trace"]
+            assert trace["prompt_id"] == row["doc"]["id"] and trace["failed"] == 0
+            traces = [TraceResult.from_dict(g) for g in trace["generations"]]
+            assert [t.text for t in traces] == [row["filtered_resps"][0]]
+            counted = [contributions(t, metrics, rare_max_count=row["doc"]["rare_max_count"])
+                       for t in traces if counts_for_metrics(t)]
+            for m in metrics:
+                assert row[m.name] == m.aggregation.sample_item(pool(m, counted)), (task, m.name)
+        for m in metrics:
+            items = [row[m.name] for row in rows]
+            if m.aggregation is registry.MAXIMUM:
+                counted_max = [i["max"] for i in items if i["n"]]
+                expected = max(counted_max) if counted_max else math.nan
+            else:
+                n = sum(i["n"] for i in items)
+                expected = sum(i["sum"] for i in items) / n if n else math.nan
+            got = results[task][f"{m.name},none"]
+            assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected), (task, m.name)
+        assert results[task]["trace,none"] == sum(row["trace"]["failed"] for row in rows)
+
+
+def test_samples_logging_nvr_max_as_a_number_still_load(lm_eval_runs, tmp_path):
+    """Runs made before `nvr_max`'s item became {"max", "n"} logged a bare number (or null): the
+    report reads the traces only, so such samples files load as before."""
+    from propme_metrics.report.load import load_samples
+
+    path = samples_file(lm_eval_runs["two"], "propme_demo_prefix")
+    old = tmp_path / path.name
+    with open(old, "w", encoding="utf-8") as fh:
+        for row in _samples(lm_eval_runs["two"], "propme_demo_prefix"):
+            row["nvr_max"] = row["nvr_max"]["max"]
+            fh.write(json.dumps(row) + "\n")
+    loaded = [load_samples(p, "propme_demo_prefix", setting="prefix")[0] for p in (path, old)]
+    assert [(p.id, p.generations, p.values) for p in loaded[0]] == [(p.id, p.generations, p.values) for p in loaded[1]]
+    assert loaded[0] and all(p.values for p in loaded[0])
+
+
+@pytest.fixture
+def prefix_docs(demo_paths, monkeypatch, tmp_path):
+    """The demo's prefix documents with `trace_workers` 2, and generations for them: the true
+    continuation, unrelated words, nothing."""
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    for name in deferred.WORLD_SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    docs = list(hooks.load_prompts(corpus="demo", setting="prefix", language=None, demo_index=str(demo_paths.index),
+                                   demo_prefix_prompts=str(demo_paths.prompts("prefix")), trace_workers=2,
+                                   pretrained=str(demo_paths.model))["test"])
+    gens = [[doc["continuation"], "zzz qqq unrelated words", ""][: 1 + i % 3] for i, doc in enumerate(docs)]
+    return docs, gens
+
+
+def _run_task(docs, gens, workers: int) -> tuple[list[dict], dict]:
+    """process_results for every document, then every aggregation, as lm-eval does; the items as
+    lm-eval logs them (JSON) and the aggregated values."""
+    items = [hooks.process_results({**doc, "trace_workers": workers}, [g]) for doc, g in zip(docs, gens)]
+    aggregate = {"trace": hooks.agg_trace_failures,
+                 **{m.name: getattr(hooks, f"agg_{m.aggregation.name}") for m in registry.METRICS}}
+    values = {name: aggregate[name]([it[name] for it in items]) for name in items[0]}
+    return [json.loads(json.dumps(it)) for it in items], values
+
+
+def _same(a: dict, b: dict) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_deferred_items_equal_items_traced_at_once(prefix_docs):
+    docs, gens = prefix_docs
+    items = hooks.process_results(docs[0], [gens[0]])
+    assert all(isinstance(v, deferred.Item) and v.pending is not None for v in items.values())
+    assert dict.__repr__(items["fmr"]) == repr(deferred.PENDING_MARK)  # nothing traced yet
+    now_items, now_values = _run_task(docs, gens, 1)
+    later_items, later_values = _run_task(docs, gens, 2)
+    assert later_items == now_items and _same(later_values, now_values)
+    assert now_values["fmr"] > 0 and now_values["extraction"] > 0 and now_values["trace"] == 0
+    assert sum(len(it["trace"]["generations"]) for it in now_items) == sum(map(len, gens))
+
+
+def test_items_read_before_aggregation_trace_themselves(prefix_docs):
+    """A caller of process_results that reads, copies, compares, dumps or pickles the items at once
+    gets the final values."""
+    docs, gens = prefix_docs
+    expected = hooks.process_results({**docs[1], "trace_workers": 1}, [gens[1]])
+    assert type(expected["fmr"]) is dict
+    for read in (lambda it: it["fmr"]["n"], lambda it: dict(it["fmr"]), lambda it: json.dumps(it),
+                 lambda it: pickle.dumps(it), lambda it: it["trace"] == expected["trace"], lambda it: list(it["nvr"])):
+        items = hooks.process_results(docs[1], [gens[1]])
+        read(items)
+        assert json.loads(json.dumps(items)) == json.loads(json.dumps(expected))
+    both = [hooks.process_results(docs[1], [gens[1]]) for _ in range(2)]
+    assert both[0] == both[1] == expected  # comparing two pending items traces both
+    assert pickle.loads(pickle.dumps(hooks.process_results(docs[1], [gens[1]])["nvr_max"])) == expected["nvr_max"]
+    assert type(pickle.loads(pickle.dumps(both[0]["trace"]))) is dict
+
+
+def _refuse_pool(*args, **kwargs):
+    raise OSError(12, "Cannot allocate memory")
+
+
+def _third_job_fails(job):
+    if job[1] == _third_job_fails.key:
+        raise RuntimeError("worker lost")
+    return tracer_module._WORKER.safe_trace_one(*job)
+
+
+@pytest.mark.parametrize("failure", ["no pool", "worker fails"])
+def test_failing_workers_lose_nothing(prefix_docs, monkeypatch, capfd, failure):
+    """The pool cannot start, or a worker's job fails after others came back: the rest is traced in
+    this process, said in one line, with the same numbers."""
+    docs, gens = prefix_docs
+    expected = _run_task(docs, gens, 1)
+    capfd.readouterr()
+    if failure == "no pool":
+        monkeypatch.setattr(multiprocessing.pool.Pool, "_repopulate_pool", _refuse_pool)  # fork fails
+    else:
+        _third_job_fails.key = f"{docs[2]['id']}#0.0"
+        monkeypatch.setattr(tracer_module, "_work", _third_job_fails)
+    items, values = _run_task(docs, gens, 2)
+    assert items == expected[0] and _same(values, expected[1])
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("PropMe: parallel tracing failed"), err
+    assert ("Cannot allocate memory" if failure == "no pool" else "RuntimeError: worker lost") in lines[0]
+    assert "Traceback" not in err
+
+
+def test_distributed_runs_and_one_worker_trace_at_once(prefix_docs, monkeypatch):
+    docs, gens = prefix_docs
+    for name, value in (("WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_SIZE", "4")):
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            assert deferred.distributed()
+            items = hooks.process_results(docs[0], [gens[0]])
+            assert all(type(v) is dict for v in items.values())  # traced here: rank 0 gets them pickled
+            assert items["trace"]["generations"][0]["full_match"]
+    monkeypatch.setenv("WORLD_SIZE", "1")  # accelerate launch with one process
+    assert not deferred.distributed()
+    assert all(type(v) is deferred.Item for v in hooks.process_results(docs[0], [gens[0]]).values())
+    one = hooks.process_results({**docs[0], "trace_workers": 1}, [gens[0]])
+    assert all(type(v) is dict for v in one.values())
+
+
+def test_trace_workers_setting(demo_paths, monkeypatch, tmp_path):
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PROPME_TRACE_WORKERS", raising=False)
+    base = {"corpus": "demo", "setting": "prefix", "language": None, "demo_index": str(demo_paths.index),
+            "demo_prefix_prompts": str(demo_paths.prompts("prefix")), "pretrained": str(demo_paths.model)}
+    assert hooks.load_prompts(**base)["test"][0]["trace_workers"] == deferred.default_trace_workers()
+    assert hooks.load_prompts(**base, trace_workers="3")["test"][0]["trace_workers"] == 3
+    for bad, match in (("two", "metadata key 'trace_workers' must be an integer, not 'two'"),
+                       (0, "metadata key 'trace_workers' must be at least 1, not 0"),
+                       (1.5, "must be an integer")):
+        with pytest.raises(hooks.TaskConfigError, match=match):
+            hooks.load_prompts(**base, trace_workers=bad)
+    with pytest.raises(hooks.TaskConfigError, match="unknown tracing parameter.*trace_workers"):
+        hooks.load_prompts(**base, trace_worker=2)
+    monkeypatch.setenv("PROPME_TRACE_WORKERS", "-1")
+    with pytest.raises(hooks.TaskConfigError, match="environment variable PROPME_TRACE_WORKERS must be at least 1"):
+        hooks.load_prompts(**base)
+    monkeypatch.setenv("PROPME_TRACE_WORKERS", "5")
+    assert hooks.load_prompts(**base)["test"][0]["trace_workers"] == 5
+
+
+def test_default_trace_workers(monkeypatch):
+    """The CPUs this process may use, at most MAX_DEFAULT_TRACE_WORKERS."""
+    for cpus, expected in (({3}, 1), (set(range(4)), 4), (set(range(64)), deferred.MAX_DEFAULT_TRACE_WORKERS)):
+        monkeypatch.setattr(deferred.os, "sched_getaffinity", lambda pid, cpus=cpus: cpus)
+        assert deferred.default_trace_workers() == expected
