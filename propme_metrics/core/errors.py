@@ -34,3 +34,9 @@ class BuildError(PropMeError):
     """An external build step (the suffix-array binary) failed."""
 
     exit_code = 4
+
+
+class TraceWorkerError(PropMeError):
+    """A tracing worker process stopped without a result (killed, or out of memory)."""
+
+    exit_code = 4

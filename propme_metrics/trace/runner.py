@@ -68,14 +68,18 @@ def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path
                            workers=workers) as traced, progress_bar(progress) as bar:
             task = bar.add_task("tracing", total=len(generations), completed=resumed, rate="")
             lines: list[bytes] = []
-            for res in traced:
-                results.append(res)
-                lines.append(res.json_bytes())
-                if len(lines) == chunk or len(results) == len(generations):
+            try:
+                for res in traced:
+                    results.append(res)
+                    lines.append(res.json_bytes())
+                    if len(lines) == chunk or len(results) == len(generations):
+                        _append(fh, lines)
+                        lines = []
+                        bar.update(task, completed=len(results),
+                                   rate=rate(len(results) - resumed, time.time() - started, "gen"))
+            finally:  # interrupted (Ctrl-C, a worker killed): what is finished is kept for the next run
+                if lines:
                     _append(fh, lines)
-                    lines = []
-                    bar.update(task, completed=len(results),
-                               rate=rate(len(results) - resumed, time.time() - started, "gen"))
         return results, resumed
     finally:
         fh.close()  # releases the lock

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from propme_metrics.core.errors import TraceWorkerError
 from propme_metrics.index.decode import TokenDecoder
 from propme_metrics.index.format import parse_metadata
 from propme_metrics.index.reader import Index, open_index
@@ -530,35 +531,44 @@ class _Runner:
     """Iterates the results of `jobs` in input order, in this process or in forked workers.
 
     Workers inherit the opened tracer (memory maps are shared, nothing is reopened); each result
-    depends on its own input only, so any number of workers gives the same results."""
+    depends on its own input only, so any number of workers gives the same results. A worker that
+    dies (killed, out of memory) ends the iteration with TraceWorkerError instead of a hang."""
 
     def __init__(self, tracer: Tracer, jobs: list[tuple[str, str, str | None]], workers: int):
-        self.tracer, self.jobs, self.workers, self.pool = tracer, jobs, workers, None
+        self.tracer, self.jobs, self.workers, self.pool, self.results = tracer, jobs, workers, None, None
 
     def __enter__(self) -> _Runner:
         if self.workers > 1 and len(self.jobs) > 1:
             import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
 
             global _WORKER
             _WORKER = self.tracer
+            self.pool = ProcessPoolExecutor(min(self.workers, len(self.jobs)), mp_context=mp.get_context("fork"),
+                                            initializer=_init_worker)
             # objects alive now are never collected by the workers: their garbage collector leaves
             # them alone instead of walking them (which copies every inherited page it touches)
             gc.freeze()
-            try:
-                self.pool = mp.get_context("fork").Pool(min(self.workers, len(self.jobs)), initializer=_init_worker)
+            try:  # the first submission forks every worker, before the executor starts its thread
+                self.results = self.pool.map(_work, self.jobs, chunksize=max(1, min(8, len(self.jobs) // (8 * self.workers))))
             finally:
                 gc.unfreeze()
-            self.chunksize = max(1, min(8, len(self.jobs) // (8 * self.workers)))
         return self
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[TraceResult]:
         if self.pool is None:
-            return (self.tracer.safe_trace_one(*job) for job in self.jobs)
-        return self.pool.imap(_work, self.jobs, chunksize=self.chunksize)
+            yield from (self.tracer.safe_trace_one(*job) for job in self.jobs)
+            return
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            yield from self.results
+        except BrokenProcessPool:
+            raise TraceWorkerError("a tracing worker process stopped without a result (killed, or out of memory?)",
+                                   "run again (fewer --workers need less memory); finished results are kept") from None
 
     def __exit__(self, *exc) -> None:
         global _WORKER
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+            self.pool.shutdown(wait=True, cancel_futures=True)
             _WORKER = None

@@ -13,6 +13,7 @@ import pytest
 
 import propme_metrics.trace.runner as resume_module
 from propme_metrics.cli import app as cli
+from propme_metrics.trace import tracer as tracer_module
 from propme_metrics.trace.runner import journal_path
 from propme_metrics.trace.tracer import Tracer
 from support.corpora import write_jsonl
@@ -60,6 +61,31 @@ def test_interrupted_trace_resumes_with_identical_results(tmp_path, monkeypatch,
     once.pop("results")
     assert twice == once
     assert sorted(p.name for p in (tmp_path / "twice").iterdir()) == ["r.jsonl", "s.json"]
+
+
+def _kill_worker_at_g5(job):
+    """A worker's job that ends its process without a result on generation g5 (as the out-of-memory killer does)."""
+    if job[1] == "g5":
+        os._exit(9)
+    return tracer_module._WORKER.safe_trace_one(*job)
+
+
+def test_killed_worker_is_one_message_and_finished_results_resume(tmp_path, monkeypatch, synthetic_index,
+                                                                  synthetic_records, cli_run):
+    """A tracing worker killed mid-run: exit 4 with one message (no hang, no traceback), the results
+    before it are kept, and the same command finishes the run with the results of an unbroken one."""
+    inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
+    assert cli_run(*trace_args(synthetic_index, inp, tmp_path / "once"))[0] == 0
+    monkeypatch.setattr(resume_module, "CHUNK_PER_WORKER", 1)
+    with monkeypatch.context() as m:
+        m.setattr(tracer_module, "_work", _kill_worker_at_g5)
+        code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path / "twice", "--workers", "2"))
+    assert code == 4 and "tracing worker process stopped" in err and "run again" in err, err
+    kept = journal_path(tmp_path / "twice" / "r.jsonl").read_text(encoding="utf-8").splitlines()[1:]
+    assert [json.loads(x)["key"] for x in kept] == [f"g{i}" for i in range(len(kept))] and 0 < len(kept) <= 5
+    code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path / "twice", "--workers", "2"))
+    assert code == 0 and f"resumed: {len(kept)} of 9" in err, err
+    assert (tmp_path / "twice" / "r.jsonl").read_bytes() == (tmp_path / "once" / "r.jsonl").read_bytes()
 
 
 def test_journal_of_another_job_or_cut_short_is_not_reused(tmp_path, monkeypatch, synthetic_index,

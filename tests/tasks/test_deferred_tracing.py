@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing.pool
 import os
 import pickle
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -206,7 +206,13 @@ def _third_job_fails(job):
     return tracer_module._WORKER.safe_trace_one(*job)
 
 
-@pytest.mark.parametrize("failure", ["no pool", "worker fails"])
+def _third_job_kills_its_worker(job):
+    if job[1] == _third_job_fails.key:
+        os._exit(9)  # as the out-of-memory killer ends a process: no exception, no result
+    return tracer_module._WORKER.safe_trace_one(*job)
+
+
+@pytest.mark.parametrize("failure", ["no pool", "worker fails", "worker killed"])
 def test_failing_workers_lose_nothing(prefix_docs, monkeypatch, capfd, failure):
     """The pool cannot start, or a worker's job fails after others came back: the rest is traced in
     this process, said in one line, with the same numbers."""
@@ -214,16 +220,18 @@ def test_failing_workers_lose_nothing(prefix_docs, monkeypatch, capfd, failure):
     expected = _run_task(docs, gens, 1)
     capfd.readouterr()
     if failure == "no pool":
-        monkeypatch.setattr(multiprocessing.pool.Pool, "_repopulate_pool", _refuse_pool)  # fork fails
+        monkeypatch.setattr(ProcessPoolExecutor, "_launch_processes", _refuse_pool)  # fork fails
     else:
         _third_job_fails.key = f"{docs[2]['id']}#0.0"
-        monkeypatch.setattr(tracer_module, "_work", _third_job_fails)
+        monkeypatch.setattr(tracer_module, "_work",
+                            _third_job_fails if failure == "worker fails" else _third_job_kills_its_worker)
     items, values = _run_task(docs, gens, 2)
     assert items == expected[0] and _same(values, expected[1])
     err = capfd.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("PropMe: parallel tracing failed"), err
-    assert ("Cannot allocate memory" if failure == "no pool" else "RuntimeError: worker lost") in lines[0]
+    assert {"no pool": "Cannot allocate memory", "worker fails": "RuntimeError: worker lost",
+            "worker killed": "TraceWorkerError: a tracing worker process stopped"}[failure] in lines[0]
     assert "Traceback" not in err
 
 
