@@ -63,8 +63,7 @@ class TraceConfig:
 
 class _PickledByFields:
     """Pickled as (class, field values in order): loaded faster than the default pickling, and
-    makes no per-object state dict: with parallel workers the parent loads every result it gets.
-    (No `__slots__` here: instances keep Python's compact shared-key attribute storage.)"""
+    makes no per-object state dict: with parallel workers the parent loads every result it gets."""
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         cls = type(self)
