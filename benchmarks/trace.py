@@ -155,6 +155,7 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
                           "rss_anon_mb": status_kb("RssAnon") / 1024, "rss_file_mb": status_kb("RssFile") / 1024}))
         return
     seconds = serialize = math.inf
+    traced_anon = None
     for _ in range(repeat):  # best of `repeat`: other load on the machine only ever slows a run down
         # as `propme trace` runs: each result serialized and written as it comes; `seconds` is the
         # tracing alone (the loop less the serialization), `serialize` that of every result once
@@ -170,7 +171,8 @@ def measure(kind: str, index: str, gens_path: str, workers: int, every: int, out
             total = time.perf_counter() - t0
         if total - spent < seconds:
             seconds, serialize = total - spent, spent
-    traced_anon = status_kb("RssAnon") / 1024  # the tracer's own memory and its results (no lines held)
+        if traced_anon is None:  # the first run's: a later one also holds what its predecessor freed
+            traced_anon = status_kb("RssAnon") / 1024  # the tracer's own memory and its results (no lines held)
     lines = [serialize_line(r) for r in results]  # every line at once: what `propme trace` never holds
     print(json.dumps({
         "kind": kind, "index": index, "workers": workers, "generations": len(rows), "seconds": seconds,
