@@ -62,21 +62,36 @@ class TraceConfig:
 
 
 class _PickledByFields:
-    """Pickled as (class, field values in order): loaded faster than the default pickling, and
-    makes no per-object state dict: with parallel workers the parent loads every result it gets."""
+    """Slotted results (no per-object dict: orjson and pickling read the fields, and none is
+    made as a side effect), pickled as (class, field values in order): loaded faster than the
+    default pickling; with parallel workers the parent loads every result it gets."""
+
+    __slots__ = ()
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        cls = type(self)
-        getter = _FIELD_VALUES.get(cls)
-        if getter is None:
-            getter = _FIELD_VALUES[cls] = attrgetter(*(f.name for f in fields(cls)))
-        return cls, getter(self)
+        return type(self), _field_values(type(self))(self)
+
+
+def _field_values(cls: type) -> attrgetter:
+    getter = _FIELD_VALUES.get(cls)
+    if getter is None:
+        getter = _FIELD_VALUES[cls] = attrgetter(*(f.name for f in fields(cls)))
+    return getter
+
+
+def _fields_dict(obj: _PickledByFields) -> dict[str, Any]:
+    """The fields of a result object as a new dict, in their order."""
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in fields(obj))
+    return dict(zip(names, _field_values(type(obj))(obj)))
 
 
 _FIELD_VALUES: dict[type, attrgetter] = {}
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-@dataclass
+@dataclass(slots=True)
 class Span(_PickledByFields):
     """A maximal clean span [start, end) of the generation's index tokens (steps 1-2)."""
 
@@ -92,7 +107,7 @@ class Span(_PickledByFields):
         return self.end - self.start
 
 
-@dataclass
+@dataclass(slots=True)
 class TracedDocument(_PickledByFields):
     """One document entry of a final span: where it is, what it is, how closely g matches its window."""
 
@@ -109,7 +124,7 @@ class TracedDocument(_PickledByFields):
     snippet_span: tuple[int, int]  #: character offsets of the occurrence inside the snippet
 
 
-@dataclass
+@dataclass(slots=True)
 class FinalSpan(_PickledByFields):
     """A final span of the generation with its document entries (what every metric counts)."""
 
@@ -124,7 +139,7 @@ class FinalSpan(_PickledByFields):
         return self.end - self.start
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceResult(_PickledByFields):
     """Everything traced for one generation, JSON-able through `to_dict`."""
 
@@ -179,7 +194,7 @@ class TraceResult(_PickledByFields):
 
     def _layout(self, copy: bool) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in _RESULT_SCALARS}
-        data["spans"] = [dict(vars(s)) for s in self.spans] if copy else self.spans  # fields in their order
+        data["spans"] = [_fields_dict(s) for s in self.spans] if copy else self.spans  # fields in their order
         data["final_spans"] = [_final_span_dict(s) for s in self.final_spans] if copy else self.final_spans
         docs = self.documents  # the properties' values, from one list
         data.update(longest_span=self.longest_span, full_match=any(d.match == "full_raw" for d in docs),
@@ -211,7 +226,7 @@ def _final_span_dict(span: FinalSpan) -> dict[str, Any]:
     data = {k: getattr(span, k) for k in _FINAL_SCALARS}
     docs = []
     for d in span.documents:
-        doc = dict(vars(d))
+        doc = _fields_dict(d)
         doc["metadata"] = dict(d.metadata)
         docs.append(doc)
     data["documents"] = docs
