@@ -216,8 +216,8 @@ def run_measure(args: argparse.Namespace, kind: str, index: Path, workers: int, 
     cmd = [sys.executable, __file__, "--_measure", kind, "--index", str(index), "--_gens", str(args.gens_file),
            "--workers", str(workers), "--_every", str(every), "--repeat", str(args.repeat)]
     # the code measured first on the path: an older checkout, or this one (not an installed copy)
-    code = code if code is not None else Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code.absolute()), os.environ.get("PYTHONPATH", "")])}
+    path = code if code is not None else Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path.absolute()), os.environ.get("PYTHONPATH", "")])}
     if out:
         cmd += ["--_out", str(out)]
     print(f"  measuring {kind}{f' of {code}' if code else ''} on {index.name} (workers {workers}"

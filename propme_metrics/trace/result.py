@@ -69,26 +69,25 @@ class _PickledByFields:
     __slots__ = ()
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return type(self), _field_values(type(self))(self)
+        return type(self), _field_layout(type(self))[1](self)
 
 
-def _field_values(cls: type) -> attrgetter:
-    getter = _FIELD_VALUES.get(cls)
-    if getter is None:
-        getter = _FIELD_VALUES[cls] = attrgetter(*(f.name for f in fields(cls)))
-    return getter
+def _field_layout(cls: type) -> tuple[tuple[str, ...], attrgetter]:
+    """A result class's field names in order, and a getter of their values (made once per class)."""
+    layout = _FIELD_LAYOUT.get(cls)
+    if layout is None:
+        names = tuple(f.name for f in fields(cls))
+        layout = _FIELD_LAYOUT[cls] = (names, attrgetter(*names))
+    return layout
 
 
 def _fields_dict(obj: _PickledByFields) -> dict[str, Any]:
     """The fields of a result object as a new dict, in their order."""
-    names = _FIELD_NAMES.get(type(obj))
-    if names is None:
-        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in fields(obj))
-    return dict(zip(names, _field_values(type(obj))(obj)))
+    names, values = _field_layout(type(obj))
+    return dict(zip(names, values(obj)))
 
 
-_FIELD_VALUES: dict[type, attrgetter] = {}
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_LAYOUT: dict[type, tuple[tuple[str, ...], attrgetter]] = {}
 
 
 @dataclass(slots=True)
