@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -725,6 +726,24 @@ def test_json_bytes_is_to_dict(tracer, synthetic_records):
     line = r.json_bytes()
     line.decode("utf-8")  # valid UTF-8
     assert json.loads(line)["final_spans"][0]["documents"][0]["metadata"]["n"] == "cut \ud800 here"
+
+
+def test_json_bytes_leaves_no_utf8_copy(tracer, synthetic_records):
+    """Writing a result keeps its memory as it was: orjson gives every non-ASCII string it encodes a
+    cached UTF-8 copy (CPython keeps it inside the string), so the result's own texts are swapped
+    for equal fresh strings; the line and the values stay the same."""
+    probe = "søen ved Ålborg " * 20
+    orjson.dumps(probe)
+    if sys.getsizeof(probe) == sys.getsizeof("".join(("", probe))):
+        pytest.skip("this Python keeps no UTF-8 copy in a string")
+    text = next(r["text"][:300] for r in synthetic_records if not r["text"][:300].isascii())
+    r = tracer.trace_one(text, "mem")
+    owned = lambda: [s.text for s in r.spans] + [d.snippet for d in r.documents]  # noqa: E731
+    assert r.documents and not all(t.isascii() for t in owned())
+    sizes, values = [sys.getsizeof(t) for t in owned()], owned()
+    line = r.json_bytes()
+    assert [sys.getsizeof(t) for t in owned()] == sizes and owned() == values
+    assert r.json_bytes() == line and r.text is text
 
 
 def test_results_pickle_by_fields(tracer, synthetic_records):
