@@ -371,16 +371,17 @@ class ShardSearcher:
         out = []
         for p, doc in zip(pos.tolist(), local.tolist()):
             doc_start, doc_end = document_bounds(self.offsets, self.n, self.width, doc)
-            out.append(self._window(doc, max(doc_start, p - before), min(doc_end, p + after), p))
+            out.append(self._window(doc, (doc_start, doc_end), max(doc_start, p - before), min(doc_end, p + after), p))
         return out
 
     def document(self, doc: int, max_tokens: int | None = None) -> DocWindow:
         """The first `max_tokens` tokens (all if None) of local document `doc` (the engine's `get_doc_by_ix`)."""
         start, end = document_bounds(self.offsets, self.n, self.width, doc)
-        return self._window(doc, start, end if max_tokens is None else min(end, start + max_tokens), start)
+        return self._window(doc, (start, end), start, end if max_tokens is None else min(end, start + max_tokens), start)
 
-    def _window(self, doc: int, start: int, end: int, needle: int) -> DocWindow:
-        doc_start, doc_end = document_bounds(self.offsets, self.n, self.width, doc)
+    def _window(self, doc: int, bounds: tuple[int, int], start: int, end: int, needle: int) -> DocWindow:
+        """Tokens [start, end) of local document `doc`, whose own token range is `bounds`."""
+        doc_start, doc_end = bounds
         return DocWindow(shard=self.id, doc_ix=self.doc_base + doc, doc_len=doc_end - doc_start,
                          token_ids=np.array(self.ds[start:end]), needle_offset=needle - start,
                          metadata=metadata_line(self.metaoff, self.meta, doc))
@@ -451,6 +452,7 @@ class IndexSearch:
         arr = self.query(ids)
         if not spans:
             return []
+        asked, spans = spans, list(dict.fromkeys(spans))  # each distinct span searched once
         m = len(spans)
         qstart = np.asarray([s for s, _ in spans] * 2, dtype=np.int64)
         qend = np.asarray([e for _, e in spans] * 2, dtype=np.int64)
@@ -462,9 +464,10 @@ class IndexSearch:
         for _lo, hi, _llo, _lhi in self.search_shards(arr, qstart, qend, upper):
             lo_b, hi_b = hi[:m], hi[m:]
             counts += hi_b - lo_b
-            for i in range(m):
-                segments[i].append((int(lo_b[i]), int(hi_b[i])))
-        return [Occurrences(int(c), seg) for c, seg in zip(counts, segments)]
+            for seg, lo_i, hi_i in zip(segments, lo_b.tolist(), hi_b.tolist()):
+                seg.append((lo_i, hi_i))
+        found = dict(zip(spans, (Occurrences(int(c), seg) for c, seg in zip(counts.tolist(), segments))))
+        return [found[sp] for sp in asked]
 
     def count(self, ids: Sequence[int]) -> int:
         """Occurrences of a token sequence in the corpus (0 for an empty one)."""

@@ -83,6 +83,8 @@ class NVScore(NamedTuple):
 
 def round_metric(value: float) -> float:
     """Round half-up to DECIMALS places (the published rounding of NV-recall)."""
+    if value == 0 or value == 1:  # most windows: nothing to round
+        return float(value) or 0.0
     return float(Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-DECIMALS), rounding=ROUND_HALF_UP)) or 0.0
 
 

@@ -27,9 +27,11 @@ import math
 import random
 import time
 import unicodedata
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +94,9 @@ def select_occurrences(occ: Occurrences, limit: int, rng: random.Random | None) 
         picks: Sequence[int] = range(total)
     else:
         picks = rng.sample(range(total), limit) if rng is not None else evenly_spaced(total, limit)
-    bounds = np.cumsum([0] + sizes)
-    out = []
-    for p in picks:
-        s = int(np.searchsorted(bounds, p, side="right") - 1)
-        out.append((s, int(occ.segment_by_shard[s][0] + p - bounds[s])))
-    return out
+    bounds = list(accumulate(sizes, initial=0))
+    return [(s, int(occ.segment_by_shard[s][0]) + p - bounds[s]) for p in picks
+            for s in (bisect_right(bounds, p) - 1,)]
 
 
 @dataclass
@@ -256,15 +255,16 @@ class Tracer:
         ctx = _Context(self, g, ids)
         whole = self.search.locate(ids, [(0, n)])[0] if cfg.mode == "mixed" else None
         full_docs = ctx.retrieve(whole, (0, n), None) if whole is not None and whole.count else []
+        anchors: list[tuple[int, int]] = []
         if whole is not None and whole.count:
             # every other start's match is a suffix of g, contained in (0, L): only (0, L) is maximal
-            step1, maximal = [], [(0, n)]
+            step1, maximal, found = [], [(0, n)], [whole]
         else:
             step1 = self.step1_spans(ids)
             maximal = self.clean_spans(ids, step1)
-        # mixed mode without full-span documents: the anchors' occurrences come with the spans' (one search)
-        anchors = ctx.anchor_spans(step1) if cfg.mode == "mixed" and not full_docs else []
-        found = self.search.locate(ids, maximal + anchors)
+            # mixed mode without full-span documents: the anchors' occurrences come with the spans' (one search)
+            anchors = ctx.anchor_spans(step1) if cfg.mode == "mixed" else []
+            found = self.search.locate(ids, maximal + anchors)
         found, anchor_occ = found[:len(maximal)], found[len(maximal):]
         result.spans = [Span(start=s, end=e, count=f.count, rarity=self._rarity(ids[s:e]))
                         for (s, e), f in zip(maximal, found)]
@@ -274,7 +274,7 @@ class Tracer:
         kept = sorted(order[: cfg.k(n)])
         for i in kept:
             result.spans[i].kept = True
-        finals = ctx.final_spans([maximal[i] for i in kept], [found[i] for i in kept])
+        finals = ctx.final_spans([maximal[i] for i in kept], [found[i] for i in kept], dict(step1))
         if cfg.mode == "mixed":
             if not full_docs:
                 full_docs = ctx.anchor_documents(anchors, anchor_occ)
@@ -345,8 +345,11 @@ class _Context:
         self.rng = random.Random(f"{self.cfg.seed}:{g}")
         self.norm_g = normalize_text(g) if self.cfg.mode == "mixed" else ""
         # normalize_text only changes white space once NFKC is applied, so a normalized match needs
-        # g's non-space characters in the window's: a cheap exact pre-check
-        self.core_g = _nfkc_core(g)
+        # each word of NFKC(g) inside NFKC(window) and g's non-space characters in the window's:
+        # exact pre-checks, the first (a few words, spread over g) the cheapest
+        words = _nfkc(g).split()
+        self.probes = tuple(dict.fromkeys(words[i] for i in (0, len(words) // 2, -1))) if words else ()
+        self.core_g = "".join(words)
         self._classes: dict[str, str] = {}  #: match class by window text (a window is classified up to three times)
 
     def fetch(self, picks: list[tuple[int, int]], needle: tuple[int, int]) -> list[_Retrieved]:
@@ -399,13 +402,18 @@ class _Context:
     def _classify(self, text: str) -> str:
         if self.g in text:
             return "full_raw"
-        if self.norm_g and self.core_g in _nfkc_core(text) and self.norm_g in normalize_text(text):
-            return "full_normalized"
+        if self.norm_g:
+            nfkc = _nfkc(text)
+            if all(p in nfkc for p in self.probes) and self.core_g in "".join(nfkc.split()) \
+                    and self.norm_g in normalize_text(text):
+                return "full_normalized"
         return "partial"
 
-    def final_spans(self, kept: list[tuple[int, int]], occs: list[Occurrences]) -> list[FinalSpan]:
+    def final_spans(self, kept: list[tuple[int, int]], occs: list[Occurrences],
+                    longest: dict[int, int]) -> list[FinalSpan]:
         """Steps 3-4: merge kept spans whose union occurs; documents for each final span, drawn
-        from the generation's RNG in the published order (kept spans, then unions)."""
+        from the generation's RNG in the published order (kept spans, then unions). `longest`:
+        step 1's end of the longest match by start, so a union reaching past it is not searched."""
         tracer = self.tracer
         groups: list[list[int]] = []
         unions: list[tuple[int, int]] = []
@@ -413,8 +421,10 @@ class _Context:
         for i, (s, e) in enumerate(kept):
             if groups and s < unions[-1][1]:
                 union = (min(unions[-1][0], s), max(unions[-1][1], e))
-                occ = tracer.search.locate(self.ids, [union])[0]
-                if occ.count:
+                # no match from a start is longer than step 1's: in mixed mode no union of two spans occurs
+                occ = tracer.search.locate(self.ids, [union])[0] if union[1] <= longest.get(union[0], union[1]) \
+                    else None
+                if occ is not None and occ.count:
                     groups[-1].append(i)
                     unions[-1], union_occ[-1] = union, occ
                     continue
@@ -504,11 +514,9 @@ class _Context:
                 snippet=doc.text[a:hi + chars], snippet_span=(lo - a, hi - a))
 
 
-def _nfkc_core(text: str) -> str:
-    """NFKC text without any white space."""
-    if not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text)
-    return "".join(text.split())
+def _nfkc(text: str) -> str:
+    """The NFKC form of a text (the text itself when it is in that form already)."""
+    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
 
 
 # -- parallel execution ---------------------------------------------------------------------------

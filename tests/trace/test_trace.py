@@ -375,10 +375,24 @@ def test_final_spans_merge_verified_unions_only(tracer, synthetic_records):
     x, y = next((p, q) for p, q in zip(spans, spans[1:]) if p[0] < q[0] < p[1] < q[1])
     assert tracer.search.count(ids[0:8]) > 0 and tracer.search.count(ids[x[0]:y[1]]) == 0
     kept = [(0, 5), (3, 8), x, y]
-    finals = _Context(tracer, tracer._decode(ids), ids).final_spans(kept, tracer.search.locate(ids, kept))
+    ctx = _Context(tracer, tracer._decode(ids), ids)
+    finals = ctx.final_spans(kept, tracer.search.locate(ids, kept), {})
     assert [(f.start, f.end) for f in finals] == [(0, 8), x, y]
     assert all(tracer.search.count(ids[f.start:f.end]) == f.count > 0 for f in finals)
     assert all(len(f.documents) <= 10 for f in finals)
+    # with step 1's longest matches, a union reaching past the longest match from its start is not
+    # searched at all, and the final spans stay the same
+    longest = dict(tracer.step1_spans(ids))
+    assert y[1] > longest[x[0]]
+    searched = []
+    locate = tracer.search.locate
+    tracer.search.locate = lambda ids_, spans: searched.extend(spans) or locate(ids_, spans)
+    try:
+        again = _Context(tracer, tracer._decode(ids), ids).final_spans(kept, locate(ids, kept), longest)
+    finally:
+        del tracer.search.locate
+    assert [(f.start, f.end, f.count) for f in again] == [(f.start, f.end, f.count) for f in finals]
+    assert (x[0], y[1]) not in searched and (0, 8) in searched
 
 
 def test_documents_are_deduplicated_per_span(planted_index):
