@@ -207,16 +207,17 @@ class TraceResult(_PickledByFields):
                 d.snippet = _fresh(d.snippet)
 
     def _layout(self, copy: bool) -> dict[str, Any]:
-        data = {k: getattr(self, k) for k in _RESULT_SCALARS}
-        data["spans"] = [_fields_dict(s) for s in self.spans] if copy else self.spans  # fields in their order
-        data["final_spans"] = [_final_span_dict(s) for s in self.final_spans] if copy else self.final_spans
-        docs = self.documents  # the properties' values, from one list
-        data.update(longest_span=self.longest_span, full_match=any(d.match == "full_raw" for d in docs),
-                    full_match_normalized=any(d.match == "full_normalized" for d in docs),
-                    nvr_max=max((d.nv_recall for d in docs), default=0.0))
-        order = ["key", "text", "n_tokens", "mode", "longest_span", "full_match", "full_match_normalized",
-                 "nvr_max", "degenerate", "extracted", "error", "final_spans", "spans"]
-        return {k: data[k] for k in order}
+        """The line's dict, built once in its key order (the scalars, the per-generation values the
+        metrics read, then the spans); documents are walked once for the values."""
+        docs = self.documents
+        matches = {d.match for d in docs}
+        return {"key": self.key, "text": self.text, "n_tokens": self.n_tokens, "mode": self.mode,
+                "longest_span": self.longest_span, "full_match": "full_raw" in matches,
+                "full_match_normalized": "full_normalized" in matches,
+                "nvr_max": max([d.nv_recall for d in docs], default=0.0),
+                "degenerate": self.degenerate, "extracted": self.extracted, "error": self.error,
+                "final_spans": [_final_span_dict(s) for s in self.final_spans] if copy else self.final_spans,
+                "spans": [_fields_dict(s) for s in self.spans] if copy else self.spans}  # fields in their order
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceResult:
@@ -239,7 +240,6 @@ def _fresh(text: str) -> str:
 
 
 _FINAL_SCALARS = tuple(f.name for f in fields(FinalSpan) if f.name != "documents")
-_RESULT_SCALARS = tuple(f.name for f in fields(TraceResult) if f.name not in ("spans", "final_spans"))
 
 
 def _final_span_dict(span: FinalSpan) -> dict[str, Any]:

@@ -136,7 +136,7 @@ class Tracer:
         """1 at each id whose surface form begins with the space marker (docs/method.md, word starts): the
         stored word starts without the newline pieces (a newline is no space marker); one byte per id."""
         newline = ("Ċ", "<0x0A>", "<0x0D>", "\n")
-        starts = self.index.word_start_ids
+        starts = self.index.word_starts.tolist()
         mask = bytearray(max(starts, default=-1) + 1)  # an id past the end is no word start
         for i in starts:
             if not (backend.id_to_token(i) or "").startswith(newline):
@@ -147,20 +147,19 @@ class Tracer:
     def _logprob(self) -> np.ndarray:
         """Unigram log-probability by token id (separator included in the total); an id missing
         from the table has probability 1 (it cannot be in a span anyway)."""
-        counts = {t: c for t, c in self.index.unigram_counts.items() if t != self._separator and c > 0}
-        table = np.zeros(max(max(counts, default=0), self.index.manifest.tokenizer.max_id) + 1)
-        for t, c in counts.items():
-            table[t] = math.log(c) - self._log_total
+        counts = self.index.unigram_table
+        table = np.zeros(max(len(counts), self.index.manifest.tokenizer.max_id + 1))
+        seen = np.flatnonzero(counts)
+        table[seen] = [math.log(c) - self._log_total for c in counts[seen].tolist()]
         return table
 
     @cached_property
     def _prob(self) -> list[float]:
         """Unigram probability by token id (count / total), 1 where the table has no count."""
-        counts, total = self.index.unigram_counts, self.index.total_positions
+        counts, total = self.index.unigram_table, self.index.total_positions
         table = [1.0] * len(self._logprob)
-        for t, c in counts.items():
-            if c > 0 and t != self._separator:
-                table[t] = c / total
+        for t in np.flatnonzero(counts).tolist():
+            table[t] = int(counts[t]) / total
         return table
 
     def _rarity(self, ids: list[int]) -> float:
