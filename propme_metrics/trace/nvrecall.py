@@ -29,6 +29,8 @@ _EMPHASIS = re.compile(r"_([^_]+)_")
 DECIMALS = 9
 #: difflib's autojunk: sequences of at least this many words drop their popular words (> 1% + 1)
 AUTOJUNK_MIN = 200
+#: `_matching_blocks`: a rectangle with at most this many equal pairs is searched in plain Python
+SMALL_RECTANGLE = 48
 
 
 def normalize_words(text: str) -> list[str]:
@@ -117,7 +119,7 @@ def _matching_blocks(a: np.ndarray, b: np.ndarray, autojunk: bool = True) -> lis
     Same recursion (longest match in a rectangle, earliest in a then in b, extended over equal
     neighbours, recurse left and right). Each rectangle is one vectorized pass over its equal
     pairs (popular b items excluded), using each pair's diagonal run length ending there,
-    clipped to start inside the rectangle.
+    clipped to start inside the rectangle; one with few pairs (`SMALL_RECTANGLE`) a plain loop.
     """
     rows, cols = _equal_pairs(a, b)
     if autojunk:
@@ -134,17 +136,25 @@ def _matching_blocks(a: np.ndarray, b: np.ndarray, autojunk: bool = True) -> lis
     run_len = np.empty(rows.size, dtype=np.int64)
     run_len[order] = idx - np.maximum.accumulate(np.where(run_start, idx, 0)) + 1
     found: list[tuple[int, int, int]] = []
-    stack = [(0, len(a), 0, len(b), np.stack([rows, cols, run_len]))]
+    stack: list = [(0, len(a), 0, len(b), np.stack([rows, cols, run_len]))]
     while stack:
         alo, ahi, blo, bhi, pairs = stack.pop()
-        r, c, runs = pairs
-        if r.size:
+        if isinstance(pairs, np.ndarray) and pairs.shape[1] <= SMALL_RECTANGLE:
+            pairs = [tuple(x) for x in pairs.T.tolist()]  # (row, col, run) triples in row-major order
+        if isinstance(pairs, list):  # a few pairs: plain Python beats a dozen numpy calls
+            k = 0
+            for r_, c_, run in pairs:
+                clipped = min(run, r_ - alo + 1, c_ - blo + 1)
+                if clipped > k:  # strictly: the first maximum, as argmax takes it
+                    k, i, j = clipped, r_ - clipped + 1, c_ - clipped + 1
+            if not k:
+                i, j = alo, blo
+        else:
+            r, c, runs = pairs
             clipped = np.minimum(runs, np.minimum(r - (alo - 1), c - (blo - 1)))
             p = int(clipped.argmax())  # first maximum in row-major order = difflib's tie-break
             k = int(clipped[p])
             i, j = int(r[p]) - k + 1, int(c[p]) - k + 1
-        else:  # no pair may start a match; difflib still extends its empty match at the corner
-            i, j, k = alo, blo, 0
         # difflib extends the best match over equal neighbours (popular items included)
         while i > alo and j > blo and a_list[i - 1] == b_list[j - 1]:
             i, j, k = i - 1, j - 1, k + 1
@@ -153,10 +163,17 @@ def _matching_blocks(a: np.ndarray, b: np.ndarray, autojunk: bool = True) -> lis
         if not k:
             continue
         found.append((i, j, k))
-        if alo < i and blo < j:
-            stack.append((alo, i, blo, j, pairs[:, (r < i) & (c < j)]))
-        if i + k < ahi and j + k < bhi:
-            stack.append((i + k, ahi, j + k, bhi, pairs[:, (r >= i + k) & (c >= j + k)]))
+        left, right = alo < i and blo < j, i + k < ahi and j + k < bhi
+        if isinstance(pairs, list):
+            if left:
+                stack.append((alo, i, blo, j, [t for t in pairs if t[0] < i and t[1] < j]))
+            if right:
+                stack.append((i + k, ahi, j + k, bhi, [t for t in pairs if t[0] >= i + k and t[1] >= j + k]))
+        else:
+            if left:
+                stack.append((alo, i, blo, j, pairs[:, (r < i) & (c < j)]))
+            if right:
+                stack.append((i + k, ahi, j + k, bhi, pairs[:, (r >= i + k) & (c >= j + k)]))
     found.sort()
     blocks: list[tuple[int, int, int]] = []
     for i, j, k in found:

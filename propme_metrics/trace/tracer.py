@@ -403,7 +403,7 @@ class _Context:
             return "full_raw"
         if self.norm_g:
             nfkc = _nfkc(text)
-            if all(p in nfkc for p in self.probes) and self.core_g in "".join(nfkc.split()) \
+            if all(p in nfkc for p in self.probes) and self.core_g in _without_space(nfkc) \
                     and self.norm_g in normalize_text(text):
                 return "full_normalized"
         return "partial"
@@ -511,6 +511,14 @@ class _Context:
                 match=self.classify(doc.text), nv_recall=nv.recall, nv_matched_words=nv.matched_words,
                 nv_reference_words=nv.reference_words, nv_candidate_words=nv.candidate_words,
                 snippet=doc.text[a:hi + chars], snippet_span=(lo - a, hi - a))
+
+
+def _without_space(text: str) -> str:
+    """The text without any white space (what `"".join(text.split())` gives): spaces and newlines
+    removed by `str.replace`, the split only when another white-space character (never printable)
+    or a non-printable one is left."""
+    core = text.replace(" ", "").replace("\n", "")
+    return core if core.isprintable() else "".join(core.split())
 
 
 def _nfkc(text: str) -> str:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from propme_metrics.trace import nvrecall
 from propme_metrics.trace.nvrecall import (
     NVParams,
     _matching_blocks,
@@ -21,6 +22,17 @@ DANISH = (
     "Den gamle færgemand på Ærø fortalte, at øens børn om sommeren plukkede blåbær i skoven "
     "bag kirken, mens fædrene sejlede ud før solopgang for at sætte garn i sundet."
 )
+
+
+@pytest.fixture(autouse=True, scope="module", params=[0, nvrecall.SMALL_RECTANGLE, 10**9],
+                ids=["numpy", "mixed", "python"])
+def rectangle_paths(request):
+    """Every test once with each way `_matching_blocks` searches a rectangle: numpy for every one
+    with pairs, the default mix, plain Python for all."""
+    default = nvrecall.SMALL_RECTANGLE
+    nvrecall.SMALL_RECTANGLE = request.param
+    yield
+    nvrecall.SMALL_RECTANGLE = default
 
 
 def _random_text(n_words: int, seed: int) -> str:

@@ -989,3 +989,14 @@ def test_journal_is_keyed_by_the_tracing_rules(monkeypatch):
     now = runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens)
     monkeypatch.setattr(runner, "TRACE_RULES_VERSION", runner.TRACE_RULES_VERSION - 1)
     assert runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens) != now
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from([chr(c) for c in range(0x3001) if chr(c).isspace()]
+                                        + list("ab æø.\u200b\ufeff\x00")), max_size=40))
+def test_text_without_space_is_split_and_joined(text):
+    """The normalized-match pre-check drops white space the quick way; it equals split-and-join on
+    every Unicode white-space character (and on non-printable characters that are not white space)."""
+    from propme_metrics.trace.tracer import _without_space
+
+    assert _without_space(text) == "".join(text.split())
