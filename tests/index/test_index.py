@@ -260,6 +260,17 @@ def test_every_unigram_and_bigram_count(synthetic_opened, synthetic_bf):
     assert_counts_match(synthetic_opened, synthetic_bf, [[0], [0, 0], [GPT2_VOCAB - 1], [65534], [65533, 65534]])
 
 
+def test_unigram_table_and_word_starts_arrays(synthetic_opened, synthetic_tokens):
+    """The arrays tracing reads: token counts by id (brute force over the documents, no separator)
+    and the build's word starts, sorted, as the frozenset gives them."""
+    table = synthetic_opened.unigram_table
+    expected = Counter(t for d in synthetic_tokens for t in d)
+    assert {i: int(c) for i, c in enumerate(table.tolist()) if c} == dict(expected)
+    assert len(table) == max(expected) + 1
+    starts = synthetic_opened.word_starts
+    assert starts.tolist() == sorted(synthetic_opened.word_start_ids) and len(starts) > 1000
+
+
 def draw_ngram(data, docs: list[list[int]], num_shards: int) -> list[int]:
     kind = data.draw(st.sampled_from(["present", "present", "random", "mutated", "straddling"]), label="kind")
     n = data.draw(st.integers(1, MAX_N), label="n")
