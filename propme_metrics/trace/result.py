@@ -221,8 +221,7 @@ class TraceResult(_PickledByFields):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceResult:
-        doc_keys = [f.name for f in fields(TracedDocument)]
-        span_keys = [f.name for f in fields(Span)]
+        doc_keys, span_keys = _field_layout(TracedDocument)[0], _field_layout(Span)[0]
         finals = [FinalSpan(start=s["start"], end=s["end"], text=s["text"], count=s["count"],
                             documents=[TracedDocument(**{**{k: d[k] for k in doc_keys},
                                                          "snippet_span": tuple(d["snippet_span"])})
@@ -239,15 +238,8 @@ def _fresh(text: str) -> str:
     return text if text.isascii() else "".join(("", text))  # joining two parts always builds a new string
 
 
-_FINAL_SCALARS = tuple(f.name for f in fields(FinalSpan) if f.name != "documents")
-
-
 def _final_span_dict(span: FinalSpan) -> dict[str, Any]:
-    data = {k: getattr(span, k) for k in _FINAL_SCALARS}
-    docs = []
-    for d in span.documents:
-        doc = _fields_dict(d)
-        doc["metadata"] = dict(d.metadata)
-        docs.append(doc)
-    data["documents"] = docs
+    """A final span's fields as a new dict, its documents as dicts too (metadata copied one level)."""
+    data = _fields_dict(span)
+    data["documents"] = [{**_fields_dict(d), "metadata": dict(d.metadata)} for d in span.documents]
     return data
