@@ -431,9 +431,9 @@ def test_python_api_page_snippets_run(corpus_folder, gpt2_dir):
     text = _text(ROOT / "docs" / "python-api.md")
     text = text[: text.index("## Reports")]
     blocks = [body for lang, body in _fences(text) if lang == "python"]
-    assert len(blocks) == 4
+    assert len(blocks) == 5  # the supported names, then index, prompts, tracing, PM
     namespace: dict = {}
     for i, code in enumerate(blocks):
-        exec(compile(_offline(code, gpt2_dir) if i == 0 else code, f"python-api.md block {i + 1}", "exec"), namespace)
+        exec(compile(_offline(code, gpt2_dir) if 'tokenizer="gpt2"' in code else code, f"python-api.md block {i + 1}", "exec"), namespace)
     assert namespace["again"].records == namespace["prompts"].records
     assert namespace["summary"].n_generations == 2
