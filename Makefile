@@ -6,7 +6,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 DEPS := $(VENV)/.propme-deps
 
-.PHONY: demo test lint install bench pictures clean
+.PHONY: demo test test-fast lint install bench pictures clean
 
 $(DEPS): setup.cfg setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the inner loop: every test but the slow ones (stock lm_eval runs, the demo model, Ray, Chromium)
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # ruff (pyproject.toml) and the import layers (setup.cfg [importlinter]); CI runs it before the tests
 lint: $(DEPS)

@@ -1,9 +1,10 @@
 """Makes the stock `lm_eval` command find PropMe's tasks without `--include_path`.
 
-lm-eval 0.4.13 has no discovery hook for task folders, so the installed `propme_lmeval.pth`
+lm-eval 0.4.x has no discovery hook for task folders, so the installed `propme_lmeval.pth`
 calls `install()` at interpreter start. That only registers an import watcher (stdlib only, no
-lm-eval import): when `lm_eval.tasks.manager` is imported, `TaskManager.__init__` is wrapped to
-put PropMe's task folder before any user `--include_path`. Set PROPME_LMEVAL_DISCOVERY=0 to
+lm-eval import): when the module defining `TaskManager` is imported (`lm_eval.tasks.manager` from
+0.4.12 on, `lm_eval.tasks` before), `TaskManager.__init__` is wrapped to put PropMe's task folder
+before any user `--include_path`. Set PROPME_LMEVAL_DISCOVERY=0 to
 switch it off; once lm-eval reads the `lm_eval.tasks` entry point (declared in setup.cfg), the
 watcher steps aside.
 
@@ -16,7 +17,8 @@ import os
 import sys
 
 ENV_SWITCH = "PROPME_LMEVAL_DISCOVERY"
-_TARGET = "lm_eval.tasks.manager"
+#: the modules that define `TaskManager` (0.4.12+, and the releases before)
+_TARGETS = ("lm_eval.tasks.manager", "lm_eval.tasks")
 
 
 def tasks_path() -> str:
@@ -34,8 +36,8 @@ def patch_task_manager(manager_module) -> None:
     """Wrap TaskManager.__init__ so PropMe's task folder is always indexed first."""
     if hasattr(manager_module, "discover_plugin_task_paths"):
         return  # lm-eval discovers entry-point task folders itself
-    cls = manager_module.TaskManager
-    if getattr(cls, "_propme_patched", False):
+    cls = getattr(manager_module, "TaskManager", None)
+    if cls is None or getattr(cls, "_propme_patched", False):
         return
     original = cls.__init__
 
@@ -56,15 +58,20 @@ def patch_task_manager(manager_module) -> None:
 
 
 class _Watcher:
-    """A meta-path finder that only acts on `lm_eval.tasks.manager`, once."""
+    """A meta-path finder that only acts on the `_TARGETS`, once each."""
+
+    def __init__(self):
+        self.pending = set(_TARGETS)
 
     def find_spec(self, name, path=None, target=None):
-        if name != _TARGET:
+        if name not in self.pending:
             return None
-        sys.meta_path.remove(self)
+        self.pending.discard(name)
+        if not self.pending:
+            sys.meta_path.remove(self)
         import importlib.util
 
-        spec = importlib.util.find_spec(name)
+        spec = importlib.util.find_spec(name)  # asks this finder again: `name` is no longer pending
         if spec is None or spec.loader is None:
             return spec
         loader = spec.loader
@@ -116,8 +123,8 @@ def install() -> None:
 
         if not env_switch(ENV_SWITCH, default=True):
             return
-    module = sys.modules.get(_TARGET)
-    if module is not None:
+    loaded = [sys.modules[t] for t in _TARGETS if t in sys.modules]
+    for module in loaded:
         patch_task_manager(module)
-    elif not any(isinstance(f, _Watcher) for f in sys.meta_path):
+    if not loaded and not any(isinstance(f, _Watcher) for f in sys.meta_path):
         sys.meta_path.insert(0, _Watcher())

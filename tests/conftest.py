@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,26 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
 from support.corpora import gpt2_tokenizer, make_index, write_jsonl  # noqa: E402,F401
+
+#: fixtures that make a test slow (the demo model trained, stock `lm_eval` runs, a browser); with the
+#: folders below, they define the `slow` marker that `make test-fast` leaves out (`make test` runs all)
+SLOW_FIXTURES = frozenset({"demo_paths", "chromium"})
+SLOW_FOLDERS = frozenset({"cluster", "demo"})  #: Ray clusters; the demo end to end
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(item.fixturenames) or item.path.parent.name in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's headless Chromium (installed by .ci/run); the test is skipped without it."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no Chromium: install Debian's chromium package (the CI script does)")
+    return browser
 
 
 @pytest.fixture

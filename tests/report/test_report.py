@@ -5,7 +5,6 @@ import csv
 import json
 import math
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -235,14 +234,8 @@ def test_script_json_and_locate_segments():
     assert locate_segments(given, whole) == [(0, 25), (13, 21)]
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def test_html_screenshot_not_blank(xss_report, tmp_path):
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no Chromium: install Debian's chromium package (the CI script does)")
+def test_html_screenshot_not_blank(xss_report, tmp_path, chromium):
+    browser = chromium
     png = tmp_path / "report.png"
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -257,10 +250,8 @@ def test_html_screenshot_not_blank(xss_report, tmp_path):
     assert img[..., :3].reshape(-1, 3).var(axis=0).sum() > 1e-3
 
 
-def test_html_click_opens_source_panel(xss_report, tmp_path):
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no Chromium: install Debian's chromium package (the CI script does)")
+def test_html_click_opens_source_panel(xss_report, tmp_path, chromium):
+    browser = chromium
     page = xss_report.html.read_text(encoding="utf-8")
     clicked = tmp_path / "clicked.html"
     clicked.write_text(page.replace("</body>", "<script>document.querySelector('mark.seg[data-g]').click();"
@@ -289,12 +280,10 @@ def _two_source_generation(key: str, first: str, second: str) -> dict:
     return g
 
 
-def test_html_source_filter_in_a_browser(tmp_path):
+def test_html_source_filter_in_a_browser(tmp_path, chromium):
     """report.html's source filter, run by headless Chromium: choosing a source hides the generations
     without a document from it and leaves highlighted only the spans whose documents come from it."""
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no Chromium: install Debian's chromium package (the CI script does)")
+    browser = chromium
     import html as html_lib
 
     one = {"alpha": ("alpha",), "beta": ("beta",), "gamma": ("gamma",)}
