@@ -1,6 +1,7 @@
 """Shared fixtures: the real GPT-2 tokenizer (offline) and small indexes built from planted corpora."""
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 from pathlib import Path
@@ -15,15 +16,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
 from support.corpora import gpt2_tokenizer, make_index, write_jsonl  # noqa: E402,F401
 
-#: fixtures that make a test slow (the demo model trained, stock `lm_eval` runs, a browser); with the
-#: folders below, they define the `slow` marker that `make test-fast` leaves out (`make test` runs all)
-SLOW_FIXTURES = frozenset({"demo_paths", "chromium"})
+#: fixtures that make a test slow (a model trained: the demo's, the leak and PII worlds'; a browser); with
+#: the folders below and any test that runs stock `lm_eval` itself, they define the `slow` marker that
+#: `make test-fast` leaves out (`make test` runs all)
+SLOW_FIXTURES = frozenset({"demo_paths", "leak_world", "pii_world", "chromium"})
 SLOW_FOLDERS = frozenset({"cluster", "demo"})  #: Ray clusters; the demo end to end
+
+
+def _runs_lm_eval(item) -> bool:
+    try:
+        return "run_lm_eval(" in inspect.getsource(item.function)
+    except (OSError, TypeError):
+        return False
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SLOW_FIXTURES.intersection(item.fixturenames) or item.path.parent.name in SLOW_FOLDERS:
+        if (SLOW_FIXTURES.intersection(item.fixturenames) or item.path.parent.name in SLOW_FOLDERS
+                or _runs_lm_eval(item)):
             item.add_marker(pytest.mark.slow)
 
 
