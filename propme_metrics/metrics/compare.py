@@ -4,7 +4,8 @@ For every pair (A, B), every setting both ran and every metric with an interval,
 difference A - B with a **paired** percentile-bootstrap interval: one set of resampled prompt
 indices is applied to both models (joined on prompt id), so what the prompts share (their
 difficulty) cancels. The prompt-free settings have no shared prompts (their units are independent
-generations): they are resampled apart and marked `paired=False`. PM's two settings are resampled
+generations): they are resampled apart and marked `paired=False`. The percentile tails are expanded
+for small samples as for every bootstrap interval (`pm.expanded_alpha`). PM's two settings are resampled
 apart from each other, each paired across the models. When every resample gives one difference
 (no event in either model), the interval is the difference of the two models' own intervals
 (`BOUNDS`), never [0, 0]. `significant`: the interval excludes 0.
@@ -38,8 +39,8 @@ from propme_metrics.metrics.ratio import Ratio
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 
 #: the interval methods of a difference
-PAIRED = "paired-bootstrap-percentile"
-UNPAIRED = "unpaired-bootstrap-percentile"
+PAIRED = "paired-bootstrap-expanded-percentile"
+UNPAIRED = "unpaired-bootstrap-expanded-percentile"
 BOUNDS = "bounds-difference"
 #: which pairs to compare: every pair of models, or consecutive revisions of each model (input order)
 PAIRINGS = ("all", "consecutive")
@@ -106,13 +107,13 @@ class Comparisons:
 
 # --- the paired bootstrap -------------------------------------------------------------------------
 
-def _finish(estimate: float | None, samples: np.ndarray, confidence: float, iters: int, method: str,
+def _finish(estimate: float | None, samples: np.ndarray, units: int, confidence: float, iters: int, method: str,
             bounds: Any) -> Interval:
     """The percentile interval of the difference, or `bounds()` (the sides' intervals' difference)
     when every resample gives one value."""
     if estimate is None:
         return Interval(None)
-    low, high = percentile_bounds(samples, confidence)
+    low, high = percentile_bounds(samples, confidence, units)
     if low == high or low != low:
         a, b = bounds()
         lo = None if a.low is None or b.high is None else a.low - b.high
@@ -131,7 +132,7 @@ def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Rat
         ra, rb = joint_ratios([a, b], iters, rng)
     else:
         (ra,), (rb,) = joint_ratios([a], iters, rng), joint_ratios([b], iters, rng)
-    return _finish(estimate, ra - rb, confidence, iters, PAIRED if paired else UNPAIRED,
+    return _finish(estimate, ra - rb, min(len(a), len(b)), confidence, iters, PAIRED if paired else UNPAIRED,
                    lambda: (metric_interval(spec, a, iters, seed, confidence),
                             metric_interval(spec, b, iters, seed, confidence)))
 
@@ -153,7 +154,8 @@ def pm_difference(spec: registry.Metric, a: tuple[Sequence[Ratio], Sequence[Rati
     def sides(units: tuple[Sequence[Ratio], Sequence[Ratio]]) -> Interval:
         p, c = (metric_interval(spec, u, iters, seed, confidence) for u in units)
         return pm_interval(units[0], units[1], iters, seed, (p, c), confidence)
-    return _finish(estimate, pm_array(p_a, c_a) - pm_array(p_b, c_b), confidence, iters,
+    units = min(len(x) for x in (*a, *b))
+    return _finish(estimate, pm_array(p_a, c_a) - pm_array(p_b, c_b), units, confidence, iters,
                    PAIRED if paired else UNPAIRED, lambda: (sides(a), sides(b)))
 
 
@@ -166,7 +168,7 @@ def pairing_problem(a: Arm, b: Arm) -> str | None:
     if a.identity != b.identity:
         return (f"{a.name} and {b.name} on {a.corpus} were traced against different indexes "
                 f"({a.identity}, {b.identity})")
-    for s in a.units.keys() & b.units.keys():
+    for s in (x for x in a.units if x in b.units):
         if s in PROMPT_FREE_SETTINGS:
             continue
         ia, ib = {u for u, _ in a.units[s]}, {u for u, _ in b.units[s]}

@@ -162,10 +162,14 @@ def test_bootstrap_metric_zero_events_is_not_zero_width():
 
 
 def test_bootstrap_metric_leaves_out_undefined_resamples():
-    # one prompt of 20 has document entries: a resample without it has no denominator and is left out
-    stats = [PromptStat(0.5, 2.0)] + [PromptStat(0.0, 0.0)] * 19
+    # two prompts of 20 have document entries: a resample without them has no denominator and is left out
+    stats = [PromptStat(0.5, 2.0), PromptStat(1.0, 2.0)] + [PromptStat(0.0, 0.0)] * 18
     iv = bootstrap_metric(stats, iters=2_000)
-    assert iv.estimate == iv.low == iv.high == 0.25 and iv.method == "bootstrap-percentile"
+    assert iv.estimate == 0.375 and iv.method == "bootstrap-expanded-percentile"
+    assert (iv.low, iv.high) == (0.25, 0.5)  # only the defined resamples: 0.25, 0.375 or 0.5
+    # one prompt holds every document entry: resampling cannot vary it, so [0, the largest NV-recall]
+    one = bootstrap_metric([PromptStat(0.5, 2.0)] + [PromptStat(0.0, 0.0)] * 19, iters=500)
+    assert (one.estimate, one.low, one.high, one.method) == (0.25, 0.0, 1.0, "one-unit-bound")
 
 
 def test_bootstrap_pm_reference_fmr():
