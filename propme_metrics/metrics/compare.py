@@ -107,12 +107,10 @@ class Comparisons:
 
 # --- the paired bootstrap -------------------------------------------------------------------------
 
-def _finish(estimate: float | None, samples: np.ndarray, units: int, confidence: float, iters: int, method: str,
+def _finish(estimate: float, samples: np.ndarray, units: int, confidence: float, iters: int, method: str,
             bounds: Any) -> Interval:
     """The percentile interval of the difference, or `bounds()` (the sides' intervals' difference)
     when every resample gives one value."""
-    if estimate is None:
-        return Interval(None)
     low, high = percentile_bounds(samples, confidence, units)
     if low == high or low != low:
         a, b = bounds()
@@ -126,7 +124,9 @@ def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Rat
                       iters: int, seed: int, confidence: float = CONFIDENCE) -> Interval:
     """A - B of one metric over units (aligned by position when `paired`)."""
     va, vb = ratio(a), ratio(b)
-    estimate = None if va is None or vb is None else va - vb
+    if va is None or vb is None:
+        return Interval(None)
+    estimate = va - vb
     rng = np.random.default_rng(seed)
     if paired:
         ra, rb = joint_ratios([a, b], iters, rng)
@@ -143,7 +143,9 @@ def pm_difference(spec: registry.Metric, a: tuple[Sequence[Ratio], Sequence[Rati
     """PM(A) - PM(B); `a` and `b` are (propensity units, prefix units). The propensity units are
     resampled together across the models when `paired`, the prefix units always are."""
     pa, pb = pm(ratio(a[0]), ratio(a[1])), pm(ratio(b[0]), ratio(b[1]))
-    estimate = None if pa is None or pb is None else pa - pb
+    if pa is None or pb is None:
+        return Interval(None)
+    estimate = pa - pb
     rng = np.random.default_rng(seed)
     if paired:
         p_a, p_b = joint_ratios([a[0], b[0]], iters, rng)

@@ -102,7 +102,7 @@ def test_no_number_comes_from_a_zero_denominator(p, c, metric):
     sides = (metric_interval(spec, p, 50, 0), metric_interval(spec, c, 50, 0))
     pm_iv = pm_interval(p, c, 50, 0, sides)
     diff = metric_difference(spec, p, c, False, 50, 0)
-    pm_diff = pm_difference(spec, (p, c), (c, p), False, 50, 0)
+    pm_diff = pm_difference(spec, (p, c), (p[::-1], c[::-1]), True, 50, 0)
     if not pooled_p or not pooled_c:
         for x in (pm_iv, pm_diff):
             assert (x.estimate, x.low, x.high) == (None, None, None)
@@ -167,7 +167,7 @@ def test_interval_methods_written(three):
     doc = json.loads(rep.leaderboard_json.read_text())
     methods = next(m for m in doc["interval_methods"] if m["revision"] == "stage3")["methods"]
     assert methods[f"{P}_prefix_fmr"] == "wilson-modified"
-    assert methods[f"{P}_prefix_nvr"] == "bootstrap-percentile"
+    assert methods[f"{P}_prefix_nvr"] == "bootstrap-expanded-percentile"
     assert methods[f"{P}_pm_fmr_generic"] == "bounds-propagated"  # p = 0 in every resample
 
 
