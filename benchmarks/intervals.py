@@ -151,7 +151,7 @@ def main() -> None:
         commit = "?"
     print(f"commit {commit}; reps {args.reps}, resamples {args.resamples}, seed {args.seed}; "
           f"load {os.getloadavg()[0]:.1f}; python {sys.version.split()[0]}")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     print("\nProportions (exact): coverage of the 95% interval; * outside 93-97% (rate 0 is one-sided: not marked)")
     print(f"{'n':>5} {'rate':>5} | {'modified Wilson (shown)':>23} | {'plain Wilson':>12} | {'percentile bootstrap':>20}")
     for n in NS:
@@ -177,7 +177,8 @@ def main() -> None:
             k = args.reps
             metric, pm_flag = null_flags(n, p, k, args.resamples, args.seed + 13 * n)
             print(f"{n:>5} {p:>5} | {100 * metric:7.1f}% | {100 * pm_flag:10.1f}% | {k}")
-    print(f"\n{time.perf_counter() - start:.0f} s")
+    print(f"\n{time.perf_counter() - start:.0f} s wall, {time.process_time() - cpu:.0f} s CPU; "
+          f"load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
