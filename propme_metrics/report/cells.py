@@ -60,3 +60,18 @@ def pm_text(iv: Interval) -> Shown:
 def fmt_interval(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
     """`value [low, high]` on one line (the value alone without an interval)."""
     return shown(value, low, high, metric).inline()
+
+
+def withheld_notes(results) -> list[str]:
+    """One line per model and reason: which PM values are withheld (`pm.pm_withheld`) and why."""
+    from propme_metrics.metrics.registry import LABELS
+
+    lines = []
+    for r in results:
+        by_reason: dict[str, list[str]] = {}
+        for (m, s), iv in r.pm.items():
+            if iv.withheld:
+                by_reason.setdefault(iv.withheld, []).append(f"PM {LABELS[m]} {s}")
+        who = r.model + (f" @ {r.revision}" if r.revision else "")
+        lines += [f"{who}: {', '.join(names)}: {why}" for why, names in by_reason.items()]
+    return lines

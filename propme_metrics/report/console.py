@@ -7,7 +7,7 @@ from rich.text import Text
 
 from propme_metrics.core.progress import terminal
 from propme_metrics.metrics import registry
-from propme_metrics.report.cells import Shown, pm_text, shown
+from propme_metrics.report.cells import Shown, pm_text, shown, withheld_notes
 from propme_metrics.report.compute import Report
 from propme_metrics.report.leak_views import print_leaks
 
@@ -51,11 +51,8 @@ def print_summary(report: Report, console=None) -> None:
                     cells = [_lines(pm_text(iv)) for iv in ivs]
                     table.add_row(name if i == 0 else "", Text(s), *cells)
             console.print(table)
-            for r in results:
-                for (m, s), iv in r.pm.items():
-                    if iv.withheld:
-                        console.print(Text(f"withheld: {r.model}{' @ ' + r.revision if r.revision else ''}, "
-                                           f"PM {registry.LABELS[m]} {s}: {iv.withheld}", style="dim"), highlight=False)
+            for note in withheld_notes(results):
+                console.print(Text(f"withheld: {note}", style="dim"), highlight=False)
         base = Table(title=Text(f"Base metrics on {label}"), show_lines=True)
         base.add_column("model", overflow="fold", min_width=20, max_width=34)
         base.add_column("setting")

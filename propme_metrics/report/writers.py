@@ -16,7 +16,7 @@ from propme_metrics.metrics.compare import ComparisonRow, Comparisons
 from propme_metrics.metrics.pm import CONFIDENCE, PERCENTILE, WILSON
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
-from propme_metrics.report.cells import fmt_interval, fmt_value, pm_text
+from propme_metrics.report.cells import fmt_interval, fmt_value, pm_text, withheld_notes
 from propme_metrics.report.columns import HEADLINE_PM_METRICS, HEADLINE_PREFIX_METRICS, interval_methods
 from propme_metrics.report.compute import Report
 from propme_metrics.report.leak_views import leaks_json, leaks_markdown
@@ -84,15 +84,11 @@ def write_markdown(path: Path, report: Report) -> None:
         if pm_cols:
             lines.append("| model | revision | " + " | ".join(f"PM {registry.LABELS[m]} {s}" for m, s in pm_cols) + " |")
             lines.append("|---|---|" + "---|" * len(pm_cols))
-            withheld = []
             for r in results:
                 cells = [pm_text(r.pm[k]).inline() if k in r.pm else UNDEFINED.table for k in pm_cols]
                 lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | " + " | ".join(cells) + " |")
-                withheld += [f"{r.model}{' @ ' + r.revision if r.revision else ''}, PM {registry.LABELS[m]} {s}: "
-                             f"{r.pm[(m, s)].withheld}" for m, s in pm_cols if (m, s) in r.pm and r.pm[(m, s)].withheld]
-            lines.append("")
-            if withheld:
-                lines += [f"- withheld: {_md_cell(w)}" for w in withheld] + [""]
+            withheld = withheld_notes(results)
+            lines += [""] + [f"- withheld: {_md_cell(w)}" for w in withheld] + ([""] if withheld else [])
         shown = registry.VIEWS["markdown"]
         lines.append("| model | revision | setting | prompts | " + " | ".join(registry.LABELS[m] for m in shown) + " |")
         lines.append("|---|---|---|---|" + "---|" * len(shown))
