@@ -14,7 +14,7 @@ from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import Arm, Comparisons, compare_arms, pairing_problem
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.pm import CONFIDENCE, Interval, metric_interval, pm_interval
-from propme_metrics.prompts.settings import PREFIX
+from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.report.load import RunTask, limit_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -249,8 +249,6 @@ def trajectories(report: Report) -> dict[tuple[str, str], list[CorpusResult]]:
 def arm(result: CorpusResult) -> Arm:
     """A model's result on a corpus as `metrics.compare` reads it: per setting, each unit's pair per
     metric with an interval (prompts; generations, `<prompt id>#<k>`, in the prompt-free settings)."""
-    from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
-
     units: dict[str, list[tuple[str, dict]]] = {}
     for s, sr in result.settings.items():
         names = [m.name for m in registry.for_setting(s) if m.has_interval]
