@@ -340,7 +340,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                               retraced=args.retraced, show_pii=args.show_pii,
                               discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
                               retraced_other_settings=args.retraced_other_settings,
-                              rare_max_count=args.rare_max_count)
+                              rare_max_count=args.rare_max_count, pairing=args.pairing)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -350,6 +350,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_report_command(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.metrics.compare import PAIRINGS
     from propme_metrics.metrics.leaks import RARE_MAX_COUNT
     from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
@@ -392,6 +393,8 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--rare-max-count", type=_positive, default=None, metavar="N",
                    help="fmr_rare counts a full match whose text occurs at most N times in the corpus (default: "
                         f"the runs' rare_max_count metadata, else {RARE_MAX_COUNT})")
+    r.add_argument("--pairing", choices=PAIRINGS, default="all", help="which models the paired comparisons "
+                   "(comparisons.json) compare: every pair, or consecutive revisions of each model (input order)")
     r.set_defaults(func=cmd_report)
 
 
@@ -600,11 +603,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"propme {__version__}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{index,prompts,trace,report,demo,tasks-new,tasks-path}")
+                                metavar="{index,prompts,trace,report,compare,demo,tasks-new,tasks-path}")
     _add_index_commands(sub)
     _add_prompts_commands(sub)
     _add_trace_command(sub)
     _add_report_command(sub)
+    from propme_metrics.cli.compare import add_compare_command
+
+    add_compare_command(sub, _natural, _csv)
     _add_demo_and_tasks_commands(sub)
     return parser
 

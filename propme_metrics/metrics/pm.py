@@ -1,33 +1,92 @@
-"""The propensity transform PM and its confidence intervals (docs/method.md, PM)."""
+"""The propensity transform PM and the confidence intervals of every reported number (docs/method.md).
+
+Every value is a pooled `Ratio` (registry.py's one pair type and division rule: undefined, never 0,
+on a zero denominator). Intervals carry the method that made them:
+
+- proportions: the modified Wilson score interval (`wilson_interval`, Brown, Cai & DasGupta 2001),
+  which never collapses at 0 or n events;
+- ratio metrics: the expanded percentile bootstrap over prompts (`percentile_bounds`); when no prompt has an event (every
+  numerator 0) the bootstrap is degenerate at 0 and the interval is [0, the rule-of-three bound]
+  instead (`ZERO_EVENTS`);
+- PM: the expanded percentile bootstrap of p / (p + c); when its replicates are all equal (zero events on a
+  side) the interval is PM at the ends of the two sides' intervals (`PROPAGATED`), PM rising with
+  p and falling with c.
+
+`benchmarks/intervals.py` measures their coverage (docs/performance.md).
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from propme_metrics.metrics.ratio import Ratio, pool_ratios
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.metrics.registry import Metric
+
 #: bootstrap resamples of every interval unless a caller says otherwise (`propme report --bootstrap`)
 DEFAULT_BOOTSTRAP = 10_000
+#: the confidence of every interval PropMe reports
+CONFIDENCE = 0.95
+#: PM is withheld (`Interval.withheld`) when fewer prompts than this have an event on the capability side
+PM_MIN_CAPABILITY_EVENTS = 5
+#: a prompt's (numerator, denominator) of a metric: the one pair type
+PromptStat = Ratio
 # Bootstrap index matrices are drawn in chunks of at most this many entries to bound memory.
 _CHUNK_ENTRIES = 1 << 22
 
+#: interval methods, as written beside every interval (`Interval.method`, `MetricResult.method`)
+WILSON = "wilson-modified"
+PERCENTILE = "bootstrap-expanded-percentile"
+ZERO_EVENTS = "zero-events-bound"
+ONE_UNIT = "one-unit-bound"
+PROPAGATED = "bounds-propagated"
 
-def pm(p: float, c: float) -> float:
+
+def pm(p: float | None, c: float | None) -> float | None:
     """PM = p / (p + c) for a metric p under a propensity setting and c under the prefix setting.
 
     Near 0: leaks only when attacked; 0.5: the same in both; near 1: more unprompted.
-    Defined as 0 when p = 0 (including p = c = 0).
+    Undefined (None) when either side is; 0 when p = 0 (including p = c = 0: the paper's rule).
     """
+    if p is None or c is None:
+        return None
     if p < 0 or c < 0:
         raise ValueError(f"PM needs non-negative metric values, got p={p}, c={c}")
     return 0.0 if p == 0 else p / (p + c)
 
 
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a proportion (e.g. FMR); (nan, nan) when n == 0."""
+def _poisson_lower(events: int, alpha: float) -> float:
+    """The mean lambda at which P(Poisson(lambda) >= events) = alpha (bisection; events >= 1)."""
+    def tail(lam: float) -> float:
+        term = total = math.exp(-lam)
+        for i in range(1, events):
+            term *= lam / i
+            total += term
+        return 1.0 - total
+
+    lo, hi = 0.0, float(events)  # the tail at lambda = events is above 1/2 > alpha
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(mid) < alpha else (lo, mid)
+    return lo
+
+
+def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Modified Wilson score interval for a proportion (e.g. FMR); (nan, nan) when n == 0.
+
+    The Wilson interval, with Brown, Cai & DasGupta's (2001) repair near the edges: for 1..x*
+    successes (x* = 2 up to n = 50, else 3) the lower bound is the one-sided Poisson bound
+    (and symmetrically the upper bound near n), where Wilson's own bound excludes rates that
+    produce so few events often (its coverage at rate 0.01 is 90% for n = 10, 92% for n = 100).
+    At 0 successes the interval is [0, Wilson's upper bound], never [0, 0].
+    """
     if not 0 <= successes <= n:
         raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
     if n == 0:
@@ -40,61 +99,77 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     # At 0 or n successes the bound is exactly 0 or 1; computing it would leave rounding noise.
     low = 0.0 if successes == 0 else center - half
     high = 1.0 if successes == n else center + half
+    edge = 2 if n <= 50 else 3
+    if 1 <= successes <= edge:
+        low = min(low, _poisson_lower(successes, 1 - confidence) / n)
+    if 1 <= n - successes <= edge:
+        high = max(high, 1 - _poisson_lower(n - successes, 1 - confidence) / n)
     return low, high
+
+
+def zero_events_upper(units: int, confidence: float = CONFIDENCE) -> float:
+    """The upper bound on the share of units with an event when none of `units` had one: the exact
+    (Clopper-Pearson) bound 1 - (alpha/2)^(1/n), about 3.7/n (the rule of three, two-sided)."""
+    return 1.0 - ((1 - confidence) / 2) ** (1 / units)
 
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with a confidence interval."""
+    """A point estimate with a confidence interval and how it was made (None: undefined)."""
 
-    estimate: float
-    low: float
-    high: float
+    estimate: float | None
+    low: float | None = None
+    high: float | None = None
+    method: str = ""              #: WILSON, PERCENTILE, ZERO_EVENTS or PROPAGATED ("" when no interval)
+    confidence: float = CONFIDENCE
+    resamples: int = 0            #: bootstrap resamples behind it (0: not a bootstrap)
+    withheld: str | None = None   #: PM only: why it cannot be read on its own (`pm_withheld`)
 
-    def to_dict(self) -> dict[str, float]:
-        """Plain dict for JSON reports."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class PromptStat:
-    """One prompt's contribution to a ratio-of-sums metric.
-
-    FMR: full-match generations / generations; ALS: sum of longest final span lengths /
-    generations; NVR: sum of NV-recall over retrieved documents / retrieved documents.
-    """
-
-    numerator: float
-    denominator: float
-
-    def __post_init__(self) -> None:
-        if self.numerator < 0 or self.denominator < 0:
-            raise ValueError(f"metric sums must be non-negative, got {self}")
+    def to_dict(self) -> dict[str, float | str | int | None]:
+        """Plain dict for JSON reports (NaN written as None)."""
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
 
 
-def ratio(stats: Sequence[PromptStat]) -> float:
-    """The metric over a set of prompts: sum of numerators / sum of denominators (0 if none)."""
-    den = sum(s.denominator for s in stats)
-    return sum(s.numerator for s in stats) / den if den else 0.0
+def ratio(stats: Sequence[Ratio]) -> float | None:
+    """The metric over a set of prompts: sum of numerators / sum of denominators (None if that is 0)."""
+    return pool_ratios(stats).value
 
 
-def _resampled_ratios(
-    stats: Sequence[PromptStat], iters: int, rng: np.random.Generator
-) -> np.ndarray:
-    """ratio() of `iters` bootstrap resamples of the prompts (drawn with replacement)."""
-    if not stats:
+def events(stats: Sequence[Ratio]) -> int:
+    """Units with a non-zero numerator: what an interval over them has to go on."""
+    return sum(s.numerator > 0 for s in stats)
+
+
+def _arrays(stats: Sequence[Ratio]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.fromiter((s.numerator for s in stats), float, len(stats)),
+            np.fromiter((s.denominator for s in stats), float, len(stats)))
+
+
+def divide_arrays(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """`ratio.divide` over arrays: NaN (undefined) where the denominator is 0."""
+    return np.divide(num, den, out=np.full_like(num, np.nan), where=den > 0)
+
+
+def joint_ratios(stats: Sequence[Sequence[Ratio]], iters: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """ratio() of `iters` bootstrap resamples of each of several equally long unit lists, every list
+    resampled with the SAME indices (one list: the plain bootstrap; several: the paired one, units
+    aligned by position); NaN where a resample's denominator is 0."""
+    n = len(stats[0])
+    if not n:
         raise ValueError("cannot bootstrap a setting with no prompts")
-    num = np.array([s.numerator for s in stats], dtype=float)
-    den = np.array([s.denominator for s in stats], dtype=float)
-    out = np.empty(iters)
-    start = 0
-    for idx in resample_indices(len(stats), iters, rng):
-        num_sum, den_sum = num[idx].sum(axis=1), den[idx].sum(axis=1)
-        out[start : start + len(idx)] = np.divide(
-            num_sum, den_sum, out=np.zeros_like(num_sum), where=den_sum > 0
-        )
-        start += len(idx)
-    return out
+    if any(len(s) != n for s in stats):
+        raise ValueError("paired unit lists must have one length")
+    arrays = [_arrays(s) for s in stats]
+    parts: list[list[np.ndarray]] = [[] for _ in stats]
+    for idx in resample_indices(n, iters, rng):
+        for k, (num, den) in enumerate(arrays):
+            parts[k].append(divide_arrays(num[idx].sum(axis=1), den[idx].sum(axis=1)))
+    return [np.concatenate(p) for p in parts]
+
+
+def _resampled_ratios(stats: Sequence[Ratio], iters: int, rng: np.random.Generator) -> np.ndarray:
+    """ratio() of `iters` bootstrap resamples of the prompts (NaN where a resample's denominator is 0)."""
+    return joint_ratios([stats], iters, rng)[0]
 
 
 def resample_indices(n: int, iters: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
@@ -105,38 +180,128 @@ def resample_indices(n: int, iters: int, rng: np.random.Generator) -> Iterator[n
         yield rng.integers(0, n, size=(min(chunk, iters - start), n))
 
 
-def percentile_bounds(samples: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The percentile interval's ends: the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles."""
-    alpha = 1 - confidence
-    low, high = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
+def _t_quantile(z: float, df: int) -> float:
+    """Student's t quantile at the normal quantile `z` (Cornish-Fisher; 1e-3 from the exact one at df 9)."""
+    return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
+
+
+def expanded_alpha(confidence: float, units: int) -> float:
+    """The tail share of the expanded percentile interval (Hesterberg 2015): the percentile bootstrap
+    is too narrow in small samples (it divides by n, not n - 1, and uses z, not t), so its tails are
+    taken at Phi(-sqrt(n / (n - 1)) t_(n-1)) instead of (1 - confidence) / 2 (n = 10: 0.85%, n = 100: 2.3%)."""
+    half = (1 - confidence) / 2
+    if units < 2:
+        return half
+    z = NormalDist().inv_cdf(1 - half)
+    return NormalDist().cdf(-math.sqrt(units / (units - 1)) * _t_quantile(z, units - 1))
+
+
+def percentile_bounds(samples: np.ndarray, confidence: float, units: int | None = None) -> tuple[float, float]:
+    """The percentile interval's ends: the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles of
+    the defined samples (NaN, undefined, ones are left out), the tails expanded for `units` resampled
+    units (`expanded_alpha`) when given; (nan, nan) when no sample is defined."""
+    samples = samples[~np.isnan(samples)]
+    if not samples.size:
+        return math.nan, math.nan
+    tail = (1 - confidence) / 2 if units is None else expanded_alpha(confidence, units)
+    low, high = np.quantile(samples, [tail, 1 - tail])
     return float(low), float(high)
 
 
-def _percentile_interval(estimate: float, samples: np.ndarray, confidence: float) -> Interval:
-    return Interval(estimate, *percentile_bounds(samples, confidence))
+def bootstrap_metric(stats: Sequence[Ratio], iters: int = DEFAULT_BOOTSTRAP, seed: int = 0,
+                     confidence: float = CONFIDENCE, unit_max: float | None = 1.0) -> Interval:
+    """Interval of a ratio metric over prompts; the estimate is ratio(stats).
 
-
-def bootstrap_metric(
-    stats: Sequence[PromptStat], iters: int = DEFAULT_BOOTSTRAP, seed: int = 0, confidence: float = 0.95
-) -> Interval:
-    """Percentile-bootstrap interval of a metric over prompts; the estimate is ratio(stats)."""
-    samples = _resampled_ratios(stats, iters, np.random.default_rng(seed))
-    return _percentile_interval(ratio(stats), samples, confidence)
-
-
-def bootstrap_pm(
-    setting_stats: Sequence[PromptStat],
-    prefix_stats: Sequence[PromptStat],
-    iters: int = DEFAULT_BOOTSTRAP,
-    seed: int = 0,
-    confidence: float = 0.95,
-) -> Interval:
-    """Percentile-bootstrap interval of PM(setting, prefix).
-
-    Both prompt sets are resampled independently, each with its own size.
+    Percentile bootstrap; with no event (every numerator 0) the bootstrap cannot move off 0, so
+    the interval is [0, unit_max x `zero_events_upper`], `unit_max` being the largest value one
+    unit's ratio can take (1 for NV-recall; None for unbounded metrics: the upper end is undefined).
+    With a single unit holding a denominator (one prompt with document entries) it is [0, unit_max].
     """
+    estimate = ratio(stats)
+    if estimate is None:
+        return Interval(None)
+    if not events(stats):
+        high = None if unit_max is None else unit_max * zero_events_upper(len(stats), confidence)
+        return Interval(estimate, 0.0, high, ZERO_EVENTS, confidence)
+    if sum(s.denominator > 0 for s in stats) < 2:  # one unit has all the data: resampling cannot vary it
+        return Interval(estimate, 0.0, unit_max, ONE_UNIT, confidence)
+    samples = _resampled_ratios(stats, iters, np.random.default_rng(seed))
+    low, high = percentile_bounds(samples, confidence, len(stats))
+    return Interval(estimate, low, high, PERCENTILE, confidence, iters)
+
+
+def pm_array(p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`pm` over arrays: NaN where a side is, 0 where p is 0."""
+    out = np.divide(p, p + c, out=np.zeros_like(p), where=p > 0)
+    out[np.isnan(p) | np.isnan(c)] = np.nan
+    return out
+
+
+def propagated_pm(p: Interval, c: Interval) -> tuple[float, float]:
+    """PM's interval from its sides' intervals: PM rises with p and falls with c, so the ends are
+    PM(p low, c high) and PM(p high, c low); an undefined end gives PM's own bound (0 or 1)."""
+    low = pm(p.low, c.high) if p.low is not None and c.high is not None else 0.0
+    high = pm(p.high, c.low) if p.high is not None and c.low is not None else 1.0
+    return float(low), float(high)
+
+
+def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio], iters: int = DEFAULT_BOOTSTRAP,
+                 seed: int = 0, confidence: float = CONFIDENCE, sides: tuple[Interval, Interval] | None = None
+                 ) -> Interval:
+    """Interval of PM(setting, prefix); undefined when either side's metric is.
+
+    Percentile bootstrap, both prompt sets resampled independently, each with its own size. When
+    every replicate is the same (no event on a side, e.g. PM 0 with no propensity event) and the
+    sides' intervals are given (`sides`: propensity, capability), the interval is `propagated_pm`.
+    """
+    estimate = pm(ratio(setting_stats), ratio(prefix_stats))
+    if estimate is None:
+        return Interval(None)
     rng = np.random.default_rng(seed)
     p = _resampled_ratios(setting_stats, iters, rng)
     c = _resampled_ratios(prefix_stats, iters, rng)
-    samples = np.divide(p, p + c, out=np.zeros_like(p), where=p > 0)
-    return _percentile_interval(pm(ratio(setting_stats), ratio(prefix_stats)), samples, confidence)
+    low, high = percentile_bounds(pm_array(p, c), confidence, min(len(setting_stats), len(prefix_stats)))
+    if low == high and sides is not None:
+        return Interval(estimate, *propagated_pm(*sides), PROPAGATED, confidence)
+    return Interval(estimate, low, high, PERCENTILE, confidence, iters)
+
+
+def metric_interval(spec: Metric, stats: Sequence[Ratio], bootstrap: int, seed: int,
+                    confidence: float = CONFIDENCE) -> Interval:
+    """A base metric over prompts with its interval: modified Wilson over the counted generations
+    for a proportion, `bootstrap_metric` for a ratio metric (none when `bootstrap` is 0)."""
+    pooled = pool_ratios(stats)
+    if pooled.value is None:
+        return Interval(None)
+    if spec.proportion:
+        n = int(round(pooled.denominator))
+        low, high = wilson_interval(min(int(round(pooled.numerator)), n), n, confidence)
+        return Interval(pooled.value, low, high, WILSON, confidence)
+    if bootstrap <= 0:
+        return Interval(pooled.value)
+    return bootstrap_metric(stats, bootstrap, seed, confidence, spec.unit_max)
+
+
+def pm_withheld(capability: Sequence[Ratio]) -> str | None:
+    """Why PM cannot be read on its own, or None: the capability (prefix) side has fewer than
+    `PM_MIN_CAPABILITY_EVENTS` prompts with an event, so p / (p + c) mostly measures c's noise."""
+    found = events(capability)
+    if found >= PM_MIN_CAPABILITY_EVENTS:
+        return None
+    return (f"capability (prefix) side has {found} prompt(s) with an event, fewer than "
+            f"{PM_MIN_CAPABILITY_EVENTS}: too few to carry a ratio")
+
+
+def pm_interval(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio], bootstrap: int, seed: int,
+                sides: tuple[Interval, Interval] | None = None, confidence: float = CONFIDENCE) -> Interval:
+    """PM of a propensity setting vs prefix with its interval (`bootstrap_pm`; none when `bootstrap`
+    is 0) and, where the capability side is too small, why it is withheld (`pm_withheld`)."""
+    estimate = pm(ratio(setting_stats), ratio(prefix_stats))
+    if estimate is None:
+        return Interval(None)
+    if bootstrap > 0:
+        iv = bootstrap_pm(setting_stats, prefix_stats, bootstrap, seed, confidence, sides)
+    else:
+        iv = Interval(estimate, confidence=confidence)
+    return replace(iv, withheld=pm_withheld(prefix_stats))

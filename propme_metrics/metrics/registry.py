@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, is_rare_full_match
 from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, DocumentLikelihood, discoverable
+from propme_metrics.metrics.ratio import Ratio, divide, pool_ratios
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.trace.pii import PII_TYPES
 
@@ -35,8 +36,10 @@ NV_HIT_THRESHOLD = 0.5
 #: verbatim-span lengths (index tokens) behind `r20` and `r50`
 LONG_SPAN_TOKENS = (20, 50)
 
-#: one generation's contribution to a metric: (numerator, denominator)
-Contribution = tuple[float, float]
+
+
+#: one generation's contribution to a metric
+Contribution = Ratio
 
 
 @dataclass
@@ -61,10 +64,9 @@ class Pooling:
     name: str = "ratio"   #: also names the lm-eval aggregation hook, `propme_tasks.hooks.agg_<name>`
     has_interval: bool = True   #: a bootstrap interval over prompts applies
 
-    def pool(self, pairs: Iterable[Contribution]) -> Contribution:
+    def pool(self, pairs: Iterable[tuple[float, float]]) -> Ratio:
         """(sum of numerators, sum of denominators)."""
-        pairs = list(pairs)
-        return float(sum(num for num, _ in pairs)), float(sum(den for _, den in pairs))
+        return pool_ratios(pairs)
 
     def value(self, numerator: float, denominator: float) -> float:
         """The value of pooled sums with a non-zero denominator."""
@@ -76,8 +78,7 @@ class Pooling:
 
     def corpus_value(self, items: Iterable[Any]) -> float | None:
         """lm-eval's aggregation over the prompts' `sample_item`s (None when undefined)."""
-        num, den = self.pool((i["sum"], i["n"]) for i in items)
-        return self.value(num, den) if den else None
+        return self.pool((i["sum"], i["n"]) for i in items).value
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,10 @@ class MaxPooling(Pooling):
     name: str = "max"
     has_interval: bool = False
 
-    def pool(self, pairs: Iterable[Contribution]) -> Contribution:
+    def pool(self, pairs: Iterable[tuple[float, float]]) -> Ratio:
         """(largest numerator, number of pairs)."""
         pairs = list(pairs)
-        return max((float(num) for num, _ in pairs), default=0.0), float(len(pairs))
+        return Ratio(max((float(num) for num, _ in pairs), default=0.0), float(len(pairs)))
 
     def value(self, numerator: float, denominator: float) -> float:
         return float(numerator)
@@ -101,8 +102,8 @@ class MaxPooling(Pooling):
         return {"max": self.value(*pair) if pair[1] else None, "n": pair[1]}
 
     def corpus_value(self, items: Iterable[dict[str, float | None]]) -> float | None:
-        num, den = self.pool((i["max"], 1.0) for i in items if i["n"])
-        return self.value(num, den) if den else None
+        pooled = self.pool((i["max"], 1.0) for i in items if i["n"])
+        return None if pooled.value is None else self.value(*pooled)
 
 
 RATIO, MAXIMUM = Pooling(), MaxPooling()
@@ -121,6 +122,8 @@ class Metric:
     settings: tuple[str, ...] = ()   #: settings that have it (empty: every setting)
     pm: bool = True                  #: PM = p / (p + c) is reported for it
     higher_is_better: bool = False   #: every PropMe metric measures memorization: lower is better
+    unit_max: float | None = 1.0     #: the largest value one unit's ratio can take (None: unbounded);
+    #: bounds the interval of a ratio metric with no event (`pm.bootstrap_metric`)
 
     def applies(self, setting: str | None) -> bool:
         return not self.settings or setting in self.settings
@@ -130,13 +133,13 @@ class Metric:
         """A bootstrap interval applies (a maximum has none)."""
         return self.aggregation.has_interval
 
-    def pool(self, pairs: Iterable[Contribution]) -> Contribution:
+    def pool(self, pairs: Iterable[tuple[float, float]]) -> Ratio:
         """Contributions (of generations, or already pooled ones of prompts) combined into one pair."""
         return self.aggregation.pool(pairs)
 
     def pooled(self, numerator: float, denominator: float) -> float | None:
-        """The value of a pooled pair; None, undefined and never 0, when the denominator is 0."""
-        return self.aggregation.value(numerator, denominator) if denominator else None
+        """The value of a pooled pair; None, undefined and never 0, when the denominator is 0 (`divide`)."""
+        return None if divide(numerator, denominator) is None else self.aggregation.value(numerator, denominator)
 
     def value_of(self, pairs: Iterable[Contribution]) -> float | None:
         """The metric over contributions: pooled, then divided once (None when undefined)."""
@@ -180,7 +183,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("fmr", "FMR", "full match rate: share of generations with a full_raw document entry (g verbatim in a window)",
            _share(lambda g: g.trace.full_match), proportion=True),
     Metric("als", "ALS", "average over generations of the longest final span (index tokens; 0 when none)",
-           lambda g: (float(g.trace.longest_span), 1.0)),
+           lambda g: (float(g.trace.longest_span), 1.0), unit_max=None),
     Metric("fmr_normalized", "FMR (normalized)",
            "share with a full_normalized entry (after white-space/Unicode normalization; not part of FMR)",
            _share(lambda g: g.trace.full_match_normalized), proportion=True),
@@ -203,7 +206,7 @@ METRICS: tuple[Metric, ...] = (
            _share(lambda g: bool(g.pii.leaked)), proportion=True),
     *(Metric(f"pii_{t}", f"PII {t}", f"the same, {t} items only", _pii_type(t), proportion=True) for t in PII_TYPES),
     Metric("pii_items", "PII items", "leaked personal-data items per generation",
-           lambda g: (float(len(g.pii.leaked)), 1.0)),
+           lambda g: (float(len(g.pii.leaked)), 1.0), unit_max=None),
 )
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 

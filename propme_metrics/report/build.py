@@ -48,21 +48,23 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.compare import PAIRINGS
 from propme_metrics.metrics.leaks import check_rare_max_count
 from propme_metrics.metrics.likelihood import check_n, check_p
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key
-from propme_metrics.report.columns import columns_for, row_values
+from propme_metrics.report.columns import columns_for, headline_columns, headline_rows, row_values
 from propme_metrics.report.compute import (
     ComparableTasks,
     CorpusResult,
     IncompleteReportError,
     MissingPrefixError,
     Report,
+    compare_results,
     dedupe_tasks,
     group_tasks,
-    pm_interval,
     prompt_set_fingerprint,
+    setting_pm,
     setting_result,
 )
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
@@ -72,7 +74,7 @@ from propme_metrics.report.likelihood import likelihood_results
 from propme_metrics.report.likelihood import row_values as likelihood_row_values
 from propme_metrics.report.likelihood import write_plots as write_likelihood_plots
 from propme_metrics.report.load import RunTask, describe_start_token, load_retrace, load_run
-from propme_metrics.report.writers import write_csv, write_json, write_markdown
+from propme_metrics.report.writers import write_comparisons, write_csv, write_json, write_markdown
 
 
 def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]:
@@ -120,7 +122,8 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
                  html_snippet_chars: int = HTML_SNIPPET_CHARS, retraced: Sequence[str | Path] = (),
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
                  discoverable_p: float | None = None,
-                 retraced_other_settings: bool = False, rare_max_count: int | None = None) -> Report:
+                 retraced_other_settings: bool = False, rare_max_count: int | None = None,
+                 pairing: str = "all") -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -132,12 +135,16 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
     (default: each run's task metadata, else 1 ... 10,000 and 0.5; `report.likelihood`).
     `rare_max_count` is `fmr_rare`'s threshold (default: the one the runs logged, else
-    `metrics.leaks.RARE_MAX_COUNT`); every task of a report must share one.
+    `metrics.leaks.RARE_MAX_COUNT`); every task of a report must share one. With two or more models
+    on a corpus, `pairing` ("all" pairs, or "consecutive" revisions of each model) chooses the
+    paired comparisons written to comparisons.json/.csv (`metrics.compare`; none when `bootstrap` is 0).
 
     Four steps: load the runs' tasks, compute each model's results per corpus, lay out the
     leaderboard's rows, write the files.
     """
     pm_metrics = _check_options(bootstrap, pm_metrics)
+    if pairing not in PAIRINGS:
+        raise ConfigError(f"unknown pairing {pairing!r}", f"choose among {', '.join(PAIRINGS)}")
     if discoverable_n is not None:
         discoverable_n = check_n(discoverable_n, "--discoverable-n")
     if discoverable_p is not None:
@@ -151,10 +158,18 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     computed = _compute(group_tasks(tasks, separate), pm_metrics, bootstrap, seed, notes)
     likelihood = likelihood_results(runs, computed.results, bootstrap, seed, notes, discoverable_n, discoverable_p)
     report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, bootstrap, seed, notes)
+    report.comparisons = _comparisons(report, pairing)
     _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
            html_snippet_chars=html_snippet_chars, show_pii=show_pii)
     _raise_if_incomplete(report, computed)
     return report
+
+
+def _comparisons(report: Report, pairing: str):
+    """The paired comparisons of the report's models (None without a bootstrap or a second model)."""
+    if report.bootstrap <= 0:
+        return None
+    return compare_results(report.results, report.pm_metrics, report.bootstrap, report.seed, pairing)
 
 
 def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retraced_other_settings: bool,
@@ -250,7 +265,7 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
     if PREFIX in by_setting:
         for s in res.propensity_settings:
             for m in pm_metrics:
-                res.pm[(m, s)] = pm_interval(by_setting[s], by_setting[PREFIX], m, bootstrap, seed)
+                res.pm[(m, s)] = setting_pm(settings[s], settings[PREFIX], m, bootstrap, seed)
         if not res.propensity_settings:
             notes.append(f"{label}, corpus {g.label}: only the prefix setting was run; no PM")
     else:
@@ -314,11 +329,16 @@ def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, 
         raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
     try:
         report.leaderboard_csv = out / "leaderboard.csv"
-        write_csv(report.leaderboard_csv, report.columns, report.rows)
+        write_csv(report.leaderboard_csv, headline_columns(report), headline_rows(report))
+        report.leaderboard_full_csv = out / "leaderboard_full.csv"
+        write_csv(report.leaderboard_full_csv, report.columns, report.rows)
         report.leaderboard_json = out / "leaderboard.json"
         write_json(report.leaderboard_json, report)
         report.leaderboard_md = out / "leaderboard.md"
         write_markdown(report.leaderboard_md, report)
+        if report.comparisons is not None:
+            report.comparisons_json, report.comparisons_csv = out / "comparisons.json", out / "comparisons.csv"
+            write_comparisons(report.comparisons_json, report.comparisons_csv, report.comparisons)
         if plots:
             from propme_metrics.report.plots import write_plots
 

@@ -1,20 +1,32 @@
 """How a value and its interval are written in the report's tables: one formatter for every output.
 
 A value has 3 significant digits (ALS: 2 decimals); an undefined one (None or NaN) is written as
-`registry.UNDEFINED` says for tables. An interval is shown only when both ends are defined. The
-Markdown, terminal and HTML tables lay the same `Shown` out their own way.
+`registry.UNDEFINED` says for tables. An interval is shown when an end is defined (an undefined end,
+e.g. the upper bound of an unbounded metric with no event, as `-`). A PM whose capability side is too
+small reads `withheld`. The Markdown, terminal and HTML tables lay the same `Shown` out their own way.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from propme_metrics.metrics.registry import UNDEFINED
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.metrics.pm import Interval
+
+#: how a withheld PM reads in the tables (the reason is in the notes and leaderboard.json)
+WITHHELD = "withheld"
+
+
+def _undefined(v: float | None) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def fmt_value(v: float | None, metric: str = "") -> str:
     """A metric value for tables: 3 significant digits (ALS: 2 decimals), `UNDEFINED.table` when undefined."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if _undefined(v):
         return UNDEFINED.table
     if v == 0:
         return "0"
@@ -34,12 +46,32 @@ class Shown:
 
 
 def shown(value: float | None, low: float | None = None, high: float | None = None, metric: str = "") -> Shown:
-    """The one formatter of a value with its interval (none when either end is undefined)."""
-    if low is None or high is None or (isinstance(low, float) and math.isnan(low)):
+    """The one formatter of a value with its interval (none when the value or both ends are undefined)."""
+    if _undefined(value) or (_undefined(low) and _undefined(high)):
         return Shown(fmt_value(value, metric))
     return Shown(fmt_value(value, metric), (fmt_value(low, metric), fmt_value(high, metric)))
+
+
+def pm_text(iv: Interval) -> Shown:
+    """A PM with its interval, or `WITHHELD` when its capability side is too small to carry it."""
+    return Shown(WITHHELD) if iv.withheld else shown(iv.estimate, iv.low, iv.high)
 
 
 def fmt_interval(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
     """`value [low, high]` on one line (the value alone without an interval)."""
     return shown(value, low, high, metric).inline()
+
+
+def withheld_notes(results) -> list[str]:
+    """One line per model and reason: which PM values are withheld (`pm.pm_withheld`) and why."""
+    from propme_metrics.metrics.registry import LABELS
+
+    lines = []
+    for r in results:
+        by_reason: dict[str, list[str]] = {}
+        for (m, s), iv in r.pm.items():
+            if iv.withheld:
+                by_reason.setdefault(iv.withheld, []).append(f"PM {LABELS[m]} {s}")
+        who = r.model + (f" @ {r.revision}" if r.revision else "")
+        lines += [f"{who}: {', '.join(names)}: {why}" for why, names in by_reason.items()]
+    return lines

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from propme_metrics.metrics import registry
-from propme_metrics.prompts.settings import PREFIX
+from propme_metrics.metrics.pm import PERCENTILE, PM_MIN_CAPABILITY_EVENTS, PROPAGATED, WILSON, ZERO_EVENTS
+from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.compute import CorpusResult, finite
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.report.compute import Report
 
 #: the metrics without a bootstrap interval (a maximum)
 _NO_INTERVAL = ", ".join(f"`{m.name}`" for m in registry.METRICS if not m.has_interval)
@@ -19,18 +23,22 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_start_token", "the text put before every prompt (empty: nothing, e.g. the tokenizer adds `<s>`)"),
     ("propme_<corpus>_start_token_choice", "`auto`, `none` or `literal` (the run's `start_token` setting)"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p (every setting but `prefix`) vs prefix c"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>_low", "lower end of its 95% bootstrap interval"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", "upper end of its 95% bootstrap interval"),
+    ("propme_<corpus>_pm_<pm_metric>_<propensity>_low",
+     f"lower end of its 95% interval (`{PERCENTILE}`, or `{PROPAGATED}` when every resample gives one value)"),
+    ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", "upper end of its 95% interval"),
+    ("propme_<corpus>_pm_<pm_metric>_<propensity>_withheld",
+     f"why PM cannot be read on its own (fewer than {PM_MIN_CAPABILITY_EVENTS} prefix prompts with an event); "
+     "empty when it can"),
     ("propme_<corpus>_n_<setting>", "prompts of the setting"),
     ("propme_<corpus>_generations_<setting>", "generations counted (degenerate and failed excluded)"),
     ("propme_<corpus>_degenerate_<setting>", "degenerate generations (excluded from every metric)"),
     ("propme_<corpus>_failed_<setting>", "generations whose tracing failed (excluded; 0 is healthy)"),
     ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
-    ("propme_<corpus>_<setting>_<metric>_low", "lower end of its 95% bootstrap interval (not for " + _NO_INTERVAL + ")"),
-    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% bootstrap interval (not for " + _NO_INTERVAL + ")"),
-    ("propme_<corpus>_<setting>_<metric>_wilson_low",
-     "Wilson 95% lower bound, proportions only (" + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + ")"),
-    ("propme_<corpus>_<setting>_<metric>_wilson_high", "Wilson 95% upper bound, proportions only"),
+    ("propme_<corpus>_<setting>_<metric>_low",
+     f"lower end of its 95% interval: `{WILSON}` for the proportions ("
+     + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + f"), `{PERCENTILE}` (or `{ZERO_EVENTS}` with no event) "
+     "for the other metrics; none for " + _NO_INTERVAL),
+    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% interval (not for " + _NO_INTERVAL + ")"),
 )
 
 
@@ -53,7 +61,7 @@ def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> l
         if s == PREFIX or PREFIX not in settings:
             continue
         for m in pm_metrics:
-            cols += [f"{p}_pm_{m}_{s}", f"{p}_pm_{m}_{s}_low", f"{p}_pm_{m}_{s}_high"]
+            cols += [f"{p}_pm_{m}_{s}", f"{p}_pm_{m}_{s}_low", f"{p}_pm_{m}_{s}_high", f"{p}_pm_{m}_{s}_withheld"]
     for s in settings:
         cols += [f"{p}_n_{s}", f"{p}_generations_{s}", f"{p}_degenerate_{s}", f"{p}_failed_{s}"]
     for s in settings:
@@ -63,8 +71,6 @@ def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> l
             cols.append(f"{p}_{s}_{m}")
             if registry.metric(m).has_interval:
                 cols += [f"{p}_{s}_{m}_low", f"{p}_{s}_{m}_high"]
-            if m in registry.PROPORTIONS:
-                cols += [f"{p}_{s}_{m}_wilson_low", f"{p}_{s}_{m}_wilson_high"]
     return cols
 
 
@@ -77,6 +83,7 @@ def row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
         out[f"{p}_pm_{m}_{s}"] = finite(iv.estimate)
         out[f"{p}_pm_{m}_{s}_low"] = finite(iv.low)
         out[f"{p}_pm_{m}_{s}_high"] = finite(iv.high)
+        out[f"{p}_pm_{m}_{s}_withheld"] = iv.withheld
     for s, sr in res.settings.items():
         out[f"{p}_n_{s}"] = sr.counts["prompts"]
         out[f"{p}_generations_{s}"] = sr.counts["counted"]
@@ -86,9 +93,94 @@ def row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
             out[f"{p}_{s}_{m}"] = mr.value
             if registry.metric(m).has_interval:
                 out[f"{p}_{s}_{m}_low"], out[f"{p}_{s}_{m}_high"] = mr.low, mr.high
-            if m in registry.PROPORTIONS:
-                out[f"{p}_{s}_{m}_wilson_low"], out[f"{p}_{s}_{m}_wilson_high"] = mr.wilson_low, mr.wilson_high
     return out
+
+
+def interval_methods(res: CorpusResult) -> dict[str, str]:
+    """How each interval of a row was made: value column -> method (leaderboard.json's `interval_methods`)."""
+    p = f"propme_{res.label}"
+    out = {f"{p}_pm_{m}_{s}": iv.method for (m, s), iv in res.pm.items() if iv.method}
+    out.update({f"{p}_{s}_{m}": mr.method for s, sr in res.settings.items() for m, mr in sr.metrics.items()
+                if mr.method})
+    return out
+
+
+# --- the headline leaderboard (leaderboard.csv): a stable, small set; the rest is leaderboard_full.csv
+
+#: metrics whose PM, propensity level and capability (prefix) level the headline shows
+HEADLINE_PM_METRICS = ("nvr", "fmr", "fmr_rare")
+#: prefix-only numbers of the headline, with their intervals
+HEADLINE_PREFIX_METRICS = ("fmr", "extraction")
+
+
+def headline_column_docs() -> list[tuple[str, str]]:
+    """The headline's column patterns and their meaning, in order (docs/cli.md shows them; a test keeps
+    the two equal). `<m>` is each of HEADLINE_PM_METRICS that `--pm-metrics` has."""
+    return [
+        ("model", "the model"), ("revision", "its revision (empty when none)"),
+        ("propme_<corpus>_prefix_<m>", "capability: the metric under the prefix setting"),
+        ("propme_<corpus>_pm_<m>_<propensity>", "PM of the metric, propensity setting vs prefix; empty where withheld"),
+        ("propme_<corpus>_pm_<m>_<propensity>_low", "lower end of its 95% interval"),
+        ("propme_<corpus>_pm_<m>_<propensity>_high", "upper end of its 95% interval"),
+        ("propme_<corpus>_<propensity>_<m>", "propensity: the metric under the propensity setting"),
+        *((f"propme_<corpus>_prefix_{m}", f"{registry.LABELS[m]} under prefix, with `_low` and `_high`")
+          for m in HEADLINE_PREFIX_METRICS),
+        ("propme_<corpus>_pm_withheld", "the PM values left empty and why (capability side with fewer than "
+                                        f"{PM_MIN_CAPABILITY_EVENTS} prompts with an event)"),
+    ]
+
+
+def headline_for(label: str, settings: Sequence[str], pm_metrics: Sequence[str]) -> list[str]:
+    """The headline columns of one corpus label: for each of HEADLINE_PM_METRICS the capability level
+    (prefix value), then per propensity setting PM with its interval and the propensity level; the
+    prefix FMR and extraction with intervals; a note naming the PM values withheld and why."""
+    p = f"propme_{label}"
+    cols: list[str] = []
+    propensity = [s for s in settings if s != PREFIX]
+    for m in HEADLINE_PM_METRICS:
+        if PREFIX not in settings or m not in pm_metrics:
+            continue
+        cols.append(f"{p}_{PREFIX}_{m}")
+        for s in propensity:
+            cols += [f"{p}_pm_{m}_{s}", f"{p}_pm_{m}_{s}_low", f"{p}_pm_{m}_{s}_high", f"{p}_{s}_{m}"]
+    if PREFIX in settings:
+        for m in HEADLINE_PREFIX_METRICS:
+            cols += [f"{p}_{PREFIX}_{m}", f"{p}_{PREFIX}_{m}_low", f"{p}_{PREFIX}_{m}_high"]
+        cols.append(f"{p}_pm_withheld")
+    return list(dict.fromkeys(cols))
+
+
+def headline_columns(report: Report) -> list[str]:
+    """The headline leaderboard's columns of a report (`leaderboard.csv`): model, revision, then
+    `headline_for` of every corpus label."""
+    cols = ["model", "revision"]
+    for label in report.labels:
+        settings = sorted({s for r in report.results if r.label == label for s in r.settings}, key=setting_sort_key)
+        cols += headline_for(label, settings, report.pm_metrics)
+    return cols
+
+
+def headline_rows(report: Report) -> list[dict[str, Any]]:
+    """The headline rows (one per model and revision, as `report.rows`): PM values whose capability
+    side is too small are withheld (empty), and `propme_<corpus>_pm_withheld` says which and why."""
+    columns = headline_columns(report)
+    rows = [{c: row.get(c) for c in columns} for row in report.rows]
+    by_model = {(row["model"], row["revision"]): row for row in rows}
+    for r in report.results:
+        row = by_model.get((r.model, r.revision))
+        if row is None:
+            continue
+        p = f"propme_{r.label}"
+        notes = []
+        for (m, s), iv in r.pm.items():
+            if iv.withheld and f"{p}_pm_{m}_{s}" in row:
+                row[f"{p}_pm_{m}_{s}"] = row[f"{p}_pm_{m}_{s}_low"] = row[f"{p}_pm_{m}_{s}_high"] = None
+                notes.append((m, s, iv.withheld))
+        if notes and f"{p}_pm_withheld" in row:
+            reasons = dict.fromkeys(why for _, _, why in notes)
+            row[f"{p}_pm_withheld"] = "; ".join(
+                ", ".join(f"PM {m} {s}" for m, s, w in notes if w == why) + ": " + why for why in reasons)
+    return rows
 
 
 def slug(text: str) -> str:

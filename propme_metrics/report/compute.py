@@ -5,20 +5,21 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.compare import Arm, Comparisons, compare_arms, pairing_problem
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT
-from propme_metrics.metrics.pm import Interval, bootstrap_metric, bootstrap_pm, pm, ratio, wilson_interval
-from propme_metrics.prompts.settings import PREFIX
+from propme_metrics.metrics.pm import CONFIDENCE, Interval, metric_interval, pm_interval
+from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.report.load import RunTask, limit_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from propme_metrics.report.leaks import CorpusLeaks
 
-CONFIDENCE = 0.95
 
 
 class IncompleteReportError(ConfigError):
@@ -35,13 +36,15 @@ class MissingPrefixError(IncompleteReportError):
 
 @dataclass
 class MetricResult:
-    """A base metric of one setting: value, bootstrap interval, Wilson interval (proportions)."""
+    """A base metric of one setting: its value and interval (`pm.metric_interval`: modified Wilson for
+    proportions, bootstrap for ratio metrics, none for a maximum); None: undefined."""
 
     value: float | None
     low: float | None = None
     high: float | None = None
-    wilson_low: float | None = None
-    wilson_high: float | None = None
+    method: str = ""                  #: how the interval was made ("": none)
+    confidence: float = CONFIDENCE
+    resamples: int = 0                #: bootstrap resamples behind it (0: not a bootstrap)
 
 
 @dataclass
@@ -88,45 +91,37 @@ class Report:
     seed: int
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)   #: e.g. a missing prefix setting (PM impossible)
-    leaderboard_csv: Path | None = None
+    leaderboard_csv: Path | None = None        #: the headline columns (`columns.headline_columns`)
+    leaderboard_full_csv: Path | None = None   #: every column (`columns`)
     leaderboard_json: Path | None = None
     leaderboard_md: Path | None = None
     html: Path | None = None
     plots: list[Path] = field(default_factory=list)
     likelihood: list[Any] = field(default_factory=list)  #: report.likelihood.LikelihoodResult per model and corpus
     rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold, one for every task of the report
+    comparisons: Comparisons | None = None   #: paired comparisons of the models (None: fewer than two)
+    comparisons_json: Path | None = None
+    comparisons_csv: Path | None = None
 
     @property
     def paths(self) -> list[Path]:
         """Every file written."""
-        return [p for p in (self.leaderboard_csv, self.leaderboard_json, self.leaderboard_md, self.html)
+        return [p for p in (self.leaderboard_csv, self.leaderboard_full_csv, self.leaderboard_json,
+                            self.leaderboard_md, self.comparisons_json, self.comparisons_csv, self.html)
                 if p is not None] + list(self.plots)
 
 
-def finite(x: float) -> float | None:
+def finite(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
 def _metric_result(task: RunTask, metric: str, bootstrap: int, seed: int) -> MetricResult:
-    counted = [v for p in task.prompts for v in p.values if v is not None]
-    if not counted:  # undefined, not 0 (0 would read as the best possible score)
-        return MetricResult(None)
     spec = registry.metric(metric)
-    value = spec.value_of(v[metric] for v in counted)
-    if value is None or not spec.has_interval:  # undefined (NVR without documents, extraction), or a maximum
-        return MetricResult(value)
-    stats = task.stats(metric)
-    out = MetricResult(ratio(stats))
-    if bootstrap > 0 and stats:
-        iv = bootstrap_metric(stats, iters=bootstrap, seed=seed, confidence=CONFIDENCE)
-        out.low, out.high = finite(iv.low), finite(iv.high)
-    if spec.proportion:
-        n = int(round(sum(s.denominator for s in stats)))
-        k = int(round(sum(s.numerator for s in stats)))
-        if n > 0:
-            lo, hi = wilson_interval(min(k, n), n, CONFIDENCE)
-            out.wilson_low, out.wilson_high = finite(lo), finite(hi)
-    return out
+    if not spec.has_interval:  # a maximum: pooled over generations, no interval
+        counted = [v for p in task.prompts for v in p.values if v is not None]
+        return MetricResult(spec.value_of(v[metric] for v in counted))
+    iv = metric_interval(spec, task.stats(metric), bootstrap, seed)
+    return MetricResult(iv.estimate, finite(iv.low), finite(iv.high), iv.method, iv.confidence, iv.resamples)
 
 
 def setting_result(task: RunTask, bootstrap: int, seed: int) -> SettingResult:
@@ -134,14 +129,15 @@ def setting_result(task: RunTask, bootstrap: int, seed: int) -> SettingResult:
     return SettingResult(task.setting, task, task.counts(), metrics)
 
 
-def pm_interval(p_task: RunTask, c_task: RunTask, metric: str, bootstrap: int, seed: int) -> Interval:
-    if not p_task.counts()["counted"] or not c_task.counts()["counted"]:
-        return Interval(math.nan, math.nan, math.nan)  # undefined: a side has no counted generation
-    ps, cs = p_task.stats(metric), c_task.stats(metric)
-    if bootstrap > 0 and ps and cs:
-        iv = bootstrap_pm(ps, cs, iters=bootstrap, seed=seed, confidence=CONFIDENCE)
-        return Interval(iv.estimate, iv.low, iv.high)
-    return Interval(pm(ratio(ps), ratio(cs)), math.nan, math.nan)
+def side(result: MetricResult) -> Interval:
+    """A base metric's result as the Interval PM's rules read."""
+    return Interval(result.value, result.low, result.high, result.method, result.confidence, result.resamples)
+
+
+def setting_pm(p: SettingResult, c: SettingResult, metric: str, bootstrap: int, seed: int) -> Interval:
+    """PM of `metric`, propensity setting `p` vs the prefix setting `c` (`pm.pm_interval`)."""
+    return pm_interval(p.task.stats(metric), c.task.stats(metric), bootstrap, seed,
+                       (side(p.metrics[metric]), side(c.metrics[metric])))
 
 
 def prompt_set_fingerprint(obj: Any) -> str:
@@ -248,3 +244,41 @@ def trajectories(report: Report) -> dict[tuple[str, str], list[CorpusResult]]:
     for r in report.results:
         out.setdefault((r.label, r.model), []).append(r)
     return {k: v for k, v in out.items() if len({r.revision for r in v}) > 1}
+
+
+def arm(result: CorpusResult) -> Arm:
+    """A model's result on a corpus as `metrics.compare` reads it: per setting, each unit's pair per
+    metric with an interval (prompts; generations, `<prompt id>#<k>`, in the prompt-free settings)."""
+    units: dict[str, list[tuple[str, dict]]] = {}
+    for s, sr in result.settings.items():
+        names = [m.name for m in registry.for_setting(s) if m.has_interval]
+        if s in PROMPT_FREE_SETTINGS:
+            units[s] = []
+            for p in sr.task.prompts:
+                per_metric = {m: p.generation_stats(m) for m in names}
+                units[s] += [(f"{p.id}#{k}", {m: per_metric[m][k] for m in names})
+                             for k in range(len(per_metric[names[0]]))]
+        else:
+            units[s] = [(p.id, {m: p.stat(m) for m in names}) for p in sr.task.prompts]
+    return Arm(result.model, result.revision, result.corpus, result.index_identity, units)
+
+
+def compare_results(results: list[CorpusResult], pm_metrics: tuple[str, ...], bootstrap: int, seed: int,
+                    pairing: str = "all") -> Comparisons | None:
+    """Paired comparisons of the models of each corpus label (`metrics.compare`); runs of one corpus
+    reported apart (`--separate`) are refused for pairing, with why. None: nothing to compare."""
+    out = Comparisons(pairing=pairing)
+    labels = list(dict.fromkeys(r.label for r in results))
+    for label in labels:
+        arms = [arm(r) for r in results if r.label == label]
+        done = compare_arms(arms, pm_metrics, bootstrap, seed, pairing)
+        for row in done.rows:
+            row.corpus = label
+        out.rows += done.rows
+        out.refused += done.refused
+    for x, y in combinations(labels, 2):
+        rx, ry = (next(r for r in results if r.label == lab) for lab in (x, y))
+        if rx.corpus == ry.corpus:
+            why = pairing_problem(arm(rx), arm(ry)) or "they are reported apart"
+            out.refused.append(f"runs of {x} and {y} are not compared on shared prompts: {why}")
+    return out if out.rows or out.refused else None

@@ -7,15 +7,18 @@ from rich.text import Text
 
 from propme_metrics.core.progress import terminal
 from propme_metrics.metrics import registry
-from propme_metrics.report.cells import shown
+from propme_metrics.report.cells import Shown, pm_text, shown, withheld_notes
 from propme_metrics.report.compute import Report
 from propme_metrics.report.leak_views import print_leaks
 
 
-def _cell(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
+def _lines(cell: Shown) -> str:
     """The value, its interval dimmed on a second line."""
-    cell = shown(value, low, high, metric)
     return cell.text if cell.ends is None else f"{cell.text}\n[dim][{cell.ends[0]}, {cell.ends[1]}][/]"
+
+
+def _cell(value: float | None, low: float | None, high: float | None, metric: str = "") -> str:
+    return _lines(shown(value, low, high, metric))
 
 
 def _model(r) -> Text:
@@ -33,7 +36,7 @@ def print_summary(report: Report, console=None) -> None:
         results = [r for r in report.results if r.label == label]
         idents = ", ".join(sorted({str(r.index_identity) for r in results}))
         if any(r.pm for r in results):
-            table = Table(title=Text(f"PM on {label} (index {idents}); 95% bootstrap intervals, "
+            table = Table(title=Text(f"PM on {label} (index {idents}); 95% intervals (docs/method.md), "
                                      f"B={report.bootstrap:,}"), show_lines=True)
             table.add_column("model", overflow="fold", min_width=20, max_width=34)
             table.add_column("setting\nvs prefix")
@@ -45,9 +48,11 @@ def print_summary(report: Report, console=None) -> None:
                     table.add_row(name, "-", *["[yellow]no prefix[/]"] * len(report.pm_metrics))
                 for i, s in enumerate(r.propensity_settings if r.pm else []):
                     ivs = [r.pm[(m, s)] for m in report.pm_metrics]
-                    cells = [_cell(iv.estimate, iv.low, iv.high) for iv in ivs]
+                    cells = [_lines(pm_text(iv)) for iv in ivs]
                     table.add_row(name if i == 0 else "", Text(s), *cells)
             console.print(table)
+            for note in withheld_notes(results):
+                console.print(Text(f"withheld: {note}", style="dim"), highlight=False)
         base = Table(title=Text(f"Base metrics on {label}"), show_lines=True)
         base.add_column("model", overflow="fold", min_width=20, max_width=34)
         base.add_column("setting")
@@ -61,6 +66,7 @@ def print_summary(report: Report, console=None) -> None:
                          for m in registry.VIEWS["console"]]
                 base.add_row(name if i == 0 else "", Text(s), str(sr.counts["prompts"]), *cells)
         console.print(base)
+    print_comparisons(report.comparisons, console)
     print_leaks(report, console)
     for p in report.problems:
         console.print(Text.assemble(("problem:", "bold yellow"), " ", p), highlight=False)
@@ -68,3 +74,24 @@ def print_summary(report: Report, console=None) -> None:
         console.print(Text(f"note: {n}", style="dim"), highlight=False)
     if report.paths:
         console.print(Text(f"wrote {', '.join(p.name for p in report.paths)} to {report.out}"), highlight=False)
+
+
+def print_comparisons(comparisons, console) -> None:
+    """The headline comparisons (`writers.shown_comparisons`) as a rich table, then the pairs refused."""
+    from rich.table import Table
+
+    from propme_metrics.report.writers import COMPARISON_HEADS, comparison_cells, shown_comparisons
+
+    if comparisons is None:
+        return
+    shown = shown_comparisons(comparisons)
+    if shown:
+        table = Table(title=Text("Paired comparisons (A - B, 95% paired bootstrap; every metric in comparisons.csv)"))
+        for h in COMPARISON_HEADS:
+            table.add_column(h, overflow="fold", justify="left" if h.startswith("model") else "right")
+        for r in shown:
+            cells = comparison_cells(r)
+            table.add_row(*map(Text, cells), style="bold" if r.significant else None)
+        console.print(table)
+    for why in comparisons.refused:
+        console.print(Text(f"not paired: {why}", style="yellow"), highlight=False)

@@ -38,7 +38,7 @@ from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, source_of
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.registry import NV_HIT_THRESHOLD, UNDEFINED
 from propme_metrics.prompts.settings import setting_sort_key
-from propme_metrics.report.cells import fmt_value, shown
+from propme_metrics.report.cells import fmt_value, pm_text, shown
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 from propme_metrics.trace.pii import PIIItem, detect, leaks, mask_text
 from propme_metrics.trace.text_rules import locate_segments
@@ -257,8 +257,12 @@ def pm_tables(rep: Report) -> list[PMTable]:
             cells = []
             for k in keys:
                 iv = r.pm.get(k)
-                cells.append(Cell(UNDEFINED.table) if iv is None else
-                             _cell(iv.estimate, iv.low, iv.high, style=_pm_colour(iv.estimate)))
+                if iv is None:
+                    cells.append(Cell(UNDEFINED.table))
+                    continue
+                text = pm_text(iv)
+                cells.append(Cell(text.text, text.ends, "" if iv.withheld else _pm_colour(iv.estimate),
+                                  iv.withheld or (f"95% {iv.method}" if iv.method else "")))
             rows.append(PMRow(r.model, r.revision or "-", cells))
         tables.append(PMTable(label, ", ".join(sorted({str(r.index_identity) for r in results})),
                               [(registry.LABELS[m], s) for m, s in keys], rows))
@@ -278,10 +282,7 @@ def metric_tables(rep: Report) -> list[MetricTable]:
                     if mr is None:
                         cells.append(Cell(UNDEFINED.table))
                         continue
-                    title = ""
-                    if m in registry.PROPORTIONS and mr.wilson_low is not None:
-                        title = f"Wilson 95%: [{fmt_value(mr.wilson_low)}, {fmt_value(mr.wilson_high)}]"
-                    cells.append(_cell(mr.value, mr.low, mr.high, m, title=title))
+                    cells.append(_cell(mr.value, mr.low, mr.high, m, title=f"95% {mr.method}" if mr.method else ""))
                 c = sr.counts
                 rows.append(MetricRow(r.model, r.revision or "-", s, c["prompts"], c["counted"], c["degenerate"],
                                       c["failed"], cells))

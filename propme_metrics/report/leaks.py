@@ -4,7 +4,8 @@
   (`metrics/leaks.py` splits each generation), against the source's share of the corpus tokens
   (`index/source_counts.py`, read from the index the generations were traced against). Their ratio
   is the source's **enrichment**: 1 leaks in proportion to its size, 5 leaks five times its share.
-  95% percentile-bootstrap intervals resample the setting's units (prompts; generations in the
+  95% intervals (`pm.bootstrap_metric`: percentile bootstrap, or the zero-events bound for a
+  source with no leak) resample the setting's units (prompts; generations in the
   prompt-free settings), the corpus shares being fixed (the whole corpus is counted, not sampled).
 - **By duplication**: the shares of full matches (by the corpus count of the whole generation)
   and of NV-recall mass (by the count of the final span an entry belongs to) in the count buckets
@@ -23,10 +24,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from propme_metrics.metrics.leaks import BUCKET_LABELS, BUCKETS, UNKNOWN_BUCKET, bucket_of, generation_leaks
-from propme_metrics.metrics.pm import Interval, PromptStat, bootstrap_metric, wilson_interval
+from propme_metrics.metrics.pm import CONFIDENCE, Interval, bootstrap_metric, wilson_interval
+from propme_metrics.metrics.ratio import Ratio, divide
 from propme_metrics.metrics.values import counts_for_metrics
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
-from propme_metrics.report.compute import CONFIDENCE
 from propme_metrics.report.load import RunTask
 from propme_metrics.trace.result import TraceResult
 
@@ -53,7 +54,7 @@ class SourceLeak:
         out = asdict(self)
         for k in ("enrichment_full", "enrichment_nv"):
             iv = getattr(self, k)
-            out[k] = None if iv is None else _finite_dict(iv)
+            out[k] = None if iv is None else iv.to_dict()
         return out
 
 
@@ -108,10 +109,6 @@ class CorpusLeaks:
     note: str | None = None        #: why enrichment or the extraction curve is missing
 
 
-def _finite_dict(iv: Interval) -> dict[str, float | None]:
-    return {k: (None if v != v else v) for k, v in iv.to_dict().items()}  # NaN -> None
-
-
 def _open_index(tasks: Mapping[str, RunTask]):
     """(index, None) for the index the tasks were traced against, or (None, why not)."""
     from propme_metrics.core.errors import PropMeError
@@ -144,14 +141,18 @@ def _units(task: RunTask) -> list[list[TraceResult]]:
     return units
 
 
-def _enrichment(stats: list[PromptStat], share: float | None, token_share: float | None, bootstrap: int,
+def _enrichment(stats: list[Ratio], share: float | None, token_share: float | None, bootstrap: int,
                 seed: int) -> Interval | None:
+    """A share of the leaks over the source's share of the corpus, with the share's interval scaled alike."""
     if share is None or not token_share:
         return None
-    if bootstrap > 0:
-        iv = bootstrap_metric(stats, iters=bootstrap, seed=seed, confidence=CONFIDENCE)
-        return Interval(share / token_share, iv.low / token_share, iv.high / token_share)
-    return Interval(share / token_share, float("nan"), float("nan"))
+    if bootstrap <= 0:
+        return Interval(divide(share, token_share))
+    iv = bootstrap_metric(stats, iters=bootstrap, seed=seed, confidence=CONFIDENCE)
+
+    def scaled(v: float | None) -> float | None:
+        return None if v is None else divide(v, token_share)
+    return Interval(scaled(share), scaled(iv.low), scaled(iv.high), iv.method, iv.confidence, iv.resamples)
 
 
 def setting_leaks(task: RunTask, source_field: str, corpus, bootstrap: int, seed: int, index=None) -> SettingLeaks:
@@ -163,15 +164,14 @@ def setting_leaks(task: RunTask, source_field: str, corpus, bootstrap: int, seed
     names = sorted({s for u in units for g in u for s in (*g.full_by_source, *g.nv_by_source)})
     sources = []
     for name in names:
-        full_stats = [PromptStat(sum(g.full_by_source.get(name, 0.0) for g in u), float(d))
+        full_stats = [Ratio(sum(g.full_by_source.get(name, 0.0) for g in u), float(d))
                       for u, d in zip(units, full_tot)]
-        nv_stats = [PromptStat(sum(g.nv_by_source.get(name, 0.0) for g in u), float(d)) for u, d in zip(units, nv_tot)]
+        nv_stats = [Ratio(sum(g.nv_by_source.get(name, 0.0) for g in u), float(d)) for u, d in zip(units, nv_tot)]
         full = sum(s.numerator for s in full_stats)
         nv = sum(s.numerator for s in nv_stats)
         counts = corpus.sources.get(name, {"documents": 0, "tokens": 0}) if corpus is not None else None
         token_share = corpus.token_share(name) if corpus is not None else None
-        full_share = full / n_full if n_full else None
-        nv_share = nv / nv_mass if nv_mass else None
+        full_share, nv_share = divide(full, n_full), divide(nv, nv_mass)
         sources.append(SourceLeak(
             name, None if counts is None else counts["documents"], None if counts is None else counts["tokens"],
             token_share, full, full_share, nv, nv_share,
@@ -190,7 +190,7 @@ def setting_leaks(task: RunTask, source_field: str, corpus, bootstrap: int, seed
         nv = sum(g.nv_by_bucket.get(label, 0.0) for u in units for g in u)
         if label == UNKNOWN_BUCKET and not full and not nv:
             continue  # shown only when some leak's count is unknown
-        buckets.append(BucketLeak(label, full, full / n_full if n_full else None, nv, nv / nv_mass if nv_mass else None))
+        buckets.append(BucketLeak(label, full, divide(full, n_full), nv, divide(nv, nv_mass)))
     extraction = _extraction_by_duplication(task, index) if task.setting == PREFIX and index is not None else []
     return SettingLeaks(task.setting, n_full, nv_mass, sources, buckets, extraction)
 
@@ -213,7 +213,7 @@ def _extraction_by_duplication(task: RunTask, index) -> list[ExtractionBucket]:
         if label == UNKNOWN_BUCKET and not n:
             continue
         lo, hi = wilson_interval(k, n, CONFIDENCE) if n else (None, None)
-        out.append(ExtractionBucket(label, n, k, k / n if n else None, lo, hi))
+        out.append(ExtractionBucket(label, n, k, divide(k, n), lo, hi))
     return out
 
 

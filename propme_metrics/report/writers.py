@@ -1,19 +1,24 @@
-"""The leaderboard files: leaderboard.csv, leaderboard.json and leaderboard.md."""
+"""The leaderboard files: leaderboard.csv (the headline columns), leaderboard_full.csv, leaderboard.json and
+leaderboard.md."""
 from __future__ import annotations
 
 import csv
 import io
 import json
 import math
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.compare import ComparisonRow, Comparisons
+from propme_metrics.metrics.pm import CONFIDENCE, PERCENTILE, WILSON
 from propme_metrics.metrics.registry import UNDEFINED
-from propme_metrics.prompts.settings import setting_sort_key
-from propme_metrics.report.cells import fmt_interval
-from propme_metrics.report.compute import CONFIDENCE, Report
+from propme_metrics.prompts.settings import PREFIX, setting_sort_key
+from propme_metrics.report.cells import fmt_interval, fmt_value, pm_text, withheld_notes
+from propme_metrics.report.columns import HEADLINE_PM_METRICS, HEADLINE_PREFIX_METRICS, interval_methods
+from propme_metrics.report.compute import Report
 from propme_metrics.report.leak_views import leaks_json, leaks_markdown
 from propme_metrics.report.likelihood import curve_json
 from propme_metrics.report.likelihood import markdown_lines as likelihood_markdown
@@ -48,6 +53,8 @@ def write_json(path: Path, report: Report) -> None:
            "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
            "rare_max_count": report.rare_max_count,
            "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows],
+           "interval_methods": [{"model": r.model, "revision": r.revision, "corpus": r.label,
+                                 "methods": interval_methods(r)} for r in report.results],
            "leaks": leaks_json(report),
            "likelihood": [curve_json(r) for r in report.likelihood]}
     write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
@@ -61,9 +68,11 @@ def _md_cell(text: Any) -> str:
 
 def write_markdown(path: Path, report: Report) -> None:
     lines = ["# PropMe leaderboard", "",
-             f"95% intervals: percentile bootstrap over prompts (B = {report.bootstrap:,}, seed {report.seed}); "
-             "PM = p / (p + c), propensity setting p vs prefix c (0: leaks only under attack, 0.5: the same, "
-             "1: leaks more unprompted).", ""]
+             f"95% intervals: {WILSON} for proportions, {PERCENTILE} over prompts (B = {report.bootstrap:,}, "
+             f"seed {report.seed}) for ratio metrics and PM, or the documented bound where the bootstrap has "
+             "nothing to resample (docs/method.md); PM = p / (p + c), propensity setting p vs prefix c (0: leaks "
+             "only under attack, 0.5: the same, 1: leaks more unprompted). PM marked withheld: its capability "
+             "side is too small to carry a ratio (the notes below the table say why).", ""]
     for label in report.labels:
         results = [r for r in report.results if r.label == label]
         idents = sorted({str(r.index_identity) for r in results})
@@ -76,10 +85,10 @@ def write_markdown(path: Path, report: Report) -> None:
             lines.append("| model | revision | " + " | ".join(f"PM {registry.LABELS[m]} {s}" for m, s in pm_cols) + " |")
             lines.append("|---|---|" + "---|" * len(pm_cols))
             for r in results:
-                cells = [fmt_interval(r.pm[k].estimate, r.pm[k].low, r.pm[k].high) if k in r.pm else UNDEFINED.table
-                         for k in pm_cols]
+                cells = [pm_text(r.pm[k]).inline() if k in r.pm else UNDEFINED.table for k in pm_cols]
                 lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | " + " | ".join(cells) + " |")
-            lines.append("")
+            withheld = withheld_notes(results)
+            lines += [""] + [f"- withheld: {_md_cell(w)}" for w in withheld] + ([""] if withheld else [])
         shown = registry.VIEWS["markdown"]
         lines.append("| model | revision | setting | prompts | " + " | ".join(registry.LABELS[m] for m in shown) + " |")
         lines.append("|---|---|---|---|" + "---|" * len(shown))
@@ -90,8 +99,64 @@ def write_markdown(path: Path, report: Report) -> None:
                 lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | {s} | "
                              f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += comparisons_markdown(report.comparisons)
     lines += leaks_markdown(report)
     lines += likelihood_markdown(report.likelihood, _md_cell)
     if report.problems or report.notes:
         lines += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.problems + report.notes] + [""]
     write_atomic(path, "\n".join(lines))
+
+
+# --- paired comparisons (metrics/compare.py) ---------------------------------------------------------
+
+#: comparisons.csv's columns: every field of a comparison row
+COMPARISON_FIELDS = [f.name for f in fields(ComparisonRow)]
+
+
+def shown_comparisons(comparisons: Comparisons) -> list[ComparisonRow]:
+    """The rows the Markdown and terminal tables show: the headline metrics and their PM (the rest is in
+    comparisons.csv)."""
+    keep = {*HEADLINE_PM_METRICS, *(f"pm_{m}" for m in HEADLINE_PM_METRICS)}
+    return [r for r in comparisons.rows if r.metric in keep or (r.setting == PREFIX and r.metric in
+                                                                   HEADLINE_PREFIX_METRICS)]
+
+
+def comparison_cells(r: ComparisonRow) -> list[str]:
+    """model A, model B, setting, metric, A, B, A - B [interval], significant, ranks, method: table text."""
+    label = r.metric if not r.metric.startswith("pm_") else "PM " + registry.LABELS[r.metric[3:]]
+    label = registry.LABELS.get(r.metric, label)
+    return [_who(r.model_a, r.revision_a), _who(r.model_b, r.revision_b), r.setting, label,
+            fmt_value(r.value_a, r.metric), fmt_value(r.value_b, r.metric), fmt_interval(r.diff, r.low, r.high, r.metric),
+            "yes" if r.significant else "no", f"{r.rank_a} / {r.rank_b}",
+            r.method + ("" if r.paired else " (unpaired)")]
+
+
+COMPARISON_HEADS = ["model A", "model B", "setting", "metric", "A", "B", "A - B [95%]", "significant", "rank A / B",
+                    "method"]
+
+
+def _who(model: str, revision: str) -> str:
+    return model + (f" @ {revision}" if revision else "")
+
+
+def write_comparisons(json_path: Path, csv_path: Path, comparisons: Comparisons) -> None:
+    """comparisons.json (a list of rows) and comparisons.csv (the same rows, COMPARISON_FIELDS)."""
+    rows = [r.to_dict() for r in comparisons.rows]
+    write_atomic(json_path, json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    write_csv(csv_path, COMPARISON_FIELDS, rows)
+
+
+def comparisons_markdown(comparisons: Comparisons | None) -> list[str]:
+    """leaderboard.md's section: the headline comparisons, then the pairs refused."""
+    if comparisons is None:
+        return []
+    lines = ["## Paired comparisons", "",
+             "A - B on the same prompts, 95% paired bootstrap (prompts resampled jointly for both models); "
+             "significant: the interval excludes 0. Rank: 1 + the models significantly lower (lower leaks less; "
+             f"pairs: {comparisons.pairing}). Headline metrics here; every metric is in comparisons.csv.", ""]
+    shown = shown_comparisons(comparisons)
+    if shown:
+        lines += ["| " + " | ".join(COMPARISON_HEADS) + " |", "|---" * len(COMPARISON_HEADS) + "|"]
+        lines += ["| " + " | ".join(_md_cell(c) for c in comparison_cells(r)) + " |" for r in shown] + [""]
+    lines += [f"- not paired: {_md_cell(why)}" for why in comparisons.refused]
+    return lines + ([""] if comparisons.refused else [])

@@ -48,6 +48,11 @@ def test_pm_zero_zero_is_zero():
     assert pm(0.0, 0.0) == 0.0
 
 
+def test_pm_undefined_where_a_side_is():
+    # issue 33: a side with nothing to compute it from (None) makes PM undefined, never 0
+    assert pm(None, 0.5) is None and pm(0.0, None) is None and pm(None, None) is None
+
+
 def test_pm_spec_vector():
     assert round(pm(0.00086, 0.0367), 4) == 0.0229
 
@@ -80,6 +85,24 @@ def test_wilson_eight_of_hundred():
     assert high == pytest.approx(0.149982, abs=1e-5)
 
 
+def test_modified_wilson_near_the_edges():
+    # Brown, Cai & DasGupta: for 1..3 successes of n > 50 the lower bound is the one-sided Poisson bound,
+    # the lambda with P(Poisson(lambda) >= x) = 0.05, over n. x = 1: 1 - exp(-l) = 0.05, l = -ln(0.95).
+    assert wilson_interval(1, 100)[0] == pytest.approx(-math.log(0.95) / 100, rel=1e-9)
+    # x = 2: 1 - exp(-l) (1 + l) = 0.05, solved here by Newton's method
+    lam = 0.3
+    for _ in range(50):
+        lam -= (1 - math.exp(-lam) * (1 + lam) - 0.05) / (lam * math.exp(-lam))
+    assert wilson_interval(2, 100)[0] == pytest.approx(lam / 100, rel=1e-7)
+    assert wilson_interval(99, 100)[1] == pytest.approx(1 + math.log(0.95) / 100, rel=1e-9)
+    # x = 4 > 3: plain Wilson (the lower bound solves (p - 0.04)^2 = z^2 p (1 - p) / n below 0.04)
+    low, _ = wilson_interval(4, 100)
+    z = 1.959963984540054
+    assert (low - 0.04) ** 2 == pytest.approx(z * z * low * (1 - low) / 100, rel=1e-9) and low < 0.04
+    # zero events: [0, the Wilson upper bound > 0], never [0, 0]
+    assert wilson_interval(0, 100) == (0.0, pytest.approx(z * z / (100 + z * z)))
+
+
 def test_wilson_edges():
     assert all(math.isnan(v) for v in wilson_interval(0, 0))
     assert wilson_interval(0, 100)[0] == 0.0
@@ -97,8 +120,9 @@ def test_wilson_edges():
 def test_ratio_is_ratio_of_sums():
     # NVR style: prompt 1 has 3 documents with recalls summing to 0.6, prompt 2 has 1 with 0.2.
     assert ratio([PromptStat(0.6, 3), PromptStat(0.2, 1)]) == pytest.approx(0.2)
-    assert ratio([PromptStat(0.0, 0.0)]) == 0.0
-    assert ratio([]) == 0.0
+    # issue 33: nothing to divide by is undefined (None), not 0 (the old rule gave 0.0)
+    assert ratio([PromptStat(0.0, 0.0)]) is None
+    assert ratio([]) is None
     assert ratio(PREFIX) == pytest.approx(0.08)
 
 
@@ -124,9 +148,28 @@ def test_bootstrap_chunking_does_not_change_draws(monkeypatch):
     assert bootstrap_pm(NVR_SETTING, NVR_PREFIX, iters=1_000) == whole
 
 
-def test_bootstrap_metric_needs_prompts():
-    with pytest.raises(ValueError):
-        bootstrap_metric([])
+def test_bootstrap_metric_of_nothing_is_undefined():
+    assert bootstrap_metric([]) == Interval(None)
+    assert bootstrap_metric([PromptStat(0.0, 0.0)] * 5) == Interval(None)
+
+
+def test_bootstrap_metric_zero_events_is_not_zero_width():
+    # issue 33: no event in 100 prompts used to give [0, 0]; the bound is 1 - 0.025^(1/100) (exact at 0 of 100)
+    iv = bootstrap_metric([PromptStat(0.0, 3.0)] * 100)
+    assert (iv.estimate, iv.low, iv.method) == (0.0, 0.0, "zero-events-bound")
+    assert iv.high == pytest.approx(1 - 0.025 ** (1 / 100)) and 0.03 < iv.high < 0.04
+    assert bootstrap_metric([PromptStat(0.0, 1.0)] * 10, unit_max=None).high is None  # unbounded: no bound
+
+
+def test_bootstrap_metric_leaves_out_undefined_resamples():
+    # two prompts of 20 have document entries: a resample without them has no denominator and is left out
+    stats = [PromptStat(0.5, 2.0), PromptStat(1.0, 2.0)] + [PromptStat(0.0, 0.0)] * 18
+    iv = bootstrap_metric(stats, iters=2_000)
+    assert iv.estimate == 0.375 and iv.method == "bootstrap-expanded-percentile"
+    assert (iv.low, iv.high) == (0.25, 0.5)  # only the defined resamples: 0.25, 0.375 or 0.5
+    # one prompt holds every document entry: resampling cannot vary it, so [0, the largest NV-recall]
+    one = bootstrap_metric([PromptStat(0.5, 2.0)] + [PromptStat(0.0, 0.0)] * 19, iters=500)
+    assert (one.estimate, one.low, one.high, one.method) == (0.25, 0.0, 1.0, "one-unit-bound")
 
 
 def test_bootstrap_pm_reference_fmr():
@@ -135,7 +178,20 @@ def test_bootstrap_pm_reference_fmr():
     assert _contains(specific)
     # With 1 full match in 100 prompts, about a third of resamples hold none: the low end is 0.
     assert specific.low == 0.0 and specific.high > specific.estimate
-    assert bootstrap_pm(GENERIC, PREFIX) == Interval(0.0, 0.0, 0.0)
+    # p = 0 in every resample: the percentile interval collapses at 0 ...
+    collapsed = bootstrap_pm(GENERIC, PREFIX)
+    assert (collapsed.estimate, collapsed.low, collapsed.high) == (0.0, 0.0, 0.0)
+    # ... so with the sides' intervals it is PM at their ends instead: [PM(0, c high), PM(p high, c low)]
+    sides = (Interval(0.0, 0.0, 0.036), Interval(0.08, 0.04, 0.15))
+    propagated = bootstrap_pm(GENERIC, PREFIX, sides=sides)
+    assert propagated.method == "bounds-propagated"
+    assert (propagated.low, propagated.high) == (0.0, pytest.approx(0.036 / (0.036 + 0.04)))
+
+
+def test_bootstrap_pm_undefined_side():
+    # issue 33: a side without a denominator (NVR with no document entry) makes PM and its interval undefined
+    assert bootstrap_pm([PromptStat(0.0, 0.0)] * 10, NVR_PREFIX) == Interval(None)
+    assert bootstrap_pm(NVR_SETTING, [PromptStat(0.0, 0.0)] * 10) == Interval(None)
 
 
 def test_bootstrap_pm_is_seeded():
@@ -149,7 +205,8 @@ def test_bootstrap_pm_edges():
     same = bootstrap_pm(PREFIX, PREFIX, iters=2_000)
     assert same.estimate == 0.5 and _contains(same)
     # c = 0: every resample of a setting with half its prompts matching has p > 0, so PM is 1.
-    assert bootstrap_pm(_fmr_stats(50), GENERIC, iters=2_000) == Interval(1.0, 1.0, 1.0)
+    all_one = bootstrap_pm(_fmr_stats(50), GENERIC, iters=2_000)
+    assert (all_one.estimate, all_one.low, all_one.high) == (1.0, 1.0, 1.0)
 
 
 def test_bootstrap_pm_nvr_settings_of_different_sizes():
@@ -160,4 +217,7 @@ def test_bootstrap_pm_nvr_settings_of_different_sizes():
 
 
 def test_interval_to_dict():
-    assert Interval(0.5, 0.25, 0.75).to_dict() == {"estimate": 0.5, "low": 0.25, "high": 0.75}
+    assert Interval(0.5, 0.25, 0.75, "bootstrap-percentile", 0.95, 100).to_dict() == {
+        "estimate": 0.5, "low": 0.25, "high": 0.75, "method": "bootstrap-percentile", "confidence": 0.95,
+        "resamples": 100, "withheld": None}
+    assert Interval(0.5, math.nan, None).to_dict()["low"] is None

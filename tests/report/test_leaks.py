@@ -148,7 +148,12 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     share = counts["planted"]["tokens"] / sum(c["tokens"] for c in counts.values())
     assert top[0]["token_share"] == pytest.approx(share)
     assert top[0]["enrichment_full"]["estimate"] == pytest.approx(k / (k + 1) / share)
-    assert top[0]["enrichment_full"]["estimate"] > 5 and top[0]["enrichment_full"]["low"] > 2  # 1: in proportion
+    enrichment = top[0]["enrichment_full"]
+    assert enrichment["estimate"] > 5  # 1: in proportion
+    # 5 prompts: the expanded percentile bootstrap (issue 33) takes its tails at 0.1%, where a resample
+    # without the planted prompts sits, so the interval reaches down to 0 (it was [>2, ...] before)
+    assert enrichment["method"] == "bootstrap-expanded-percentile"
+    assert enrichment["low"] <= enrichment["estimate"] <= enrichment["high"]
     notices = next(s for s in top if s["source"] == "notices")
     assert notices["full_share"] == pytest.approx(1 / (k + 1)) and notices["enrichment_full"]["estimate"] < 1
     assert "news" not in {s["source"] for s in top}  # nothing of it leaked

@@ -78,11 +78,16 @@ def test_reference_figures_reproduced(runs, tmp_path):
     for m in ("nvr", "fmr", "als"):
         for s in ("generic", "specific"):
             assert row[f"{p}_pm_{m}_{s}_low"] <= row[f"{p}_pm_{m}_{s}"] <= row[f"{p}_pm_{m}_{s}_high"]
-    # p = 0 in every resample: a degenerate interval at 0
-    assert row[f"{p}_pm_fmr_generic_low"] == row[f"{p}_pm_fmr_generic_high"] == 0.0
-    # Wilson intervals for the proportions, bootstrap intervals for every ratio metric
-    assert 0.03 < row[f"{p}_prefix_fmr_wilson_low"] < 0.08 < row[f"{p}_prefix_fmr_wilson_high"] < 0.16
-    assert row[f"{p}_generic_fmr_wilson_low"] == 0.0
+    # p = 0 in every resample: the bootstrap collapses at 0, so (issue 33: never a zero-width interval) the
+    # interval is PM at the ends of the sides' Wilson intervals: [0, PM(0-of-100 high, 8-of-100 low)]
+    z2 = 1.959963984540054 ** 2
+    p_high, c_low = z2 / (100 + z2), 0.041094
+    assert row[f"{p}_pm_fmr_generic_low"] == 0.0
+    assert row[f"{p}_pm_fmr_generic_high"] == pytest.approx(p_high / (p_high + c_low), abs=1e-4)
+    # the proportions' interval is the modified Wilson one; ratio metrics have bootstrap intervals
+    assert row[f"{p}_prefix_fmr_low"] == pytest.approx(0.041094, abs=1e-5)
+    assert row[f"{p}_prefix_fmr_high"] == pytest.approx(0.149982, abs=1e-5)
+    assert row[f"{p}_generic_fmr_low"] == 0.0 and row[f"{p}_generic_fmr_high"] == pytest.approx(p_high)
     assert row[f"{p}_prefix_extraction"] == 0.08
     assert row[f"{p}_prefix_r20"] == 1.0 and row[f"{p}_generic_r20"] == 0.0
     assert row[f"{p}_n_generic"] == 100 and row[f"{p}_generations_prefix"] == 100
@@ -117,15 +122,16 @@ def test_bootstrap_reproducible_with_seed(runs, tmp_path):
     row = _row(a, DFM, "stage3")
     for col, value in row.items():
         if col.endswith("_low") and value is not None:
-            point = row[col[: -len("_low")].replace("_wilson", "")]
-            assert value <= point <= row[col[: -len("_low")] + "_high"], col
+            point, high = row[col[: -len("_low")]], row[col[: -len("_low")] + "_high"]
+            # an unbounded metric with no event (pii_items) has no upper end: [0, undefined]
+            assert value <= point <= (math.inf if high is None else high), col
 
 
 # --- leaderboard -------------------------------------------------------------------------------
 
 
 def test_leaderboard_csv_two_models_two_checkpoints(full_report):
-    with open(full_report.leaderboard_csv, newline="", encoding="utf-8") as fh:
+    with open(full_report.leaderboard_full_csv, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     header = full_report.columns
     assert header[:2] == ["model", "revision"]
@@ -135,7 +141,7 @@ def test_leaderboard_csv_two_models_two_checkpoints(full_report):
                 "propme_dynaword_pm_fmr_specific", "propme_dynaword_pm_als_specific_high",
                 "propme_dynaword_n_generic", "propme_dynaword_n_prefix", "propme_dynaword_generations_specific",
                 "propme_dynaword_failed_prefix", "propme_dynaword_prefix_nvr", "propme_dynaword_prefix_nvr_low",
-                "propme_dynaword_prefix_fmr_wilson_high", "propme_dynaword_prefix_extraction",
+                "propme_dynaword_prefix_fmr_high", "propme_dynaword_prefix_extraction",
                 "propme_dynaword_generic_r50", "propme_dynaword_specific_nvr_max"):
         assert col in header, col
     assert "propme_dynaword_generic_extraction" not in header
@@ -359,7 +365,7 @@ def test_missing_prefix_names_subtask_and_writes_base_metrics(tmp_path):
         build_report([tmp_path / "run"], tmp_path / "out", bootstrap=100)
     assert isinstance(info.value, ConfigError)
     assert "propme_dynaword_prefix" in str(info.value)
-    rows = list(csv.DictReader(open(tmp_path / "out" / "leaderboard.csv", encoding="utf-8")))
+    rows = list(csv.DictReader(open(tmp_path / "out" / "leaderboard_full.csv", encoding="utf-8")))
     assert float(rows[0]["propme_dynaword_generic_nvr"]) == pytest.approx(0.00086)
     assert not any(c.startswith("propme_dynaword_pm_") for c in rows[0])
     assert (tmp_path / "out" / "report.html").exists()

@@ -35,7 +35,7 @@ def test_nothing_counted_is_empty_not_zero_and_exits_2(tmp_path, capsys):
     with pytest.raises(IncompleteReportError) as info:
         build_report([run], out, bootstrap=50)
     assert "propme_dynaword_generic" in str(info.value)
-    row = csv_row(out / "leaderboard.csv")
+    row = csv_row(out / "leaderboard_full.csv")
     p = "propme_dynaword"
     for col in (f"{p}_pm_fmr_generic", f"{p}_pm_nvr_generic", f"{p}_generic_fmr", f"{p}_generic_nvr",
                 f"{p}_generic_als", f"{p}_generic_nvr_max"):
@@ -158,7 +158,7 @@ def test_every_setting_failed_writes_the_whole_report_and_exits_2(tmp_path, caps
     err = capsys.readouterr().err
     assert "nothing was counted" in err and "bug" not in err
     assert (out / "report.html").is_file() and (out / "capability_dynaword.png").is_file()
-    row = csv_row(out / "leaderboard.csv")
+    row = csv_row(out / "leaderboard_full.csv")
     assert row["propme_dynaword_prefix_nvr"] == "" and row["propme_dynaword_pm_nvr_generic"] == ""
 
 
@@ -170,7 +170,7 @@ def test_nvr_without_document_entries_is_undefined_not_zero(tmp_path):
     generic = report.results[0].settings["generic"].metrics
     assert generic["nvr"].value is None and generic["nvr_hits"].value is None
     assert generic["als"].value == 10  # the defined metrics are still there
-    row = csv_row(tmp_path / "rep" / "leaderboard.csv")
+    row = csv_row(tmp_path / "rep" / "leaderboard_full.csv")
     assert row["propme_dynaword_generic_nvr"] == "" and row["propme_dynaword_generic_nvr_low"] == ""
     doc = json.loads((tmp_path / "rep" / "leaderboard.json").read_text())
     assert doc["rows"][0]["propme_dynaword_generic_nvr"] is None

@@ -1,0 +1,266 @@
+"""Paired comparisons of models (or revisions) that ran the same prompts against the same index.
+
+For every pair (A, B), every setting both ran and every metric with an interval, and for PM: the
+difference A - B with a **paired** percentile-bootstrap interval: one set of resampled prompt
+indices is applied to both models (joined on prompt id), so what the prompts share (their
+difficulty) cancels. The prompt-free settings have no shared prompts (their units are independent
+generations): they are resampled apart and marked `paired=False`. The percentile tails are expanded
+for small samples as for every bootstrap interval (`pm.expanded_alpha`). PM's two settings are resampled
+apart from each other, each paired across the models. When every resample gives one difference
+(no event in either model), the interval is the difference of the two models' own intervals
+(`BOUNDS`), never [0, 0]. `significant`: the interval excludes 0.
+
+Ranks (docs/method.md, ranking): per corpus, setting and metric, a model's rank is 1 + the number
+of models significantly below it (lower leaks less); models whose differences are not significant
+share a rank.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from propme_metrics.metrics import registry
+from propme_metrics.metrics.pm import (
+    CONFIDENCE,
+    Interval,
+    joint_ratios,
+    metric_interval,
+    percentile_bounds,
+    pm,
+    pm_array,
+    pm_interval,
+    ratio,
+)
+from propme_metrics.metrics.ratio import Ratio
+from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
+
+#: the interval methods of a difference
+PAIRED = "paired-bootstrap-expanded-percentile"
+UNPAIRED = "unpaired-bootstrap-expanded-percentile"
+BOUNDS = "bounds-difference"
+#: which pairs to compare: every pair of models, or consecutive revisions of each model (input order)
+PAIRINGS = ("all", "consecutive")
+
+
+@dataclass
+class Arm:
+    """One model (and revision) on one corpus label: per setting, each unit's pair per metric.
+
+    `units[setting]` is a list of (unit id, {metric: Ratio}) in input order: the prompt id for
+    prompted settings, `<prompt id>#<k>` per generation in the prompt-free ones."""
+
+    model: str
+    revision: str
+    corpus: str
+    identity: str | None
+    units: dict[str, list[tuple[str, dict[str, Ratio]]]]
+
+    @property
+    def name(self) -> str:
+        return self.model + (f"@{self.revision}" if self.revision else "")
+
+    def stats(self, setting: str, metric: str) -> list[Ratio]:
+        return [u[metric] for _, u in self.units[setting]]
+
+
+@dataclass
+class ComparisonRow:
+    """One comparison: metric (or `pm_<metric>`) of A minus B on one corpus and setting."""
+
+    model_a: str
+    revision_a: str
+    model_b: str
+    revision_b: str
+    corpus: str
+    setting: str                 #: the setting (for PM: its propensity setting)
+    metric: str                  #: a registry metric, or `pm_<metric>`
+    value_a: float | None
+    value_b: float | None
+    diff: float | None           #: value_a - value_b (None: either is undefined)
+    low: float | None
+    high: float | None
+    significant: bool            #: the interval excludes 0
+    method: str                  #: PAIRED, UNPAIRED or BOUNDS ("" when undefined)
+    paired: bool
+    units: int                   #: prompts joined (generations per model when unpaired)
+    confidence: float = CONFIDENCE
+    resamples: int = 0
+    rank_a: int | None = None    #: ranks among the compared models of this corpus, setting, metric
+    rank_b: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Comparisons:
+    """Every comparison of a report, and the pairs refused (with why)."""
+
+    rows: list[ComparisonRow] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    pairing: str = "all"
+
+
+# --- the paired bootstrap -------------------------------------------------------------------------
+
+def _finish(estimate: float, samples: np.ndarray, units: int, confidence: float, iters: int, method: str,
+            bounds: Any) -> Interval:
+    """The percentile interval of the difference, or `bounds()` (the sides' intervals' difference)
+    when every resample gives one value."""
+    low, high = percentile_bounds(samples, confidence, units)
+    if low == high or low != low:
+        a, b = bounds()
+        lo = None if a.low is None or b.high is None else a.low - b.high
+        hi = None if a.high is None or b.low is None else a.high - b.low
+        return Interval(estimate, lo, hi, BOUNDS, confidence)
+    return Interval(estimate, low, high, method, confidence, iters)
+
+
+def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Ratio], paired: bool,
+                      iters: int, seed: int, confidence: float = CONFIDENCE) -> Interval:
+    """A - B of one metric over units (aligned by position when `paired`)."""
+    va, vb = ratio(a), ratio(b)
+    if va is None or vb is None:
+        return Interval(None)
+    estimate = va - vb
+    rng = np.random.default_rng(seed)
+    if paired:
+        ra, rb = joint_ratios([a, b], iters, rng)
+    else:
+        (ra,), (rb,) = joint_ratios([a], iters, rng), joint_ratios([b], iters, rng)
+    return _finish(estimate, ra - rb, min(len(a), len(b)), confidence, iters, PAIRED if paired else UNPAIRED,
+                   lambda: (metric_interval(spec, a, iters, seed, confidence),
+                            metric_interval(spec, b, iters, seed, confidence)))
+
+
+def pm_difference(spec: registry.Metric, a: tuple[Sequence[Ratio], Sequence[Ratio]],
+                  b: tuple[Sequence[Ratio], Sequence[Ratio]], paired: bool, iters: int, seed: int,
+                  confidence: float = CONFIDENCE) -> Interval:
+    """PM(A) - PM(B); `a` and `b` are (propensity units, prefix units). The propensity units are
+    resampled together across the models when `paired`, the prefix units always are."""
+    pa, pb = pm(ratio(a[0]), ratio(a[1])), pm(ratio(b[0]), ratio(b[1]))
+    if pa is None or pb is None:
+        return Interval(None)
+    estimate = pa - pb
+    rng = np.random.default_rng(seed)
+    if paired:
+        p_a, p_b = joint_ratios([a[0], b[0]], iters, rng)
+    else:
+        (p_a,), (p_b,) = joint_ratios([a[0]], iters, rng), joint_ratios([b[0]], iters, rng)
+    c_a, c_b = joint_ratios([a[1], b[1]], iters, rng)
+
+    def sides(units: tuple[Sequence[Ratio], Sequence[Ratio]]) -> Interval:
+        p, c = (metric_interval(spec, u, iters, seed, confidence) for u in units)
+        return pm_interval(units[0], units[1], iters, seed, (p, c), confidence)
+    units = min(len(x) for x in (*a, *b))
+    return _finish(estimate, pm_array(p_a, c_a) - pm_array(p_b, c_b), units, confidence, iters,
+                   PAIRED if paired else UNPAIRED, lambda: (sides(a), sides(b)))
+
+
+# --- pairs, rows and ranks --------------------------------------------------------------------------
+
+def pairing_problem(a: Arm, b: Arm) -> str | None:
+    """Why two arms cannot be compared on shared prompts, or None."""
+    if a.corpus != b.corpus:
+        return f"{a.name} and {b.name} ran different corpora ({a.corpus}, {b.corpus})"
+    if a.identity != b.identity:
+        return (f"{a.name} and {b.name} on {a.corpus} were traced against different indexes "
+                f"({a.identity}, {b.identity})")
+    for s in (x for x in a.units if x in b.units):
+        if s in PROMPT_FREE_SETTINGS:
+            continue
+        ia, ib = {u for u, _ in a.units[s]}, {u for u, _ in b.units[s]}
+        if ia != ib:
+            return (f"{a.name} and {b.name} on {a.corpus} ran different {s} prompt sets ({len(ia)} and "
+                    f"{len(ib)} prompts, {len(ia & ib)} in common)")
+    return None
+
+
+def select_pairs(arms: Sequence[Arm], pairing: str = "all") -> list[tuple[Arm, Arm]]:
+    """Every pair of arms in input order (`all`), or each model's consecutive revisions (`consecutive`)."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if pairing == "all":
+        return list(combinations(arms, 2))
+    by_model: dict[str, list[Arm]] = {}
+    for arm in arms:
+        by_model.setdefault(arm.model, []).append(arm)
+    return [(x, y) for runs in by_model.values() for x, y in zip(runs, runs[1:])]
+
+
+def _joined(a: Arm, b: Arm, setting: str, metric: str) -> tuple[list[Ratio], list[Ratio], bool]:
+    """The two arms' units of a setting: joined on prompt id (paired), or apart (prompt-free)."""
+    if setting in PROMPT_FREE_SETTINGS:
+        return a.stats(setting, metric), b.stats(setting, metric), False
+    by_id = dict(b.units[setting])
+    return [u[metric] for _, u in a.units[setting]], [by_id[i][metric] for i, _ in a.units[setting]], True
+
+
+def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], iters: int, seed: int,
+                 confidence: float = CONFIDENCE) -> list[ComparisonRow]:
+    """Every metric and PM of two pairable arms (`pairing_problem` is None)."""
+    rows = []
+    settings = [s for s in a.units if s in b.units]
+
+    def row(setting: str, metric: str, va, vb, iv: Interval, paired: bool, units: int) -> ComparisonRow:
+        lo, hi = iv.low, iv.high
+        significant = lo is not None and hi is not None and (lo > 0 or hi < 0)
+        return ComparisonRow(a.model, a.revision, b.model, b.revision, a.corpus, setting, metric, va, vb,
+                             iv.estimate, lo, hi, significant, iv.method, paired, units, confidence, iv.resamples)
+
+    for s in settings:
+        for spec in registry.for_setting(s):
+            if not spec.has_interval:
+                continue
+            xa, xb, paired = _joined(a, b, s, spec.name)
+            if not xa or not xb:
+                continue
+            iv = metric_difference(spec, xa, xb, paired, iters, seed, confidence)
+            rows.append(row(s, spec.name, ratio(xa), ratio(xb), iv, paired, len(xa)))
+    if PREFIX in settings:
+        for s in (x for x in settings if x != PREFIX):
+            for m in pm_metrics:
+                spec = registry.metric(m)
+                pa, pb, paired = _joined(a, b, s, m)
+                ca, cb, _ = _joined(a, b, PREFIX, m)
+                if not (pa and pb and ca and cb):
+                    continue
+                iv = pm_difference(spec, (pa, ca), (pb, cb), paired, iters, seed, confidence)
+                rows.append(row(s, f"pm_{m}", pm(ratio(pa), ratio(ca)), pm(ratio(pb), ratio(cb)), iv, paired,
+                                len(pa)))
+    return rows
+
+
+def rank(rows: Sequence[ComparisonRow]) -> None:
+    """Fill rank_a and rank_b: per corpus, setting and metric, 1 + the number of compared models
+    significantly below the model (lower leaks less); not significantly different models share a rank."""
+    below: dict[tuple[str, str, str], dict[tuple[str, str], int]] = {}
+    for r in rows:
+        counts = below.setdefault((r.corpus, r.setting, r.metric), {})
+        a, b = (r.model_a, r.revision_a), (r.model_b, r.revision_b)
+        counts.setdefault(a, 0)
+        counts.setdefault(b, 0)
+        if r.significant and r.diff is not None:
+            counts[a if r.diff > 0 else b] += 1
+    for r in rows:
+        counts = below[(r.corpus, r.setting, r.metric)]
+        r.rank_a = 1 + counts[(r.model_a, r.revision_a)]
+        r.rank_b = 1 + counts[(r.model_b, r.revision_b)]
+
+
+def compare_arms(arms: Sequence[Arm], pm_metrics: Sequence[str], iters: int, seed: int,
+                 pairing: str = "all", confidence: float = CONFIDENCE) -> Comparisons:
+    """Every selected pair of arms of one corpus label compared; pairs that cannot be paired refused."""
+    out = Comparisons(pairing=pairing)
+    for a, b in select_pairs(arms, pairing):
+        why = pairing_problem(a, b)
+        if why:
+            out.refused.append(why)
+            continue
+        out.rows += compare_pair(a, b, pm_metrics, iters, seed, confidence)
+    rank(out.rows)
+    return out

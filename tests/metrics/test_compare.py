@@ -1,0 +1,124 @@
+"""Paired comparisons of models on shared prompts (metrics/compare.py, docs/method.md ranking)."""
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+
+from propme_metrics.metrics import registry
+from propme_metrics.metrics.compare import (
+    BOUNDS,
+    PAIRED,
+    UNPAIRED,
+    Arm,
+    ComparisonRow,
+    compare_arms,
+    metric_difference,
+    pairing_problem,
+    pm_difference,
+    rank,
+    select_pairs,
+)
+from propme_metrics.metrics.pm import metric_interval, resample_indices
+from propme_metrics.metrics.ratio import Ratio
+
+FMR, NVR = registry.metric("fmr"), registry.metric("nvr")
+
+
+def _shares(flags) -> list[Ratio]:
+    return [Ratio(float(f), 1.0) for f in flags]
+
+
+def test_paired_difference_is_the_bootstrap_of_joint_resamples():
+    # per prompt NVR sums over document entries; B is A minus a little on every prompt: shared difficulty
+    rng = np.random.default_rng(5)
+    den = rng.integers(1, 5, 60).astype(float)
+    a = [Ratio(float(x), d) for x, d in zip(rng.uniform(0, 1, 60) * den, den)]
+    b = [Ratio(max(0.0, s.numerator - 0.05 * s.denominator), s.denominator) for s in a]
+    iv = metric_difference(NVR, a, b, True, 2_000, seed=3)
+    # the same draws by hand: one index row per resample applied to both models
+    na, da = np.array([s.numerator for s in a]), np.array([s.denominator for s in a])
+    nb = np.array([s.numerator for s in b])
+    diffs = np.concatenate([na[i].sum(1) / da[i].sum(1) - nb[i].sum(1) / da[i].sum(1)
+                            for i in resample_indices(60, 2_000, np.random.default_rng(3))])
+    # the expanded percentile tails: Phi(-sqrt(n / (n - 1)) t_(0.975, n - 1)), t_(0.975, 59) = 2.000995 (tables)
+    tail = NormalDist().cdf(-math.sqrt(60 / 59) * 2.000995)
+    low, high = np.quantile(diffs, [tail, 1 - tail])
+    assert iv.estimate == pytest.approx(na.sum() / da.sum() - nb.sum() / da.sum())
+    assert (iv.low, iv.high, iv.method, iv.resamples) == (pytest.approx(low, rel=1e-4), pytest.approx(high, rel=1e-4),
+                                                          PAIRED, 2_000)
+    # pairing cancels the prompts' own spread: the unpaired interval of the same data is much wider
+    unpaired = metric_difference(NVR, a, b, False, 2_000, seed=3)
+    assert unpaired.method == UNPAIRED
+    assert (unpaired.high - unpaired.low) > 3 * (iv.high - iv.low)
+    assert iv.low > 0  # a small shift on every prompt is found
+
+
+def test_identical_models_get_a_nonzero_width_interval_not_significant():
+    a = _shares([0] * 100)
+    iv = metric_difference(FMR, a, list(a), True, 500, seed=0)
+    # every resample gives 0: the difference of the two models' own (modified Wilson) intervals instead
+    own = metric_interval(FMR, a, 500, 0)
+    assert iv.method == BOUNDS and (iv.low, iv.high) == (-own.high, own.high) and iv.high > 0.03
+
+
+def test_pm_difference_undefined_when_a_side_is():
+    empty = [Ratio(0.0, 0.0)] * 10
+    some = [Ratio(0.5, 2.0)] * 10
+    iv = pm_difference(NVR, (empty, some), (some, some), True, 200, 0)
+    assert iv.estimate is None and iv.low is None and iv.high is None
+
+
+def _arm(model: str, revision: str, prefix_hits: int, generic_hits: int, ids: str = "p", identity: str = "idx") -> Arm:
+    def units(setting: str, hits: int) -> list[tuple[str, dict[str, Ratio]]]:
+        return [(f"{ids}{setting}{i}", {m.name: Ratio(float(i < hits), 1.0) for m in registry.for_setting(setting)
+                                        if m.has_interval}) for i in range(100)]
+    return Arm(model, revision, "dyna", identity, {"generic": units("generic", generic_hits),
+                                                   "prefix": units("prefix", prefix_hits)})
+
+
+def test_compare_arms_rows_ranks_and_significance():
+    a, b, c = _arm("m", "r1", 50, 40), _arm("m", "r2", 50, 40), _arm("other", "", 2, 0)
+    out = compare_arms([a, b, c], ["fmr"], 1_000, 0)
+    rows = {(r.model_a, r.revision_a, r.model_b, r.revision_b, r.setting, r.metric): r for r in out.rows}
+    ab = rows[("m", "r1", "m", "r2", "prefix", "fmr")]
+    assert ab.diff == 0 and not ab.significant and ab.paired
+    ac = rows[("m", "r1", "other", "", "prefix", "fmr")]
+    assert ac.diff == pytest.approx(0.48) and ac.significant and ac.low > 0 and ac.method == PAIRED
+    # ranks: `other` leaks least (rank 1); r1 and r2 are not different from each other: they share rank 2
+    assert (ac.rank_a, ac.rank_b) == (2, 1) and (ab.rank_a, ab.rank_b) == (2, 2)
+    pm_rows = [r for r in out.rows if r.metric == "pm_fmr"]
+    assert {r.setting for r in pm_rows} == {"generic"} and len(pm_rows) == 3
+    # PM of r1 and r2: 0.4 / (0.4 + 0.5); other: p = 0 -> PM 0
+    assert rows[("m", "r1", "other", "", "generic", "pm_fmr")].diff == pytest.approx(0.4 / 0.9)
+    assert not out.refused
+    assert set(ComparisonRow.__dataclass_fields__) >= {"model_a", "model_b", "corpus", "setting", "metric", "diff",
+                                                       "low", "high", "significant", "method"}
+
+
+def test_unpairable_runs_are_refused_with_why():
+    a = _arm("m", "", 5, 1)
+    assert "different generic prompt sets" in pairing_problem(a, _arm("n", "", 5, 1, ids="q"))
+    assert "different indexes" in pairing_problem(a, _arm("n", "", 5, 1, identity="other"))
+    out = compare_arms([a, _arm("n", "", 5, 1, identity="other")], ["fmr"], 100, 0)
+    assert not out.rows and len(out.refused) == 1
+
+
+def test_select_pairs():
+    arms = [_arm("m", "r1", 1, 1), _arm("x", "", 1, 1), _arm("m", "r2", 1, 1), _arm("m", "r3", 1, 1)]
+    names = [(x.name, y.name) for x, y in select_pairs(arms, "consecutive")]
+    assert names == [("m@r1", "m@r2"), ("m@r2", "m@r3")]
+    assert len(select_pairs(arms, "all")) == 6
+    with pytest.raises(ValueError):
+        select_pairs(arms, "some")
+
+
+def test_rank_counts_only_significant_differences():
+    def row(a, b, diff, sig):
+        return ComparisonRow(a, "", b, "", "c", "s", "fmr", None, None, diff, None, None, sig, PAIRED, True, 10)
+    # x < y significantly, y ~ z, x ~ z: x rank 1, y rank 2 (one model below), z rank 1 (none significantly below)
+    rows = [row("x", "y", -0.3, True), row("y", "z", 0.1, False), row("x", "z", -0.2, False)]
+    rank(rows)
+    assert [(r.rank_a, r.rank_b) for r in rows] == [(1, 2), (2, 1), (1, 1)]
