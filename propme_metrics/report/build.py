@@ -71,7 +71,13 @@ from propme_metrics.report.likelihood import columns as likelihood_columns
 from propme_metrics.report.likelihood import likelihood_results
 from propme_metrics.report.likelihood import row_values as likelihood_row_values
 from propme_metrics.report.likelihood import write_plots as write_likelihood_plots
-from propme_metrics.report.load import RunTask, describe_start_token, load_retrace, load_run
+from propme_metrics.report.load import (
+    RunTask,
+    describe_chat_template,
+    describe_start_token,
+    load_retrace,
+    load_run,
+)
 from propme_metrics.report.writers import write_csv, write_json, write_markdown
 
 
@@ -246,7 +252,7 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
         notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
     notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
         f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
-        for k, t in starts.items()))
+        for k, t in starts.items()) + f"; prompts: {describe_chat_template(g.chat_template_sha)}")
     if PREFIX in by_setting:
         for s in res.propensity_settings:
             for m in pm_metrics:

@@ -10,7 +10,7 @@ import pytest
 
 from propme_metrics.cli.app import main
 from propme_metrics.report.build import build_report
-from propme_metrics.report.compute import IncompleteReportError
+from propme_metrics.report.compute import IncompleteReportError, MissingPrefixError
 from support.runs import DATE1, DATE2, DFM, gen, setting_prompts, write_run
 
 
@@ -243,3 +243,66 @@ def test_rows_of_another_setting_in_a_samples_file_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="line 1: the row says setting 'prefix', but its task "
                                           "propme_dynaword_generic is the generic setting"):
         build_report([run], tmp_path / "rep", bootstrap=0)
+
+
+# --- runs that cannot share a PM: other tracing settings, a chat template ------------------------
+
+
+def _two_runs_in_one_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """An --output_path folder holding a full run and a later run of the prefix setting alone."""
+    from propme_metrics.trace.result import TraceConfig
+
+    root = tmp_path / "out"
+    first = write_run(root, DFM, "", small_settings())
+    second = write_run(root, DFM, "", {"prefix": small_settings()["prefix"]}, date=DATE2)
+    mixed = TraceConfig().to_dict()
+    for setting in ("generic", "prefix"):
+        _with_trace_config(next(first.glob(f"samples_propme_dynaword_{setting}_{DATE1}.jsonl")), mixed)
+    return root, second
+
+
+def test_runs_with_other_tracing_settings_in_one_folder_are_refused_or_reported_apart(tmp_path, capsys):
+    from propme_metrics.trace.result import TraceConfig
+
+    root, second = _two_runs_in_one_folder(tmp_path)
+    _with_trace_config(next(second.glob(f"samples_propme_dynaword_prefix_{DATE2}.jsonl")),
+                       {**TraceConfig().to_dict(), "mode": "text"})
+    assert main(["report", str(root), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html"]) == 2
+    err = capsys.readouterr().err
+    assert "different tracing settings" in err and "'text'" in err and "--separate" in err
+    assert not (tmp_path / "rep").exists()
+    with pytest.raises(MissingPrefixError) as caught:  # reported apart: the generic run has no prefix of its own
+        build_report([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True)
+    rep = caught.value.report
+    assert rep.labels == ["dynaword_set1", "dynaword_set2"]
+    by_label = {r.label: r for r in rep.results}
+    assert set(by_label["dynaword_set2"].settings) == {"prefix"}  # the text-mode prefix stands alone
+    assert set(by_label["dynaword_set1"].settings) == {"generic"} and not by_label["dynaword_set1"].pm
+
+
+def test_the_same_tracing_settings_in_one_folder_still_pair(tmp_path):
+    from propme_metrics.trace.result import TraceConfig
+
+    root, second = _two_runs_in_one_folder(tmp_path)
+    _with_trace_config(next(second.glob(f"samples_propme_dynaword_prefix_{DATE2}.jsonl")), TraceConfig().to_dict())
+    rep = build_report([root], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    assert rep.labels == ["dynaword"] and rep.results[0].pm
+
+
+def test_a_chat_template_run_never_pairs_with_a_plain_run(tmp_path, capsys):
+    root, second = _two_runs_in_one_folder(tmp_path)
+    results = second / f"results_{DATE2}.json"
+    data = json.loads(results.read_text())
+    data.update(chat_template="{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}",
+                chat_template_sha="ab" * 32, fewshot_as_multiturn=False)
+    results.write_text(json.dumps(data))
+    assert main(["report", str(root), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html"]) == 2
+    assert "with and without a chat template" in capsys.readouterr().err
+    with pytest.raises(MissingPrefixError) as caught:
+        build_report([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True)
+    rep = caught.value.report
+    assert len(rep.labels) == 2
+    assert any("prompts: lm-eval's chat template (sha256 abababababab)" in n for n in rep.notes)
+    assert any("prompts: plain prompts (no chat template)" in n for n in rep.notes)
+    md = (tmp_path / "apart" / "leaderboard.md").read_text()
+    assert "chat template (sha256 abababababab)" in md
