@@ -1,8 +1,13 @@
-"""Files written safely: never half-written (atomic replacement), never by two processes at once (locks)."""
+"""Files written safely: never half-written (atomic replacement), never by two processes at once (locks).
+
+An output that is a character device or a FIFO (`/dev/null`, `/dev/stdout`, a named pipe) is
+written in place, as a stream: renaming a file over it would replace the device or the pipe.
+"""
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,12 +19,30 @@ from typing import IO
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "propme"
 
 
+def cache_dir() -> Path:
+    """PropMe's cache folder: PROPME_CACHE_DIR, else DEFAULT_CACHE_DIR."""
+    return Path(os.environ.get("PROPME_CACHE_DIR") or DEFAULT_CACHE_DIR)
+
+
+def is_stream(path: str | Path) -> bool:
+    """Whether `path` (followed through symlinks) is a character device or a FIFO: written in place."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
 @contextmanager
 def atomic_output(path: str | Path, mode: str = "w") -> Iterator[IO]:
     """A file to write `path` through: a uniquely named temporary file beside it, flushed to disk and
     renamed into place on success, deleted on failure. Concurrent writers never share a temporary
-    file; the last one to finish wins."""
+    file; the last one to finish wins. A character device or FIFO is opened and written in place."""
     path = Path(path)
+    if is_stream(path):
+        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a written file gets the usual mode
