@@ -9,6 +9,7 @@ import fcntl
 import os
 import stat
 import tempfile
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,9 +63,17 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+#: the files this process holds locked (`open_locked`): a forked child lets go of them at once
+_HELD_LOCKS: weakref.WeakSet[IO] = weakref.WeakSet()
+
+
 def open_locked(path: Path, mode: str, busy: Exception) -> IO:
     """`path` opened (created if needed; text as UTF-8) and locked for this process alone, without
-    waiting; `busy` is raised when another process holds the lock."""
+    waiting; `busy` is raised when another process holds the lock.
+
+    The lock (flock) is released by the kernel when the file is closed or its process ends, however
+    it ends (a SIGKILL included). A forked child (a tracing worker) would share it and keep it alive
+    after its parent died: every child lets go of it as it starts (`_drop_inherited_locks`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
     try:
@@ -72,7 +81,27 @@ def open_locked(path: Path, mode: str, busy: Exception) -> IO:
     except BlockingIOError:
         fh.close()
         raise busy from None
+    _HELD_LOCKS.add(fh)
     return fh
+
+
+def _drop_inherited_locks() -> None:
+    """In a freshly forked child: point every inherited lock descriptor at /dev/null (opened read-only),
+    so the lock's file is no longer shared with the child and ends with its parent. The descriptor
+    numbers stay valid, so nothing the child inherited closes another file by mistake."""
+    held = [fh for fh in _HELD_LOCKS if not fh.closed]
+    _HELD_LOCKS.clear()
+    if not held:
+        return
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for fh in held:
+            os.dup2(null, fh.fileno())
+    finally:
+        os.close(null)
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 def _umask() -> int:
