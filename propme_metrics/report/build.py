@@ -36,13 +36,18 @@ diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revi
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its final spans; click a span for its source
 documents). `propme-report-files.json` lists the files written: a later report into the same folder
-removes those of them it does not write again (a stale plot), and never any other file.
+removes those of them it does not write again (a stale plot), and never any other file. Every file
+is written into a staging folder first and moved into place once all are written, so a failed or
+killed report leaves the earlier one whole.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +106,15 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
 
 #: the list of files the last report wrote into its folder (so the next one removes only those it replaces)
 WRITTEN_NAME = "propme-report-files.json"
+#: the hidden folder inside the report folder where a report is written before it is moved into place
+STAGING_NAME = ".propme-report-staging"
 
 
 def _record_written(out: Path, paths: list[Path]) -> None:
     """Remove the files an earlier report wrote into `out` that this one did not (a stale plot must not
-    sit beside the new report), then record this report's files. A file PropMe did not write is
-    never removed: only names in the earlier record are."""
+    sit beside the new report) and the temporary files a killed PropMe 0.2 report left of any of
+    them, then record this report's files. A file PropMe did not write is never removed: only
+    names in the earlier record are (and their `.<name>.*.tmp` temporaries)."""
     from propme_metrics.core.files import write_atomic
 
     names = sorted(p.name for p in paths)
@@ -114,9 +122,14 @@ def _record_written(out: Path, paths: list[Path]) -> None:
         earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
     except (OSError, ValueError, AttributeError):
         earlier = []
-    for name in earlier if isinstance(earlier, list) else []:
-        if isinstance(name, str) and name not in names and Path(name).name == name and name != WRITTEN_NAME:
+    known = [n for n in earlier if isinstance(n, str) and Path(n).name == n and n != WRITTEN_NAME] \
+        if isinstance(earlier, list) else []
+    for name in known:
+        if name not in names:
             (out / name).unlink(missing_ok=True)
+    for name in set(known) | set(names) | {WRITTEN_NAME}:
+        for tmp in out.glob(f".{glob_escape(name)}.*.tmp"):
+            tmp.unlink(missing_ok=True)
     write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
 
 
@@ -312,32 +325,64 @@ def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: l
 
 def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, html_snippet_chars: int,
            show_pii: bool) -> None:
-    """Write the leaderboard files, the plots and report.html into `report.out`, recording each path."""
-    out = report.out
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
-    try:
-        report.leaderboard_csv = out / "leaderboard.csv"
-        write_csv(report.leaderboard_csv, report.columns, report.rows)
-        report.leaderboard_json = out / "leaderboard.json"
-        write_json(report.leaderboard_json, report)
-        report.leaderboard_md = out / "leaderboard.md"
-        write_markdown(report.leaderboard_md, report)
-        if plots:
-            from propme_metrics.report.plots import write_plots
+    """Write the leaderboard files, the plots and report.html into `report.out`, recording each path.
 
-            report.plots = write_plots(report, out)
-            report.plots += write_likelihood_plots(report, out)
-        if html:
-            from propme_metrics.report.html import write_html
-
-            report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
-                                     snippet_chars=html_snippet_chars, show_pii=show_pii)
-        _record_written(out, report.paths)
+    All of them are written into a staging folder inside `report.out` first and moved into place
+    once every one is written: a report that fails (or is killed) while writing leaves the earlier
+    report whole, never parts of two reports; a killed report's staging folder is removed by the next."""
+    final = report.out
+    stage = final / STAGING_NAME
+    try:
+        final.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir()
     except OSError as exc:
-        raise ConfigError(f"cannot write the report into {out}: {exc}") from None
+        raise ConfigError(f"cannot create the report folder {final}: {exc}") from None
+    try:
+        _write_into(report, stage, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
+                    html_snippet_chars=html_snippet_chars, show_pii=show_pii)
+        for name in ("leaderboard_csv", "leaderboard_json", "leaderboard_md", "html"):
+            if getattr(report, name) is not None:
+                setattr(report, name, _move_into(getattr(report, name), final))
+        report.plots = [_move_into(p, final) for p in report.plots]
+        _record_written(final, report.paths)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report into {final}: {exc}") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _move_into(path: Path, folder: Path) -> Path:
+    """`path` moved into `folder` (streamed into it when the file there is a device or FIFO)."""
+    from propme_metrics.core.files import is_stream, write_atomic
+
+    target = folder / path.name
+    if is_stream(target):
+        write_atomic(target, path.read_bytes())
+    else:
+        os.replace(path, target)
+    return target
+
+
+def _write_into(report: Report, out: Path, *, plots: bool, html: bool, html_docs_per_span: int,
+                html_snippet_chars: int, show_pii: bool) -> None:
+    """Write every file of the report into `out`, recording each path in `report`."""
+    report.leaderboard_csv = out / "leaderboard.csv"
+    write_csv(report.leaderboard_csv, report.columns, report.rows)
+    report.leaderboard_json = out / "leaderboard.json"
+    write_json(report.leaderboard_json, report)
+    report.leaderboard_md = out / "leaderboard.md"
+    write_markdown(report.leaderboard_md, report)
+    if plots:
+        from propme_metrics.report.plots import write_plots
+
+        report.plots = write_plots(report, out)
+        report.plots += write_likelihood_plots(report, out)
+    if html:
+        from propme_metrics.report.html import write_html
+
+        report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
+                                 snippet_chars=html_snippet_chars, show_pii=show_pii)
 
 
 def _raise_if_incomplete(report: Report, computed: _Computed) -> None:

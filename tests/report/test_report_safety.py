@@ -306,3 +306,48 @@ def test_a_chat_template_run_never_pairs_with_a_plain_run(tmp_path, capsys):
     assert any("prompts: plain prompts (no chat template)" in n for n in rep.notes)
     md = (tmp_path / "apart" / "leaderboard.md").read_text()
     assert "chat template (sha256 abababababab)" in md
+
+
+# --- a failed or killed report leaves one whole report ---------------------------------------------
+
+
+def test_a_report_failing_while_writing_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+    import propme_metrics.report.html as html_module
+
+    out = tmp_path / "rep"
+    first = write_run(tmp_path / "a", DFM, "", small_settings()).parent
+    build_report([first], out, bootstrap=0)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert "report.html" in before
+    second = write_run(tmp_path / "b", "other/model", "", small_settings()).parent
+    monkeypatch.setattr(html_module, "render", lambda *a, **k: 1 / 0)  # fails after the leaderboard and plots
+    with pytest.raises(ZeroDivisionError):
+        build_report([second], out, bootstrap=0)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier report, whole and alone
+
+
+def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
+    """A real SIGKILL while a plot is half-written: the rerun removes everything it left (and a
+    PropMe 0.2 report's hidden `.<plot>.*.tmp`), and writes the whole report."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "rep"
+    run = write_run(tmp_path / "a", DFM, "", small_settings()).parent
+    build_report([run], out, bootstrap=0, html=False)
+    (out / ".capability_dynaword.png.k2j4h_x8.tmp").write_bytes(b"half a plot")  # left by PropMe 0.2
+    code = ("import os, signal, sys\nimport propme_metrics.report.plots as plots\n"
+            "from propme_metrics.core.files import atomic_output\n"
+            "def killed(fig, path):\n    with atomic_output(path, 'wb') as fh:\n"
+            "        fh.write(b'half')\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "plots._save = killed\nfrom propme_metrics.report.build import build_report\n"
+            "build_report([sys.argv[1]], sys.argv[2], bootstrap=0)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(run), str(out)], capture_output=True, timeout=300)
+    assert proc.returncode == -9
+    left = {p.relative_to(out).as_posix() for p in out.rglob("*")}
+    assert any(".tmp" in name for name in left)  # the kill left a temporary behind
+    report = build_report([run], out, bootstrap=0)
+    names = {p.name for p in out.iterdir()}
+    assert names == {p.name for p in report.paths} | {"propme-report-files.json"}, names
+    assert not any(name.startswith(".") for name in os.listdir(out))
