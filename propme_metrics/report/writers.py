@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,14 @@ def write_json(path: Path, report: Report) -> None:
 
 
 def _md_cell(text: Any) -> str:
-    """Text safe in a Markdown table cell: no column breaks, and no raw HTML (renderers pass it through)."""
-    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """Text shown as written in a Markdown table cell or list item: no column breaks, no raw HTML
+    (renderers pass it through), and no inline markup (emphasis, code, links, images, strikethrough)."""
+    text = _MD_INLINE.sub(r"\\\g<0>", str(text)).replace("\r", " ").replace("\n", " ")
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+#: the characters that start Markdown inline markup in a cell (a backslash shows each as written)
+_MD_INLINE = re.compile(r"[\\`*_\[\]~!|]")
 
 
 def write_markdown(path: Path, report: Report) -> None:

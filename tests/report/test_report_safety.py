@@ -108,6 +108,37 @@ def test_model_names_cannot_inject_html_or_formulas(tmp_path):
     assert row["model"].startswith("'=")
 
 
+@pytest.mark.parametrize("model", [r"org/$\undefinedmacro{x}$", "org/$x^2$ and $y$", "org/*bold* [a](javascript:x) `c` ~s~"])
+def test_model_names_are_drawn_and_written_as_written(tmp_path, capsys, monkeypatch, model):
+    """A model name that looks like mathtext or Markdown: the report (plots and page included) is
+    written, exit 0, and every output shows the name as written, never as a formula or markup."""
+    from markdown_it import MarkdownIt
+    from matplotlib.text import Text
+
+    import propme_metrics.report.plots as plots_module
+
+    real_save, seen = plots_module._save, []
+
+    def checked(fig, path):  # every text naming the model or revision is drawn as text, not mathtext
+        for t in fig.findobj(Text):
+            if "org/" in t.get_text() or "rev" in t.get_text():
+                seen.append(t.get_text())
+                assert t._preprocess_math(t.get_text())[1] is False, t.get_text()
+        real_save(fig, path)
+
+    monkeypatch.setattr(plots_module, "_save", checked)
+    first = write_run(tmp_path / "a", model, "", small_settings()).parent
+    second = write_run(tmp_path / "b", model, "rev$1$", small_settings()).parent
+    assert main(["report", str(first), str(second), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0
+    assert seen
+    names = {p.name for p in (tmp_path / "rep").iterdir()}
+    assert "report.html" in names and any(n.startswith("capability_") for n in names)
+    rendered = MarkdownIt("commonmark").enable("table").render((tmp_path / "rep" / "leaderboard.md").read_text())
+    for markup in ("<em>bold</em>", "<a href", "<code>c</code>", "<s>s</s>", "<del>"):
+        assert markup not in rendered
+    assert model.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in rendered
+
+
 def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
     """README's recovery path: failed traces redone by `propme trace --input samples_...` replace the failures."""
     settings = small_settings()
