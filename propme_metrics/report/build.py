@@ -53,7 +53,7 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.leaks import check_rare_max_count
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT, check_rare_max_count
 from propme_metrics.metrics.likelihood import check_n, check_p
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key
@@ -73,7 +73,7 @@ from propme_metrics.report.compute import (
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 from propme_metrics.report.leaks import corpus_leaks
 from propme_metrics.report.likelihood import columns as likelihood_columns
-from propme_metrics.report.likelihood import likelihood_results
+from propme_metrics.report.likelihood import likelihood_results, load_likelihood_run
 from propme_metrics.report.likelihood import row_values as likelihood_row_values
 from propme_metrics.report.likelihood import write_plots as write_likelihood_plots
 from propme_metrics.report.load import (
@@ -180,7 +180,8 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
                 notes: list[str], rare_max_count: int | None) -> list[RunTask]:
     """The runs' PropMe tasks with their traced samples (re-traces applied), one per model,
     revision, task and --limit, those without samples dropped; ConfigError when nothing is left
-    or the tasks used different `fmr_rare` thresholds."""
+    (none at all when the runs hold the likelihood subtask alone: that is reported by itself) or the
+    tasks used different `fmr_rare` thresholds."""
     tasks: list[RunTask] = []
     retraces = [load_retrace(p) for p in retraced]
     by_samples: dict[Path, Path] = {}
@@ -204,7 +205,8 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
         notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}"
                      + (" (its tracing settings were not checked against the run's: --retraced-other-settings)"
                         if retraced_other_settings else ""))
-    if not tasks:
+    likelihood_only = not tasks and any(load_likelihood_run(run) for run in runs)
+    if not tasks and not likelihood_only:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
                           "run lm-eval with --tasks propme_<corpus> --log_samples")
     tasks = dedupe_tasks(tasks, notes)
@@ -212,7 +214,7 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
         if not t.prompts:
             notes.append(f"{t.task} of {t.label}: no samples in {t.samples_path}; ignored")
     tasks = [t for t in tasks if t.prompts]
-    if not tasks:
+    if not tasks and not likelihood_only:
         raise ConfigError(f"the samples files of {', '.join(map(str, runs))} hold no samples")
     thresholds = {t.rare_max_count: t for t in tasks}
     if len(thresholds) > 1:
@@ -320,7 +322,7 @@ def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: l
     results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
     return Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
                   bootstrap=bootstrap, seed=seed, notes=notes, problems=computed.problems, likelihood=likelihood,
-                  rare_max_count=tasks[0].rare_max_count)
+                  rare_max_count=tasks[0].rare_max_count if tasks else RARE_MAX_COUNT)
 
 
 def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, html_snippet_chars: int,

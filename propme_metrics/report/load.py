@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,9 +211,10 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
             elif filt != first_filter:
                 continue  # one row per doc per filter: keep the first filter's rows
             trace = row.get("trace")
+            if not isinstance(trace, dict) and retrace is not None:
+                trace = row["trace"] = _retraced_row(retrace, s)  # a --predict_only run, traced afterwards
             if not isinstance(trace, dict) or not isinstance(trace.get("generations"), list):
-                raise ConfigError(f"{path}, line {lineno}: no 'trace' item with 'generations' for task {task}",
-                                  "report needs samples written by PropMe's tasks with lm-eval --log_samples")
+                raise _untraced(path, lineno, task, row)
             bad = first_non_finite(trace["generations"], "trace.generations")
             if bad:
                 raise ConfigError(f"{path}, line {lineno}: {bad} is not a finite number",
@@ -228,8 +230,8 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
             identity = doc.get("index_identity", trace.get("index_identity"))
             identities.add(identity)
             config = _run_trace_config(doc)
-            if retrace is not None and _apply_retrace(retrace, s, trace, identity, path) and retrace.config is not None:
-                config = retrace.config
+            if retrace is not None and _apply_retrace(retrace, s, trace, identity, path):
+                config = retrace.config if retrace.config is not None else config
             if config is not None:
                 configs.setdefault(json.dumps(config, sort_keys=True), config)
             rec = prompts.get(pid)
@@ -289,6 +291,30 @@ def describe_chat_template(sha: str | None) -> str:
     return "plain prompts (no chat template)" if sha is None else f"lm-eval's chat template (sha256 {sha[:12]})"
 
 
+def _untraced(path: Path, lineno: int, task: str, row: dict[str, Any]) -> ConfigError:
+    """The error for a samples row without PropMe's traces, saying why it has none and what to do."""
+    retrace = (f"trace the file with `propme trace --input {path.name} --out RESULTS.jsonl --summary SUMMARY.json` "
+               "and pass --retraced SUMMARY.json")
+    if "bypass" in row or "bypass" in (row.get("metrics") or []):
+        return ConfigError(f"{path}, line {lineno}: task {task} was run with lm-eval --predict_only, which runs no "
+                           "PropMe metric, so its samples hold no traces", retrace)
+    return ConfigError(f"{path}, line {lineno}: no 'trace' item with 'generations' for task {task}",
+                       f"{retrace}, or re-run lm-eval with PropMe's tasks and --log_samples")
+
+
+def _retraced_row(retrace: Retrace, sample: SampleRow) -> dict[str, Any] | None:
+    """A row without traces (a --predict_only run) given its generations' re-traced results, or None
+    when the re-trace has none of them (keys as `propme trace --input` gives them); `_apply_retrace`
+    then checks and counts them like any re-traced row."""
+    single = retrace.results.get(sample.key(0, 1))
+    gens = [single] if single is not None else []
+    while single is None and (more := retrace.results.get(sample.key(len(gens), 2))) is not None:
+        gens.append(more)
+    if not gens:
+        return None
+    return {"prompt_id": sample.doc.get("id", sample.row.get("doc_id")), "generations": gens}
+
+
 def _logged_rare_max_count(rows: Sequence[SampleRow], path: Path) -> int:
     """The `fmr_rare` threshold the run logged with its documents (the default for older runs)."""
     logged = {s.doc.get(RARE_MAX_COUNT_KEY) for s in rows} - {None}
@@ -346,13 +372,18 @@ def _prompt_from_arguments(row: dict[str, Any]) -> str:
         return ""
 
 
+#: an lm-eval results file: results_<date id>.json, or <name>_<date id>.json when --output_path ended in .json
+RESULTS_FILE = re.compile(r".+_\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(\.\d+)?\.json")
+
+
 def _results_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = [p for p in path.rglob("*.json") if p.name.startswith("results_") and p.is_file()]
+        files = [p for p in path.rglob("*.json") if RESULTS_FILE.fullmatch(p.name) and p.is_file()]
         if not files:
-            raise ConfigError(f"no results_*.json under {path}",
+            raise ConfigError(f"no results_*.json (nor <name>_<date>.json of an --output_path ending in .json) "
+                              f"under {path}",
                               "pass the --output_path folder of an lm-eval run made with --log_samples")
         return sorted(files, key=lambda p: (_date_id(p), str(p)))
     raise ConfigError(f"{path} does not exist")

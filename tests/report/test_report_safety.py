@@ -382,3 +382,77 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
     names = {p.name for p in out.iterdir()}
     assert names == {p.name for p in report.paths} | {"propme-report-files.json"}, names
     assert not any(name.startswith(".") for name in os.listdir(out))
+
+
+# --- the likelihood subtask, predict-only runs, --output_path out.json ------------------------------
+
+
+def add_likelihood_task(folder: Path, logps: list[float], date: str = DATE1) -> Path:
+    """Add the prefix likelihood subtask (one document per log-probability, greedy when above -1) to the
+    run whose results file in `folder` has date id `date`."""
+    results = folder / f"results_{date}.json"
+    data = json.loads(results.read_text())
+    task = "propme_dynaword_prefix_likelihood"
+    data["configs"][task] = {"task": task, "output_type": "loglikelihood", "metadata": {
+        "version": 1.0, "corpus": "dynaword", "measure": "likelihood", "language": "da"}}
+    data["results"][task] = {"alias": task}
+    data["versions"][task] = 1.0
+    results.write_text(json.dumps(data))
+    rows = [{"doc_id": i, "doc": {"id": f"prefix-{i:03d}", "index_identity": "idx-dynaword-v1"}, "target": "",
+             "arguments": {}, "resps": [[[lp, lp > -1]]], "filtered_resps": [[lp, lp > -1]], "filter": "none",
+             "metrics": ["likelihood"], "likelihood": {"id": f"prefix-{i:03d}", "logp": lp, "greedy": lp > -1,
+                                                        "target_tokens": 50}}
+            for i, lp in enumerate(logps)]
+    path = folder / f"samples_{task}_{date}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_log_probability_a_rounding_error_below_zero_is_reported(tmp_path):
+    run = write_run(tmp_path / "run", DFM, "", small_settings())
+    add_likelihood_task(run, [-1e-17, -0.0, -3.0, -80.0, -1e-300])
+    rep = build_report([run.parent], tmp_path / "rep", bootstrap=0, html=False)
+    (lik,) = rep.likelihood
+    assert lik.curve[1].value == pytest.approx(2 / 5 + 1 / 5)  # the three near-certain documents of five
+
+
+def test_a_run_of_the_likelihood_subtask_alone_is_reported(tmp_path, capsys):
+    run = write_run(tmp_path / "run", DFM, "", {})
+    add_likelihood_task(run, [-0.1, -5.0, -60.0, -1e-17])
+    assert main(["report", str(run.parent), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0, \
+        capsys.readouterr().err
+    md = (tmp_path / "rep" / "leaderboard.md").read_text()
+    assert "probabilistic extraction" in md
+    row = csv_row(tmp_path / "rep" / "leaderboard.csv")
+    assert row["model"] == DFM and any(k.endswith("prefix_likelihood_n_prefix") or "likelihood" in k for k in row)
+
+
+def _as_predict_only(samples: Path) -> None:
+    """The samples file as `lm_eval --predict_only` writes it: metric `bypass`, no PropMe item."""
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    for row in rows:
+        for key in row["metrics"]:
+            row.pop(key)
+        row["metrics"], row["bypass"] = ["bypass"], None
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_predict_only_run_is_reported_after_retracing(tmp_path, capsys):
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    whole = build_report([run], tmp_path / "whole", bootstrap=0, plots=False, html=False)
+    _as_predict_only(samples_file(run, "generic"))
+    assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--predict_only" in err and "propme trace --input" in err and "--retraced" in err
+    assert "--log_samples" not in err
+    summary = _retrace_of(tmp_path, run, None)  # what `propme trace --input` of that file gives
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
+    assert rep.rows == whole.rows
+    assert any("8 generation(s) taken from the re-trace" in n for n in rep.notes)
+
+
+def test_the_folder_of_an_output_path_ending_in_json_is_reported(tmp_path):
+    run = write_run(tmp_path / "run", DFM, "", small_settings())
+    (run / f"results_{DATE1}.json").rename(run / f"out_{DATE1}.json")  # lm_eval --output_path run/out.json
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    assert rep.labels == ["dynaword"] and rep.results[0].pm
