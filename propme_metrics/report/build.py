@@ -287,6 +287,13 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
         if c["failed"]:
             notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
                          f"{c['generations']} generations (excluded)")
+        if short := by_setting[s].cut_short():
+            notes.append(f"{label}, {by_setting[s].task}: {short} of {c['generations']} generations stopped inside "
+                         "the true continuation (shorter than it: raise max_gen_toks), so they cannot show "
+                         "extraction and are not counted in it" + ("; extraction is undefined" if
+                                                                  settings[s].metrics.get("extraction") and
+                                                                  settings[s].metrics["extraction"].value is None
+                                                                  else ""))
         if not c["counted"]:
             computed.uncounted.append(by_setting[s].task)
             computed.problems.append(

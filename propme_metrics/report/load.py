@@ -6,7 +6,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
 from propme_metrics.trace.inputs import SampleRow, read_samples
 from propme_metrics.trace.result import TraceResult
 from propme_metrics.trace.summary import RETRACE_HINT, read_summary
+from propme_metrics.trace.text_rules import continuation_reproduced
 
 
 @dataclass
@@ -87,6 +88,11 @@ class RunTask:
         if self.setting in PROMPT_FREE_SETTINGS:
             return [st for p in self.prompts for st in p.generation_stats(metric)]
         return [p.stat(metric) for p in self.prompts]
+
+    def cut_short(self) -> int:
+        """How many generations stopped inside their true continuation (`stops_inside_continuation`)."""
+        return sum(stops_inside_continuation(TraceResult.from_dict(g), p.continuation)
+                   for p in self.prompts for g in p.generations if g.get("extracted") is False)
 
     def counts(self) -> dict[str, int]:
         gens = [g for p in self.prompts for g in p.generations]
@@ -252,6 +258,8 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
                                       "lm-eval tasks, or re-trace the file with `propme trace`" if old else
                                       None) from None
                 rec.generations.append(gen)
+                if stops_inside_continuation(result, rec.continuation):
+                    result = replace(result, extracted=None)  # too short to show extraction: not counted in it
                 # personal data is recomputed from the trace: one definition, whatever the run recorded
                 rec.values.append(contributions(result, rare_max_count=rare) if counts_for_metrics(result) else None)
     if retrace is not None and retrace.mixed_settings:
@@ -289,6 +297,16 @@ def chat_template_sha(results: dict[str, Any]) -> str | None:
 def describe_chat_template(sha: str | None) -> str:
     """Whether prompts went through a chat template, for tables and notes."""
     return "plain prompts (no chat template)" if sha is None else f"lm-eval's chat template (sha256 {sha[:12]})"
+
+
+def stops_inside_continuation(result: TraceResult, continuation: str) -> bool:
+    """Whether a prefix generation ended before the whole true continuation could be written while
+    reproducing it so far (generation length, e.g. lm-eval's max_gen_toks, below the continuation's
+    50 tokens): it can neither show nor rule out extraction. A short generation that already
+    differs from the continuation is a real "not extracted"."""
+    return (result.extracted is False and bool(continuation)
+            and continuation_reproduced(continuation, result.text)  # the continuation begins with all of it
+            and not continuation_reproduced(result.text, continuation))
 
 
 def _untraced(path: Path, lineno: int, task: str, row: dict[str, Any]) -> ConfigError:

@@ -456,3 +456,23 @@ def test_the_folder_of_an_output_path_ending_in_json_is_reported(tmp_path):
     (run / f"results_{DATE1}.json").rename(run / f"out_{DATE1}.json")  # lm_eval --output_path run/out.json
     rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
     assert rep.labels == ["dynaword"] and rep.results[0].pm
+
+
+def test_generations_too_short_to_show_extraction_are_not_counted_as_failures(tmp_path):
+    """max_gen_toks below the continuation's length: a generation that copies the continuation as
+    far as it goes cannot show extraction (not counted, said in the notes; undefined when none is
+    long enough), while a short generation that already differs is a real 0."""
+    cont = "og de levede lykkeligt"  # every prefix prompt's true continuation in these runs
+    short = [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og de", extracted=False)] for i in range(6)]
+    settings = {"generic": small_settings(6)["generic"], "prefix": short}
+    run = write_run(tmp_path / "short", DFM, "", settings).parent
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    assert rep.results[0].settings["prefix"].metrics["extraction"].value is None  # undefined, not 0
+    assert any("6 of 6 generations stopped inside the true continuation" in n and "undefined" in n
+               for n in rep.notes)
+    mixed = short[:3] + [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og så", extracted=False)] for i in range(3, 5)] \
+        + [[gen("prefix-005", 2, (0.5,), text=cont + " til deres dages ende", extracted=True)]]
+    run = write_run(tmp_path / "mixed", DFM, "", {**settings, "prefix": mixed}).parent
+    rep = build_report([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False)
+    assert rep.results[0].settings["prefix"].metrics["extraction"].value == pytest.approx(1 / 3)
+    assert any("3 of 6 generations stopped inside" in n for n in rep.notes)
