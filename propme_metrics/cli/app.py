@@ -69,6 +69,9 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     state = "complete" if manifest.complete else f"shards {manifest.shard_ids} of {manifest.num_shards}"
     print(f"index {args.out}: {manifest.total_documents:,} documents, {manifest.total_tokens:,} tokens, "
           f"{manifest.token_width * 8}-bit, tokenizer {manifest.tokenizer.name} ({state})")
+    excluded = manifest.build.get("excluded_documents") or {}
+    if excluded:
+        print("left out by --exclude-sources: " + ", ".join(f"{s} ({n:,} documents)" for s, n in excluded.items()))
     return 0
 
 
