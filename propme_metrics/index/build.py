@@ -329,7 +329,8 @@ def _known_source_stats(out: Path, work: Path) -> dict[str, dict[str, Any]]:
 def _check_plan(plan: BuildPlan, tokens: int, basis: str, longest_bytes: int | None = None) -> None:
     """Announce the estimated needs of the build and refuse a shard, or a document (`longest_bytes`:
     the longest line of the corpus), that cannot fit in memory."""
-    estimate = estimate_build(tokens, basis, plan.num_shards, plan.width, plan.cpus, plan.mem_bytes, plan.sa_builder)
+    estimate = estimate_build(tokens, basis, plan.num_shards, plan.width, plan.cpus, plan.mem_bytes, plan.sa_builder,
+                              longest_bytes)
     tokenize_memory = check_document_memory(longest_bytes, available_memory())
     if plan.announce is not None:
         plan.announce(estimate.describe() + (f"; tokenizing its longest document ({longest_bytes / 2**20:,.1f} MiB) "
