@@ -179,7 +179,7 @@ class CorpusSource:
                                                             else ""),
                               f"the corpus's sources include {', '.join(sorted(self.seen_sources)[:12])}"
                               + (" ..." if len(self.seen_sources) > 12 else "")
-                              + f"; name the field holding the source with --source-field")
+                              + "; name the field holding the source with --source-field")
 
     def _local_records(self) -> Iterator[tuple[str, dict[str, Any]]]:
         for path in self.files:
