@@ -61,8 +61,9 @@ def _md_cell(text: Any) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-#: the characters that start Markdown inline markup in a cell (a backslash shows each as written)
-_MD_INLINE = re.compile(r"[\\`*_\[\]~!|]")
+#: the characters that start Markdown inline markup in a cell (a backslash shows each as written);
+#: an underscore between letters or digits never does (`propme_dynaword_prefix` stays readable)
+_MD_INLINE = re.compile(r"[\\`*\[\]~|]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 
 
 def write_markdown(path: Path, report: Report) -> None:
