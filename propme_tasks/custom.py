@@ -24,10 +24,19 @@ LIKELIHOOD_TASK_VERSION = 1.0
 
 
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:
-    """Write `propme_<name>.yaml` (group) and one YAML per setting into `out_dir`; return their paths."""
+    """Write `propme_<name>.yaml` (group) and one YAML per setting into `out_dir`; return their paths.
+    The index must open and the language have a built-in prompt set: a task that cannot run is
+    refused here, not when lm-eval first loads it."""
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.prompts.build import available_languages
+
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("dynaword", "common_pile", "demo"):
         raise ConfigError(f"corpus name {name!r} must be lower-case letters, digits and '_' "
                           "and not one of PropMe's own (dynaword, common_pile, demo)")
+    if language not in available_languages():
+        raise ConfigError(f"--language {language!r} has no built-in prompt set; available: "
+                          f"{', '.join(available_languages())}", "pass one of those")
+    open_index(index)  # IndexFormatError (exit 3) naming what is missing or broken
     out = Path(out_dir)
     group_path = out / f"propme_{name}.yaml"
     files: dict[Path, dict] = {group_path: {

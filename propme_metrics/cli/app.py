@@ -69,6 +69,9 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     state = "complete" if manifest.complete else f"shards {manifest.shard_ids} of {manifest.num_shards}"
     print(f"index {args.out}: {manifest.total_documents:,} documents, {manifest.total_tokens:,} tokens, "
           f"{manifest.token_width * 8}-bit, tokenizer {manifest.tokenizer.name} ({state})")
+    excluded = manifest.build.get("excluded_documents") or {}
+    if excluded:
+        print("left out by --exclude-sources: " + ", ".join(f"{s} ({n:,} documents)" for s, n in excluded.items()))
     return 0
 
 
@@ -629,17 +632,30 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         stderr_console.print("[bold red]interrupted[/]: nothing was lost; re-run the same command to resume")
         return 130
-    except OSError as exc:  # a file that cannot be read or written: the environment, not a bug
+    except Exception as exc:
+        from propme_metrics.core.memory import is_out_of_memory, out_of_memory
+
+        if not is_out_of_memory(exc):
+            return _unexpected(args, exc)
+        error = out_of_memory(f"running `propme {args.command}`")
+        # plain writes: formatting with rich could need more memory than is left
+        sys.stderr.write(f"error: {error.message}\n  hint: {error.hint}\n")
+        return error.exit_code
+
+
+def _unexpected(args: argparse.Namespace, exc: Exception) -> int:
+    """An exception that is not PropMe's, nor running out of memory: a file that cannot be read or
+    written is the environment; anything else is a bug (one paragraph, the traceback on request)."""
+    if isinstance(exc, OSError):
         where = f" {exc.filename}" if exc.filename else ""
         return _report_error(f"cannot read or write{where}: {exc.strerror or exc}",
                              "check free disk space, permissions and the path, then re-run the same command", 2)
-    except Exception as exc:  # anything else is a bug: one paragraph, the traceback on request
-        if env_switch("PROPME_DEBUG", default=False):
-            raise
-        return _report_error(
-            f"`propme {args.command}` failed unexpectedly ({type(exc).__module__}.{type(exc).__name__}: "
-            f"{str(exc)[:300] or 'no message'}). This is a bug in PropMe, not in your input.",
-            "re-run with PROPME_DEBUG=1 to see the traceback, and report it with the command you ran", EXIT_BUG)
+    if env_switch("PROPME_DEBUG", default=False):
+        raise exc
+    return _report_error(
+        f"`propme {args.command}` failed unexpectedly ({type(exc).__module__}.{type(exc).__name__}: "
+        f"{str(exc)[:300] or 'no message'}). This is a bug in PropMe, not in your input.",
+        "re-run with PROPME_DEBUG=1 to see the traceback, and report it with the command you ran", EXIT_BUG)
 
 
 #: exit status of an unexpected internal error (EX_SOFTWARE of sysexits.h)
@@ -647,12 +663,19 @@ EXIT_BUG = 70
 
 
 def _report_error(message: str, hint: str | None, code: int) -> int:
+    try:
+        _print_error(message, hint)
+    except MemoryError:  # out of memory: rich could not lay the message out; plain text needs none
+        sys.stderr.write(f"error: {message}\n" + (f"  hint: {hint}\n" if hint else ""))
+    return code
+
+
+def _print_error(message: str, hint: str | None) -> None:
     from rich.text import Text
 
     stderr_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
     if hint:
         stderr_console.print(Text.assemble(("hint:", "yellow"), " ", hint), highlight=False, soft_wrap=True)
-    return code
 
 
 if __name__ == "__main__":

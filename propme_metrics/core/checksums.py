@@ -26,16 +26,28 @@ def file_digest(path: str | Path) -> str:
 
 
 def sampled_digest(path: str | Path) -> str:
-    """xxh3-128 of the size and a few evenly spaced blocks (the whole file when it is small)."""
+    """xxh3-128 of the size and a few evenly spaced blocks, the first and the last included (the whole
+    file when it is small)."""
+    return _sampled(path, last_at_end=True)
+
+
+def sample_matches(path: str | Path, recorded: object) -> bool:
+    """Whether `path` has the sampled checksum `recorded`. A checksum recorded by PropMe 0.2.0 or
+    older (whose last block could stop up to two bytes short of the end) is accepted as well, so
+    older indexes still open; it never matches a file whose checksum was recorded the new way."""
+    return recorded == sampled_digest(path) or recorded == _sampled(path, last_at_end=False)
+
+
+def _sampled(path: str | Path, last_at_end: bool) -> str:
     size = os.path.getsize(path)
     h = xxhash.xxh3_128(str(size).encode())
     with open(path, "rb") as fh:
         if size <= _SAMPLE_BLOCK * _SAMPLE_BLOCKS:
             h.update(fh.read())
         else:
-            step = (size - _SAMPLE_BLOCK) // (_SAMPLE_BLOCKS - 1)
+            span = size - _SAMPLE_BLOCK
             for k in range(_SAMPLE_BLOCKS):
-                fh.seek(k * step)
+                fh.seek(k * span // (_SAMPLE_BLOCKS - 1) if last_at_end else k * (span // (_SAMPLE_BLOCKS - 1)))
                 h.update(fh.read(_SAMPLE_BLOCK))
     return h.hexdigest()
 

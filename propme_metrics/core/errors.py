@@ -36,6 +36,12 @@ class BuildError(PropMeError):
     exit_code = 4
 
 
+class OutOfMemoryError(PropMeError):
+    """The process ran out of memory (RAM, or a limit such as `ulimit -v` / prlimit --as)."""
+
+    exit_code = 4
+
+
 class TraceWorkerError(PropMeError):
     """A tracing worker process stopped without a result (killed, or out of memory)."""
 

@@ -2,14 +2,17 @@
 another of its outputs, or anything inside an index folder (a folder holding a PropMe manifest).
 
 Paths are compared by device and inode when they exist, so a symlink or a hard link to an input
-is caught as surely as the same spelling.
+is caught as surely as the same spelling. A character device or FIFO output is written in place
+(`core.files`); any other special file (a block device, a socket) is refused.
 """
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.files import is_stream
 
 #: the file that marks a folder as a PropMe index (its manifest); outputs never go inside such a folder
 MANIFEST_NAME = "propme-manifest.json"
@@ -69,7 +72,7 @@ def check_outputs(outputs: dict[str, str | Path | None], inputs: dict[str, str |
     seen: list[tuple[str, Path]] = []
     for name, path in given.items():
         for other, earlier in seen:
-            if _same(path, earlier):
+            if _same(path, earlier) and not is_stream(path):  # two streams into one device or pipe lose nothing
                 raise ConfigError(f"{name} {path} is the same file as {other} {earlier}: one would overwrite the other",
                                   hint)
         seen.append((name, path))
@@ -93,3 +96,18 @@ def check_outputs(outputs: dict[str, str | Path | None], inputs: dict[str, str |
         elif path.is_dir():
             raise ConfigError(f"{name} {path} is a folder, not a file", "name the file to write, e.g. "
                               f"{path / 'out.jsonl'}")
+        elif _special(path) and not is_stream(path):
+            raise ConfigError(f"{name} {path} is a {_special(path)}: PropMe writes regular files, character "
+                              "devices and FIFOs only", "name a regular file (or a FIFO to stream the output)")
+
+
+def _special(path: Path) -> str | None:
+    """What kind of special file `path` is (a block device, a socket, ...), None for a regular file,
+    a folder or nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    kinds = ((stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+             (stat.S_ISFIFO, "FIFO"))
+    return next((what for test, what in kinds if test(mode)), None)

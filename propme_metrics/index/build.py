@@ -243,7 +243,8 @@ def _build_locked(plan: BuildPlan) -> IndexManifest:
         build={"params_hash": plan.params_hash, "batch_size": plan.batch_size, "cpus": plan.cpus,
                "seconds_last_run": round(time.time() - started, 2),
                "source_stats": state.get("source_stats", {}),
-               "replaced_surrogates": state.get("replaced_surrogates", 0)},
+               "replaced_surrogates": state.get("replaced_surrogates", 0),
+               **({"excluded_documents": state["excluded"]} if state.get("excluded") else {})},
         versions=build_versions(),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         files=checksum_files(work, index_file_names(plan.shard_ids)),
@@ -279,6 +280,7 @@ def _run_steps(plan: BuildPlan, state: dict[str, Any]) -> dict[str, dict[str, in
                 shutil.rmtree(work, ignore_errors=True)
                 raise
             state["tokenized"], state["replaced_surrogates"] = written.shards, written.replaced_surrogates
+            state["excluded"] = written.excluded
             state["source_counts"] = written.sources
             _save_state(work, state)
             plan.phase_done("tokenize", t)
@@ -327,7 +329,8 @@ def _known_source_stats(out: Path, work: Path) -> dict[str, dict[str, Any]]:
 def _check_plan(plan: BuildPlan, tokens: int, basis: str, longest_bytes: int | None = None) -> None:
     """Announce the estimated needs of the build and refuse a shard, or a document (`longest_bytes`:
     the longest line of the corpus), that cannot fit in memory."""
-    estimate = estimate_build(tokens, basis, plan.num_shards, plan.width, plan.cpus, plan.mem_bytes, plan.sa_builder)
+    estimate = estimate_build(tokens, basis, plan.num_shards, plan.width, plan.cpus, plan.mem_bytes, plan.sa_builder,
+                              longest_bytes)
     tokenize_memory = check_document_memory(longest_bytes, available_memory())
     if plan.announce is not None:
         plan.announce(estimate.describe() + (f"; tokenizing its longest document ({longest_bytes / 2**20:,.1f} MiB) "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError, IndexFormatError
 from propme_metrics.core.files import open_locked
+from propme_metrics.core.memory import is_out_of_memory, out_of_memory
 from propme_metrics.index.format import MANIFEST_NAME, STATE_NAME, index_file_names, lock_path, old_dir
 from propme_metrics.index.manifest import IndexManifest
 from propme_metrics.index.sources import CorpusSource
@@ -179,6 +180,8 @@ def write_errors(work: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
+        if is_out_of_memory(exc):
+            raise out_of_memory("building the index") from None
         raise ConfigError(f"cannot write the index: {exc.strerror or exc} ({exc.filename or work})",
                           "free disk space or choose a writable --out; re-run the same command to resume "
                           "(finished steps are kept)") from None

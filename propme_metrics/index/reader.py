@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from propme_metrics.core.checksums import ALGORITHM, file_digest, sampled_digest
+from propme_metrics.core.checksums import ALGORITHM, file_digest, sample_matches
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.index.format import (
     SHARD_FILES,
@@ -224,7 +224,7 @@ def checksum_mismatches(folder: Path, recorded: dict[str, dict[str, Any]], full:
             bad.append(f"{name} has {p.stat().st_size} bytes, the manifest says {rec.get('bytes')}")
         elif full and file_digest(p) != rec.get(ALGORITHM):
             bad.append(f"{name} does not match its {ALGORITHM} checksum")
-        elif not full and sampled_digest(p) != rec.get("sample"):
+        elif not full and not sample_matches(p, rec.get("sample")):
             bad.append(f"{name} does not match its sampled checksum")
     return bad
 

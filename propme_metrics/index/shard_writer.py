@@ -37,6 +37,7 @@ class WrittenShards:
     shards: dict[str, dict[str, int]]              #: str(shard id) -> {"documents": n, "tokens": n}
     sources: dict[str, dict[str, int]]             #: source -> {"documents": n, "tokens": n}
     replaced_surrogates: int = 0
+    excluded: dict[str, int] = field(default_factory=dict)   #: documents left out per excluded source
 
 
 @dataclass
@@ -158,6 +159,7 @@ def tokenize_corpus(source: CorpusSource, writer: ShardWriter, encode: Callable[
                 flush(batch)
                 batch = []
         flush(batch)
+    source.check_excluded()
     if n_docs == 0:
         raise ConfigError(f"the corpus {source.location} has no documents"
                           + (" left after --exclude-sources" if source.exclude_sources else ""),
@@ -169,5 +171,5 @@ def tokenize_corpus(source: CorpusSource, writer: ShardWriter, encode: Callable[
     written = writer.finish()
     if task is not None:
         bar.update(task, total=n_docs)
-    written.replaced_surrogates = source.replaced_surrogates
+    written.replaced_surrogates, written.excluded = source.replaced_surrogates, dict(source.excluded)
     return written

@@ -50,8 +50,10 @@ class BuildEstimate:
 
 
 def estimate_build(tokens: int, basis: str, num_shards: int, width: int, cpus: int, mem_bytes: int,
-                   sa_builder: str = "auto") -> BuildEstimate:
-    """Disk, memory and time for `tokens` tokens split evenly into `num_shards` shards."""
+                   sa_builder: str = "auto", longest_bytes: int | None = None) -> BuildEstimate:
+    """Disk, memory and time for `tokens` tokens split evenly into `num_shards` shards. The
+    tokenizer spreads documents over the cores, but one document is tokenized on one core: the
+    longest document (`longest_bytes` of text) takes at least its own tokens at one core's rate."""
     per_shard = -(-tokens // num_shards)
     ds_bytes = max(width, per_shard * width)
     ptr_size = pointer_size(ds_bytes)
@@ -64,7 +66,8 @@ def estimate_build(tokens: int, basis: str, num_shards: int, width: int, cpus: i
     else:
         memory, temp = min(mem_bytes, ds_bytes * 8), 2 * table
         sa_seconds = tokens / (RUST_TOKENS_PER_CPU_S * cpus)
-    seconds = tokens / (TOKENIZE_TOKENS_PER_CPU_S * cpus) + sa_seconds
+    longest_tokens = (longest_bytes or 0) / TEXT_BYTES_PER_TOKEN
+    seconds = max(tokens / (TOKENIZE_TOKENS_PER_CPU_S * cpus), longest_tokens / TOKENIZE_TOKENS_PER_CPU_S) + sa_seconds
     return BuildEstimate(tokens=tokens, basis=basis, num_shards=num_shards, width=width, builder=builder,
                          disk_bytes=disk, temp_bytes=temp, memory_bytes=memory, seconds=seconds)
 

@@ -12,7 +12,6 @@ PropMe cache folder when the index folder is read-only.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.core.files import DEFAULT_CACHE_DIR, write_atomic
+from propme_metrics.core.files import cache_dir, write_atomic
 from propme_metrics.index.format import (
     SOURCE_COUNTS_NAME,
     document_lengths,
@@ -98,7 +97,7 @@ def manifest_source_field(manifest: IndexManifest) -> str:
 
 
 def _cache_paths(folder: Path, identity: str) -> list[Path]:
-    cache = Path(os.environ.get("PROPME_CACHE_DIR") or DEFAULT_CACHE_DIR)
+    cache = cache_dir()
     return [folder / SOURCE_COUNTS_NAME, cache / "source-counts" / f"{identity}.json"]
 
 

@@ -43,8 +43,19 @@ class CorpusSource:
     files: list[Path] = field(default_factory=list, init=False)
     _stats: dict[str, dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
     replaced_surrogates: int = field(default=0, init=False, compare=False)  #: documents fixed by the last pass
+    #: documents the last pass left out, per excluded source
+    excluded: dict[str, int] = field(default_factory=dict, init=False, compare=False)
+    #: every source the last pass saw (kept when sources are excluded, to suggest a misspelt one)
+    seen_sources: set[str] = field(default_factory=set, init=False, compare=False)
 
     def __post_init__(self) -> None:
+        for option, value in (("--text-field", self.text_field), ("--source-field", self.source_field)):
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"{option} is empty: it must name a field of the documents",
+                                  f"leave {option} out for its default, or name a field")
+        if any(not s.strip() for s in self.exclude_sources):
+            raise ConfigError(f"--exclude-sources names an empty source ({','.join(self.exclude_sources)!r})",
+                              "give comma-separated source names, e.g. depbank,jvj")
         path = Path(self.location)
         if path.exists():
             self.files = _corpus_files(path)
@@ -134,7 +145,7 @@ class CorpusSource:
         """The documents in corpus order; lone surrogates in them become U+FFFD (counted in
         `replaced_surrogates`), since they cannot be stored as UTF-8."""
         excluded = set(self.exclude_sources)
-        self.replaced_surrogates = 0
+        self.replaced_surrogates, self.excluded, self.seen_sources = 0, dict.fromkeys(self.exclude_sources, 0), set()
         records = self._local_records() if self.is_local else self._hub_records()
         for where, record in records:
             record, n = scrub_surrogates(record)
@@ -146,10 +157,29 @@ class CorpusSource:
             text = record[self.text_field]
             if not isinstance(text, str):
                 raise ConfigError(f"{where}: field {self.text_field!r} is {type(text).__name__}, not text")
-            if excluded and str(record.get(self.source_field)) in excluded:
-                continue
+            if excluded:
+                source = str(record.get(self.source_field))
+                self.seen_sources.add(source)
+                if source in excluded:
+                    self.excluded[source] += 1
+                    continue
             meta = {k: _jsonable(record[k]) for k in self.keep_fields if k in record}
             yield Document(text=text, metadata=meta)
+
+    def check_excluded(self) -> None:
+        """After a pass: refuse an excluded source that no document had (a misspelt name would
+        otherwise exclude nothing, silently), naming the nearest sources that exist."""
+        import difflib
+
+        missing = [s for s, n in self.excluded.items() if not n]
+        if missing:
+            near = sorted({m for s in missing for m in difflib.get_close_matches(s, self.seen_sources, n=3)})
+            raise ConfigError(f"--exclude-sources {', '.join(map(repr, missing))}: no document has that "
+                              f"{self.source_field!r}" + (f" (did you mean {', '.join(map(repr, near))}?)" if near
+                                                            else ""),
+                              f"the corpus's sources include {', '.join(sorted(self.seen_sources)[:12])}"
+                              + (" ..." if len(self.seen_sources) > 12 else "")
+                              + "; name the field holding the source with --source-field")
 
     def _local_records(self) -> Iterator[tuple[str, dict[str, Any]]]:
         for path in self.files:

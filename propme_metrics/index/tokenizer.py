@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.memory import is_out_of_memory, out_of_memory
 
 #: Default index tokenizer: an ungated copy of the 32,000-entry Llama-2 tokenizer (docs/configuration.md, the index tokenizer).
 DEFAULT_TOKENIZER = "hf-internal-testing/llama-tokenizer"
@@ -36,6 +37,8 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, *, require_fa
     try:
         tok = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
     except Exception as exc:  # the hub client raises many types; all mean "cannot load it"
+        if is_out_of_memory(exc):
+            raise out_of_memory(f"loading the tokenizer {name_or_path!r}") from None
         raise ConfigError(
             f"cannot load tokenizer {name_or_path!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             "give a Hugging Face tokenizer id reachable from this machine or a local folder "

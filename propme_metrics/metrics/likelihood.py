@@ -28,6 +28,7 @@ N_KEY, P_KEY = "discoverable_n", "discoverable_p"
 MEASURE_KEY, LIKELIHOOD = "measure", "likelihood"
 SUBTASK_SUFFIX = "prefix_likelihood"
 LN10 = math.log(10.0)
+LN2 = math.log(2.0)
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,14 @@ class DocumentLikelihood:
 def extraction_probability(logp: float, n: int) -> float:
     """1 - (1 - P)^n for P = exp(logp): the chance that z appears in at least one of n samples.
 
-    Computed as -expm1(n * log1p(-P)) so that tiny P (say 1e-30) keep their precision.
+    Computed as -expm1(n * log(1 - P)) with log(1 - P) taken as log1p(-P) for small P (so that
+    P = 1e-30 keeps its precision) and as log(-expm1(logp)) for P near 1 (so that logp = -1e-17,
+    whose exp rounds to 1.0, is not log(0)).
     """
     if logp >= 0.0:
         return 1.0
-    return -math.expm1(n * math.log1p(-math.exp(logp)))
+    log_miss = math.log1p(-math.exp(logp)) if logp < -LN2 else math.log(-math.expm1(logp))
+    return -math.expm1(n * log_miss)
 
 
 def discoverable(logp: float, n: int, p: float = DISCOVERABLE_P) -> bool:

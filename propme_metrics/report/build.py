@@ -36,20 +36,25 @@ diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revi
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its final spans; click a span for its source
 documents). `propme-report-files.json` lists the files written: a later report into the same folder
-removes those of them it does not write again (a stale plot), and never any other file.
+removes those of them it does not write again (a stale plot), and never any other file. Every file
+is written into a staging folder first and moved into place once all are written, so a failed or
+killed report leaves the earlier one whole.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import PAIRINGS
-from propme_metrics.metrics.leaks import check_rare_max_count
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT, check_rare_max_count
 from propme_metrics.metrics.likelihood import check_n, check_p
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key
@@ -70,10 +75,16 @@ from propme_metrics.report.compute import (
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 from propme_metrics.report.leaks import corpus_leaks
 from propme_metrics.report.likelihood import columns as likelihood_columns
-from propme_metrics.report.likelihood import likelihood_results
+from propme_metrics.report.likelihood import likelihood_results, load_likelihood_run
 from propme_metrics.report.likelihood import row_values as likelihood_row_values
 from propme_metrics.report.likelihood import write_plots as write_likelihood_plots
-from propme_metrics.report.load import RunTask, describe_start_token, load_retrace, load_run
+from propme_metrics.report.load import (
+    RunTask,
+    describe_chat_template,
+    describe_start_token,
+    load_retrace,
+    load_run,
+)
 from propme_metrics.report.writers import write_comparisons, write_csv, write_json, write_markdown
 
 
@@ -97,12 +108,15 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
 
 #: the list of files the last report wrote into its folder (so the next one removes only those it replaces)
 WRITTEN_NAME = "propme-report-files.json"
+#: the hidden folder inside the report folder where a report is written before it is moved into place
+STAGING_NAME = ".propme-report-staging"
 
 
 def _record_written(out: Path, paths: list[Path]) -> None:
     """Remove the files an earlier report wrote into `out` that this one did not (a stale plot must not
-    sit beside the new report), then record this report's files. A file PropMe did not write is
-    never removed: only names in the earlier record are."""
+    sit beside the new report) and the temporary files a killed PropMe 0.2 report left of any of
+    them, then record this report's files. A file PropMe did not write is never removed: only
+    names in the earlier record are (and their `.<name>.*.tmp` temporaries)."""
     from propme_metrics.core.files import write_atomic
 
     names = sorted(p.name for p in paths)
@@ -110,9 +124,14 @@ def _record_written(out: Path, paths: list[Path]) -> None:
         earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
     except (OSError, ValueError, AttributeError):
         earlier = []
-    for name in earlier if isinstance(earlier, list) else []:
-        if isinstance(name, str) and name not in names and Path(name).name == name and name != WRITTEN_NAME:
+    known = [n for n in earlier if isinstance(n, str) and Path(n).name == n and n != WRITTEN_NAME] \
+        if isinstance(earlier, list) else []
+    for name in known:
+        if name not in names:
             (out / name).unlink(missing_ok=True)
+    for name in set(known) | set(names) | {WRITTEN_NAME}:
+        for tmp in out.glob(f".{glob_escape(name)}.*.tmp"):
+            tmp.unlink(missing_ok=True)
     write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
 
 
@@ -176,7 +195,8 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
                 notes: list[str], rare_max_count: int | None) -> list[RunTask]:
     """The runs' PropMe tasks with their traced samples (re-traces applied), one per model,
     revision, task and --limit, those without samples dropped; ConfigError when nothing is left
-    or the tasks used different `fmr_rare` thresholds."""
+    (none at all when the runs hold the likelihood subtask alone: that is reported by itself) or the
+    tasks used different `fmr_rare` thresholds."""
     tasks: list[RunTask] = []
     retraces = [load_retrace(p) for p in retraced]
     by_samples: dict[Path, Path] = {}
@@ -200,7 +220,8 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
         notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}"
                      + (" (its tracing settings were not checked against the run's: --retraced-other-settings)"
                         if retraced_other_settings else ""))
-    if not tasks:
+    likelihood_only = not tasks and any(load_likelihood_run(run) for run in runs)
+    if not tasks and not likelihood_only:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
                           "run lm-eval with --tasks propme_<corpus> --log_samples")
     tasks = dedupe_tasks(tasks, notes)
@@ -208,7 +229,7 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
         if not t.prompts:
             notes.append(f"{t.task} of {t.label}: no samples in {t.samples_path}; ignored")
     tasks = [t for t in tasks if t.prompts]
-    if not tasks:
+    if not tasks and not likelihood_only:
         raise ConfigError(f"the samples files of {', '.join(map(str, runs))} hold no samples")
     thresholds = {t.rare_max_count: t for t in tasks}
     if len(thresholds) > 1:
@@ -261,7 +282,7 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
         notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
     notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
         f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
-        for k, t in starts.items()))
+        for k, t in starts.items()) + f"; prompts: {describe_chat_template(g.chat_template_sha)}")
     if PREFIX in by_setting:
         for s in res.propensity_settings:
             for m in pm_metrics:
@@ -281,6 +302,13 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
         if c["failed"]:
             notes.append(f"{label}, {by_setting[s].task}: tracing failed for {c['failed']} of "
                          f"{c['generations']} generations (excluded)")
+        if short := by_setting[s].cut_short():
+            notes.append(f"{label}, {by_setting[s].task}: {short} of {c['generations']} generations stopped inside "
+                         "the true continuation (shorter than it: raise max_gen_toks), so they cannot show "
+                         "extraction and are not counted in it" + ("; extraction is undefined" if
+                                                                  settings[s].metrics.get("extraction") and
+                                                                  settings[s].metrics["extraction"].value is None
+                                                                  else ""))
         if not c["counted"]:
             computed.uncounted.append(by_setting[s].task)
             computed.problems.append(
@@ -316,42 +344,75 @@ def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: l
     results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
     return Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
                   bootstrap=bootstrap, seed=seed, notes=notes, problems=computed.problems, likelihood=likelihood,
-                  rare_max_count=tasks[0].rare_max_count)
+                  rare_max_count=tasks[0].rare_max_count if tasks else RARE_MAX_COUNT)
 
 
 def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, html_snippet_chars: int,
            show_pii: bool) -> None:
-    """Write the leaderboard files, the plots and report.html into `report.out`, recording each path."""
-    out = report.out
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
-    try:
-        report.leaderboard_csv = out / "leaderboard.csv"
-        write_csv(report.leaderboard_csv, headline_columns(report), headline_rows(report))
-        report.leaderboard_full_csv = out / "leaderboard_full.csv"
-        write_csv(report.leaderboard_full_csv, report.columns, report.rows)
-        report.leaderboard_json = out / "leaderboard.json"
-        write_json(report.leaderboard_json, report)
-        report.leaderboard_md = out / "leaderboard.md"
-        write_markdown(report.leaderboard_md, report)
-        if report.comparisons is not None:
-            report.comparisons_json, report.comparisons_csv = out / "comparisons.json", out / "comparisons.csv"
-            write_comparisons(report.comparisons_json, report.comparisons_csv, report.comparisons)
-        if plots:
-            from propme_metrics.report.plots import write_plots
+    """Write the leaderboard files, the plots and report.html into `report.out`, recording each path.
 
-            report.plots = write_plots(report, out)
-            report.plots += write_likelihood_plots(report, out)
-        if html:
-            from propme_metrics.report.html import write_html
-
-            report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
-                                     snippet_chars=html_snippet_chars, show_pii=show_pii)
-        _record_written(out, report.paths)
+    All of them are written into a staging folder inside `report.out` first and moved into place
+    once every one is written: a report that fails (or is killed) while writing leaves the earlier
+    report whole, never parts of two reports; a killed report's staging folder is removed by the next."""
+    final = report.out
+    stage = final / STAGING_NAME
+    try:
+        final.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir()
     except OSError as exc:
-        raise ConfigError(f"cannot write the report into {out}: {exc}") from None
+        raise ConfigError(f"cannot create the report folder {final}: {exc}") from None
+    try:
+        _write_into(report, stage, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
+                    html_snippet_chars=html_snippet_chars, show_pii=show_pii)
+        for name in ("leaderboard_csv", "leaderboard_full_csv", "leaderboard_json", "leaderboard_md",
+                     "comparisons_json", "comparisons_csv", "html"):
+            if getattr(report, name) is not None:
+                setattr(report, name, _move_into(getattr(report, name), final))
+        report.plots = [_move_into(p, final) for p in report.plots]
+        _record_written(final, report.paths)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report into {final}: {exc}") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _move_into(path: Path, folder: Path) -> Path:
+    """`path` moved into `folder` (streamed into it when the file there is a device or FIFO)."""
+    from propme_metrics.core.files import is_stream, write_atomic
+
+    target = folder / path.name
+    if is_stream(target):
+        write_atomic(target, path.read_bytes())
+    else:
+        os.replace(path, target)
+    return target
+
+
+def _write_into(report: Report, out: Path, *, plots: bool, html: bool, html_docs_per_span: int,
+                html_snippet_chars: int, show_pii: bool) -> None:
+    """Write every file of the report into `out`, recording each path in `report`."""
+    report.leaderboard_csv = out / "leaderboard.csv"
+    write_csv(report.leaderboard_csv, headline_columns(report), headline_rows(report))
+    report.leaderboard_full_csv = out / "leaderboard_full.csv"
+    write_csv(report.leaderboard_full_csv, report.columns, report.rows)
+    report.leaderboard_json = out / "leaderboard.json"
+    write_json(report.leaderboard_json, report)
+    report.leaderboard_md = out / "leaderboard.md"
+    write_markdown(report.leaderboard_md, report)
+    if report.comparisons is not None:
+        report.comparisons_json, report.comparisons_csv = out / "comparisons.json", out / "comparisons.csv"
+        write_comparisons(report.comparisons_json, report.comparisons_csv, report.comparisons)
+    if plots:
+        from propme_metrics.report.plots import write_plots
+
+        report.plots = write_plots(report, out)
+        report.plots += write_likelihood_plots(report, out)
+    if html:
+        from propme_metrics.report.html import write_html
+
+        report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
+                                 snippet_chars=html_snippet_chars, show_pii=show_pii)
 
 
 def _raise_if_incomplete(report: Report, computed: _Computed) -> None:

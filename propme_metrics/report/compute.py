@@ -15,7 +15,12 @@ from propme_metrics.metrics.compare import Arm, Comparisons, compare_arms, pairi
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.pm import CONFIDENCE, Interval, metric_interval, pm_interval
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
-from propme_metrics.report.load import RunTask, limit_label
+from propme_metrics.report.load import (
+    RunTask,
+    describe_chat_template,
+    describe_trace_config,
+    limit_label,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from propme_metrics.report.leaks import CorpusLeaks
@@ -147,7 +152,8 @@ def prompt_set_fingerprint(obj: Any) -> str:
 @dataclass
 class ComparableTasks:
     """The tasks of one corpus that can be reported together: one index, one prompt set per setting,
-    one --limit (`group_tasks`); `label` is the corpus label of their columns."""
+    one --limit, one set of tracing settings, chat template or none (`group_tasks`); `label` is the
+    corpus label of their columns."""
 
     corpus: str
     identity: str | None
@@ -155,6 +161,17 @@ class ComparableTasks:
     tasks: list[RunTask]
     label: str = ""
     limit: float | None = None
+    trace_config: dict[str, Any] | None = None   #: None: no task recorded its tracing settings (yet)
+    chat_template_sha: str | None = None
+
+    def add(self, task: RunTask) -> None:
+        """Take `task` (which `accepts` says fits)."""
+        if self.identity is None:
+            self.identity = task.index_identity
+        if self.trace_config is None:
+            self.trace_config = task.trace_config
+        self.prompt_ids.setdefault(task.setting, task.prompt_ids)
+        self.tasks.append(task)
 
     @property
     def family(self) -> str:
@@ -162,9 +179,11 @@ class ComparableTasks:
         return "_".join(x for x in (self.corpus, limit_label(self.limit)) if x)
 
     def accepts(self, task: RunTask) -> bool:
-        """Same --limit, same index (unknown identities, e.g. of an empty samples file, fit any) and
-        same prompt ids."""
-        if task.limit != self.limit:
+        """Same --limit, chat template (or none), tracing settings and index (unknown settings and
+        identities, e.g. of an empty samples file, fit any) and same prompt ids."""
+        if task.limit != self.limit or task.chat_template_sha != self.chat_template_sha:
+            return False
+        if None not in (task.trace_config, self.trace_config) and task.trace_config != self.trace_config:
             return False
         if None not in (task.index_identity, self.identity) and task.index_identity != self.identity:
             return False
@@ -174,6 +193,14 @@ class ComparableTasks:
 
 def _describe_conflict(a: ComparableTasks, b: ComparableTasks) -> str:
     ta, tb = a.tasks[0], b.tasks[0]
+    if a.chat_template_sha != b.chat_template_sha:
+        return (f"corpus '{a.corpus}' mixes prompts with and without a chat template: "
+                f"{describe_chat_template(a.chat_template_sha)} ({ta.label}, {ta.task}) and "
+                f"{describe_chat_template(b.chat_template_sha)} ({tb.label}, {tb.task})")
+    if None not in (a.trace_config, b.trace_config) and a.trace_config != b.trace_config:
+        return (f"corpus '{a.corpus}' mixes runs traced with different tracing settings: "
+                f"{describe_trace_config(a.trace_config)} ({ta.label}, {ta.task}) and "
+                f"{describe_trace_config(b.trace_config)} ({tb.label}, {tb.task}); PM would mix them")
     if a.identity != b.identity:
         return (f"corpus '{a.corpus}' was traced against different indexes: {a.identity} "
                 f"({ta.label}, {ta.task}) and {b.identity} ({tb.label}, {tb.task})")
@@ -192,12 +219,10 @@ def group_tasks(tasks: list[RunTask], separate: bool) -> list[ComparableTasks]:
     for task in tasks:
         group = next((g for g in groups if g.corpus == task.corpus and g.accepts(task)), None)
         if group is None:
-            group = ComparableTasks(task.corpus, task.index_identity, {}, [], limit=task.limit)
+            group = ComparableTasks(task.corpus, task.index_identity, {}, [], limit=task.limit,
+                                    chat_template_sha=task.chat_template_sha)
             groups.append(group)
-        if group.identity is None:
-            group.identity = task.index_identity
-        group.prompt_ids.setdefault(task.setting, task.prompt_ids)
-        group.tasks.append(task)
+        group.add(task)
     by_corpus: dict[str, list[ComparableTasks]] = {}
     for g in groups:
         by_corpus.setdefault(g.family, []).append(g)
@@ -207,8 +232,8 @@ def group_tasks(tasks: list[RunTask], separate: bool) -> list[ComparableTasks]:
             continue
         if not separate:
             raise ConfigError(_describe_conflict(gs[0], gs[1]),
-                              "compare runs of one prompt set and one index version only, or pass --separate "
-                              "(separate=True) to report them apart")
+                              "compare runs of one prompt set, index version, tracing settings and prompt "
+                              "format only, or pass --separate (separate=True) to report them apart")
         taken = {g.family for g in groups}
         for k, g in enumerate(gs, 1):
             label = f"{corpus}_set{k}"

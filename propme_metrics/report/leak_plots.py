@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from propme_metrics.metrics.leaks import BUCKET_LABELS, UNKNOWN_BUCKET
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
-from propme_metrics.report.plots import _row_label, _save
+from propme_metrics.report.plots import _row_label, _save, plain
 
 if TYPE_CHECKING:  # pragma: no cover
     from propme_metrics.report.compute import Report
@@ -64,13 +64,13 @@ def sources_plot(report: Report, label: str, path: Path) -> Path | None:
             ax.barh(ys, xs, height=width, xerr=[lo, hi], capsize=2, color=f"C{k % 10}", label=s, log=True)
         ax.axvline(1.0, color="0.45", ls="--", lw=1)
         ax.set_yticks(range(len(top)))
-        ax.set_yticklabels([t if len(t) <= 28 else t[:25] + "..." for t in top], fontsize=8)
+        ax.set_yticklabels([plain(t if len(t) <= 28 else t[:25] + "...") for t in top], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("full-match enrichment: share of full matches / share of corpus tokens (log)")
         ax.set_title(_row_label(r), fontsize=9)
         ax.grid(alpha=0.3, axis="x")
         ax.legend(fontsize=8, frameon=False)
-    fig.suptitle(f"PropMe on {label}: which sources leak (95% bootstrap intervals; 1 = in proportion)")
+    fig.suptitle(f"PropMe on {plain(label)}: which sources leak (95% bootstrap intervals; 1 = in proportion)")
     fig.subplots_adjust(left=0.2 if len(panels) == 1 else 0.12, top=0.85, bottom=0.16, wspace=0.5)
     _save(fig, path)
     return path
@@ -129,7 +129,7 @@ def duplication_plot(report: Report, label: str, path: Path) -> Path | None:
     else:
         right.text(0.5, 0.5, "no prefix setting, or its index cannot be read", ha="center", va="center",
                    transform=right.transAxes, fontsize=9, color="0.4")
-    fig.suptitle(f"PropMe on {label}: unique text or boilerplate?")
+    fig.suptitle(f"PropMe on {plain(label)}: unique text or boilerplate?")
     fig.subplots_adjust(top=0.85, bottom=0.14, wspace=0.3)
     _save(fig, path)
     return path

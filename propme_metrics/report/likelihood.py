@@ -305,7 +305,7 @@ def curve_plot(results: Sequence[LikelihoodResult], label: str, path: Path) -> P
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from propme_metrics.report.plots import _save
+    from propme_metrics.report.plots import _save, model_label, plain
 
     rs = [r for r in results if r.label == label]
     if not rs:
@@ -317,8 +317,7 @@ def curve_plot(results: Sequence[LikelihoodResult], label: str, path: Path) -> P
         colour = f"C{i % 10}"
         ns = list(r.curve)
         vals = [r.curve[n].value for n in ns]
-        name = r.model if len(r.model) <= 40 else "..." + r.model[-37:]
-        name += f" @ {r.revision}" if r.revision else ""
+        name = model_label(r.model, r.revision)
         ax.plot(ns, vals, marker="o", color=colour, label=f"{name} (p = {r.p:g})")
         if all(r.curve[n].low is not None for n in ns):
             ax.fill_between(ns, [r.curve[n].low for n in ns], [r.curve[n].high for n in ns], color=colour, alpha=0.15)
@@ -328,7 +327,7 @@ def curve_plot(results: Sequence[LikelihoodResult], label: str, path: Path) -> P
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("samples n (log scale)")
     ax.set_ylabel("share of documents (n, p)-discoverable")
-    ax.set_title(f"{label}: probabilistic extraction of prefix documents", fontsize=10)
+    ax.set_title(f"{plain(label)}: probabilistic extraction of prefix documents", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.subplots_adjust(right=0.62, bottom=0.13)

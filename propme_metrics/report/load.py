@@ -1,10 +1,12 @@
 """Runs read back from lm-eval output: results files, their samples files, re-traces."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
 from propme_metrics.trace.inputs import SampleRow, read_samples
 from propme_metrics.trace.result import TraceResult
 from propme_metrics.trace.summary import RETRACE_HINT, read_summary
+from propme_metrics.trace.text_rules import continuation_reproduced
 
 
 @dataclass
@@ -67,6 +70,10 @@ class RunTask:
     start_token: dict[str, str] | None = None   #: {"token", "choice", "note"} of the logged samples
     limit: float | None = None     #: lm-eval's --limit of the run (None: a full run)
     rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold its metrics were computed with
+    #: the tracing settings its generations were traced with (a re-trace's when re-traced); None: not recorded
+    trace_config: dict[str, Any] | None = None
+    #: sha256 of the chat template lm-eval applied to its prompts (`--apply_chat_template`); None: plain prompts
+    chat_template_sha: str | None = None
 
     @property
     def prompt_ids(self) -> frozenset[str]:
@@ -81,6 +88,11 @@ class RunTask:
         if self.setting in PROMPT_FREE_SETTINGS:
             return [st for p in self.prompts for st in p.generation_stats(metric)]
         return [p.stat(metric) for p in self.prompts]
+
+    def cut_short(self) -> int:
+        """How many generations stopped inside their true continuation (`stops_inside_continuation`)."""
+        return sum(stops_inside_continuation(TraceResult.from_dict(g), p.continuation)
+                   for p in self.prompts for g in p.generations if g.get("extracted") is False)
 
     def counts(self) -> dict[str, int]:
         gens = [g for p in self.prompts for g in p.generations]
@@ -180,15 +192,17 @@ def load_retrace(summary_path: str | Path) -> Retrace:
 
 def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), setting: str | None = None,
                  rare_max_count: int | None = None
-                 ) -> tuple[list[TracedPrompt], set[str | None], dict[str, str] | None, int]:
+                 ) -> tuple[list[TracedPrompt], set[str | None], dict[str, str] | None, int, dict[str, Any] | None]:
     """A samples file's prompts with their traces, the index identities they name, the start token of
-    its first row and `fmr_rare`'s threshold (`rare_max_count` if given, else the one the run logged
-    with its documents, else the default). A row that names another setting than its task's
-    (`setting`) is refused: its numbers would be reported under the wrong setting."""
+    its first row, `fmr_rare`'s threshold (`rare_max_count` if given, else the one the run logged
+    with its documents, else the default) and the tracing settings of its generations (None when
+    not recorded). A row that names another setting than its task's (`setting`) is refused: its
+    numbers would be reported under the wrong setting; so is a file traced with several settings."""
     retrace = next((r for r in retraces if r.samples_path == path.resolve()), None)
     prompts: dict[str, TracedPrompt] = {}
     identities: set[str | None] = set()
     first_filter: str | None = None
+    configs: dict[str, dict[str, Any]] = {}
     try:
         fh = open(path, encoding="utf-8")
     except OSError as exc:
@@ -203,9 +217,10 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
             elif filt != first_filter:
                 continue  # one row per doc per filter: keep the first filter's rows
             trace = row.get("trace")
+            if not isinstance(trace, dict) and retrace is not None:
+                trace = row["trace"] = _retraced_row(retrace, s)  # a --predict_only run, traced afterwards
             if not isinstance(trace, dict) or not isinstance(trace.get("generations"), list):
-                raise ConfigError(f"{path}, line {lineno}: no 'trace' item with 'generations' for task {task}",
-                                  "report needs samples written by PropMe's tasks with lm-eval --log_samples")
+                raise _untraced(path, lineno, task, row)
             bad = first_non_finite(trace["generations"], "trace.generations")
             if bad:
                 raise ConfigError(f"{path}, line {lineno}: {bad} is not a finite number",
@@ -220,8 +235,11 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
             pid = str(trace.get("prompt_id", doc.get("id", row.get("doc_id"))))
             identity = doc.get("index_identity", trace.get("index_identity"))
             identities.add(identity)
-            if retrace is not None:
-                _apply_retrace(retrace, s, trace, identity, path)
+            config = _run_trace_config(doc)
+            if retrace is not None and _apply_retrace(retrace, s, trace, identity, path):
+                config = retrace.config if retrace.config is not None else config
+            if config is not None:
+                configs.setdefault(json.dumps(config, sort_keys=True), config)
             rec = prompts.get(pid)
             if rec is None:
                 rec = prompts[pid] = TracedPrompt(
@@ -240,9 +258,79 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
                                       "lm-eval tasks, or re-trace the file with `propme trace`" if old else
                                       None) from None
                 rec.generations.append(gen)
+                if stops_inside_continuation(result, rec.continuation):
+                    result = replace(result, extracted=None)  # too short to show extraction: not counted in it
                 # personal data is recomputed from the trace: one definition, whatever the run recorded
                 rec.values.append(contributions(result, rare_max_count=rare) if counts_for_metrics(result) else None)
-    return list(prompts.values()), identities, rows[0].start_token if rows else None, rare
+    if retrace is not None and retrace.mixed_settings:
+        configs = {}  # mixed on request (--retraced-other-settings): the settings are not one, nor checked
+    if len(configs) > 1:
+        raise ConfigError(f"{path} holds generations traced with different tracing settings "
+                          f"({_config_difference(*list(configs.values())[:2])}); PM would mix them",
+                          "re-trace the whole file with one set of settings (`propme trace --input`)")
+    return (list(prompts.values()), identities, rows[0].start_token if rows else None, rare,
+            next(iter(configs.values()), None))
+
+
+def _config_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The settings two tracing configurations differ in, e.g. "mode 'text' and 'mixed'"."""
+    differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return ", ".join(f"{k} {a.get(k)!r} and {b.get(k)!r}" for k in differ[:4])
+
+
+def describe_trace_config(config: dict[str, Any] | None) -> str:
+    """One line naming a task's tracing settings, for messages."""
+    return "not recorded" if config is None else ", ".join(f"{k}={v!r}" for k, v in sorted(config.items()))
+
+
+def chat_template_sha(results: dict[str, Any]) -> str | None:
+    """The sha256 of the chat template an lm-eval results file says its prompts went through
+    (`chat_template_sha`, or the hash of `chat_template`, as lm-eval computes it); None for plain prompts."""
+    sha, template = results.get("chat_template_sha"), results.get("chat_template")
+    if isinstance(sha, str) and sha:
+        return sha
+    if isinstance(template, str) and template:
+        return hashlib.sha256(template.encode("utf-8")).hexdigest()
+    return None
+
+
+def describe_chat_template(sha: str | None) -> str:
+    """Whether prompts went through a chat template, for tables and notes."""
+    return "plain prompts (no chat template)" if sha is None else f"lm-eval's chat template (sha256 {sha[:12]})"
+
+
+def stops_inside_continuation(result: TraceResult, continuation: str) -> bool:
+    """Whether a prefix generation ended before the whole true continuation could be written while
+    reproducing it so far (generation length, e.g. lm-eval's max_gen_toks, below the continuation's
+    50 tokens): it can neither show nor rule out extraction. A short generation that already
+    differs from the continuation is a real "not extracted"."""
+    return (result.extracted is False and bool(continuation)
+            and continuation_reproduced(continuation, result.text)  # the continuation begins with all of it
+            and not continuation_reproduced(result.text, continuation))
+
+
+def _untraced(path: Path, lineno: int, task: str, row: dict[str, Any]) -> ConfigError:
+    """The error for a samples row without PropMe's traces, saying why it has none and what to do."""
+    retrace = (f"trace the file with `propme trace --input {path.name} --out RESULTS.jsonl --summary SUMMARY.json` "
+               "and pass --retraced SUMMARY.json")
+    if "bypass" in row or "bypass" in (row.get("metrics") or []):
+        return ConfigError(f"{path}, line {lineno}: task {task} was run with lm-eval --predict_only, which runs no "
+                           "PropMe metric, so its samples hold no traces", retrace)
+    return ConfigError(f"{path}, line {lineno}: no 'trace' item with 'generations' for task {task}",
+                       f"{retrace}, or re-run lm-eval with PropMe's tasks and --log_samples")
+
+
+def _retraced_row(retrace: Retrace, sample: SampleRow) -> dict[str, Any] | None:
+    """A row without traces (a --predict_only run) given its generations' re-traced results, or None
+    when the re-trace has none of them (keys as `propme trace --input` gives them); `_apply_retrace`
+    then checks and counts them like any re-traced row."""
+    single = retrace.results.get(sample.key(0, 1))
+    gens = [single] if single is not None else []
+    while single is None and (more := retrace.results.get(sample.key(len(gens), 2))) is not None:
+        gens.append(more)
+    if not gens:
+        return None
+    return {"prompt_id": sample.doc.get("id", sample.row.get("doc_id")), "generations": gens}
 
 
 def _logged_rare_max_count(rows: Sequence[SampleRow], path: Path) -> int:
@@ -259,8 +347,9 @@ def describe_start_token(start: dict[str, str] | None) -> str:
     return "not recorded (run made before PropMe recorded start tokens)" if start is None else start["note"]
 
 
-def _apply_retrace(retrace: Retrace, sample: SampleRow, trace: dict[str, Any], identity: Any, path: Path) -> None:
-    """Replace a row's traced generations by their re-traced results (same keys as `propme trace`)."""
+def _apply_retrace(retrace: Retrace, sample: SampleRow, trace: dict[str, Any], identity: Any, path: Path) -> bool:
+    """Replace a row's traced generations by their re-traced results (same keys as `propme trace`);
+    whether any was replaced."""
     if identity is not None and str(identity) != retrace.index_identity:
         raise ConfigError(f"{retrace.summary_path} traced {path} against index {retrace.index_identity}, but its "
                           f"generations were traced against {identity}",
@@ -274,12 +363,14 @@ def _apply_retrace(retrace: Retrace, sample: SampleRow, trace: dict[str, Any], i
                               f"run: {shown}; PM would mix the two",
                               "re-trace with the run's settings (the same `propme trace` options as its task "
                               "metadata), or pass --retraced-other-settings to report them anyway")
-    gens = trace["generations"]
+    gens, used = trace["generations"], 0
     for j in range(len(gens)):
         new = retrace.results.get(sample.key(j, len(gens)))
         if new is not None:
             gens[j] = new
-            retrace.used += 1
+            used += 1
+    retrace.used += used
+    return used > 0
 
 
 def _run_trace_config(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -299,13 +390,18 @@ def _prompt_from_arguments(row: dict[str, Any]) -> str:
         return ""
 
 
+#: an lm-eval results file: results_<date id>.json, or <name>_<date id>.json when --output_path ended in .json
+RESULTS_FILE = re.compile(r".+_\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(\.\d+)?\.json")
+
+
 def _results_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = [p for p in path.rglob("*.json") if p.name.startswith("results_") and p.is_file()]
+        files = [p for p in path.rglob("*.json") if RESULTS_FILE.fullmatch(p.name) and p.is_file()]
         if not files:
-            raise ConfigError(f"no results_*.json under {path}",
+            raise ConfigError(f"no results_*.json (nor <name>_<date>.json of an --output_path ending in .json) "
+                              f"under {path}",
                               "pass the --output_path folder of an lm-eval run made with --log_samples")
         return sorted(files, key=lambda p: (_date_id(p), str(p)))
     raise ConfigError(f"{path} does not exist")
@@ -338,8 +434,8 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count:
             if not samples_path.is_file():
                 raise ConfigError(f"missing samples file {samples_path} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
-            prompts, identities, start_token, rare = load_samples(samples_path, task, retraces, setting=cs[1],
-                                                                  rare_max_count=rare_max_count)
+            prompts, identities, start_token, rare, trace_config = load_samples(
+                samples_path, task, retraces, setting=cs[1], rare_max_count=rare_max_count)
             if len(identities) > 1:
                 raise ConfigError(f"{samples_path} mixes generations traced against several indexes: "
                                   + ", ".join(sorted(str(i) for i in identities)))
@@ -348,7 +444,8 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count:
                 metadata=metadata, index_identity=next(iter(identities), None),
                 results=(data.get("results") or {}).get(task) or {}, prompts=prompts,
                 results_path=results_path, samples_path=samples_path, date_id=date_id, limit=limit,
-                start_token=start_token, rare_max_count=rare))
+                start_token=start_token, rare_max_count=rare, trace_config=trace_config,
+                chat_template_sha=chat_template_sha(data)))
     return tasks
 
 

@@ -35,9 +35,20 @@ def _err(value, low, high) -> tuple[float, float]:
     return max(0.0, value - low), max(0.0, high - value)
 
 
+def plain(text: str) -> str:
+    """User text (a model name, a revision, a corpus or source name) as matplotlib must draw it: as
+    written, never as a formula (`$...$` is mathtext to matplotlib; an escaped dollar is a dollar)."""
+    return text.replace("$", r"\$")
+
+
+def model_label(model: str, revision: str) -> str:
+    """A model (the end of a long name) and its revision, for legends and titles, drawn as written."""
+    name = model if len(model) <= 40 else "..." + model[-37:]
+    return plain(name + (f" @ {revision}" if revision else ""))
+
+
 def _row_label(r: CorpusResult) -> str:
-    name = r.model if len(r.model) <= 40 else "..." + r.model[-37:]
-    return name + (f" @ {r.revision}" if r.revision else "")
+    return model_label(r.model, r.revision)
 
 
 def capability_plot(report: Report, label: str, path: Path) -> Path | None:
@@ -79,7 +90,7 @@ def capability_plot(report: Report, label: str, path: Path) -> Path | None:
         ax.grid(alpha=0.3)
         ax.text(0.97 * top, 0.03 * top, "leaks under attack", ha="right", va="bottom", fontsize=8, color="0.4")
         ax.text(0.03 * top, 0.97 * top, "leaks unprompted", ha="left", va="top", fontsize=8, color="0.4")
-    fig.suptitle(f"PropMe on {label}: capability vs propensity (95% bootstrap intervals)")
+    fig.suptitle(f"PropMe on {plain(label)}: capability vs propensity (95% bootstrap intervals)")
     ncol = min(3, max(1, len(handles)))
     fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=ncol, fontsize=8,
                frameon=False)
@@ -99,7 +110,7 @@ def trajectory_plot(report: Report, label: str, model: str, results: list[Corpus
                   key=lambda k: (report.pm_metrics.index(k[0]), setting_sort_key(k[1])))
     if not keys:
         return None
-    revisions = [r.revision or "(default)" for r in results]
+    revisions = [plain(r.revision) or "(default)" for r in results]
     fig = Figure(figsize=(max(7.5, 1.3 * len(revisions) + 4), 4.8), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
@@ -125,7 +136,7 @@ def trajectory_plot(report: Report, label: str, model: str, results: list[Corpus
     ax.set_xlabel("revision (input order)")
     ax.set_ylabel("PM (0: only under attack, 1: only unprompted)")
     short = model if len(model) <= 60 else "..." + model[-57:]
-    ax.set_title(f"{short}\nPM across revisions on {label}", fontsize=10)
+    ax.set_title(plain(f"{short}\nPM across revisions on {label}"), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.subplots_adjust(right=0.72, bottom=0.16)

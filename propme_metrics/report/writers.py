@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,15 @@ def write_json(path: Path, report: Report) -> None:
 
 
 def _md_cell(text: Any) -> str:
-    """Text safe in a Markdown table cell: no column breaks, and no raw HTML (renderers pass it through)."""
-    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """Text shown as written in a Markdown table cell or list item: no column breaks, no raw HTML
+    (renderers pass it through), and no inline markup (emphasis, code, links, images, strikethrough)."""
+    text = _MD_INLINE.sub(r"\\\g<0>", str(text)).replace("\r", " ").replace("\n", " ")
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+#: the characters that start Markdown inline markup in a cell (a backslash shows each as written);
+#: an underscore between letters or digits never does (`propme_dynaword_prefix` stays readable)
+_MD_INLINE = re.compile(r"[\\`*\[\]~|]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 
 
 def write_markdown(path: Path, report: Report) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.core.files import open_locked
+from propme_metrics.core.files import cache_dir, is_stream, open_locked
 from propme_metrics.core.progress import progress_bar, rate
 from propme_metrics.trace.inputs import TraceInput
 from propme_metrics.trace.result import TraceResult
@@ -30,6 +30,10 @@ CHUNK_PER_WORKER = 64
 
 
 def journal_path(out: Path) -> Path:
+    """Beside --out; in PropMe's cache folder when --out is a device or a FIFO (nothing is written beside those)."""
+    if is_stream(out):
+        where = hashlib.sha256(str(out.absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return cache_dir() / "trace-journals" / f".{out.name}-{where}.propme-partial.jsonl"
     return out.with_name(f".{out.name}.propme-partial.jsonl")
 
 

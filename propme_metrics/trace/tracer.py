@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import random
 import time
 import unicodedata
@@ -531,9 +532,10 @@ def _nfkc(text: str) -> str:
 _WORKER: Tracer | None = None
 
 
-def _init_worker() -> None:
-    import os
+def _init_worker(parent_pid: int) -> None:
+    from propme_metrics.core.lifetime import die_with_parent
 
+    die_with_parent(parent_pid)  # a SIGKILLed parent leaves no worker behind
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
@@ -560,7 +562,7 @@ class _Runner:
             global _WORKER
             _WORKER = self.tracer
             self.pool = ProcessPoolExecutor(min(self.workers, len(self.jobs)), mp_context=mp.get_context("fork"),
-                                            initializer=_init_worker)
+                                            initializer=_init_worker, initargs=(os.getpid(),))
             # objects alive now are never collected by the workers: their garbage collector leaves
             # them alone instead of walking them (which copies every inherited page it touches)
             gc.freeze()

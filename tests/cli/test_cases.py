@@ -59,3 +59,35 @@ def test_tasks_new_never_overwrites_the_users_yaml(tmp_path, synthetic_index, cl
     assert cli_run(*args)[0] == 0
     assert cli_run(*args)[0] == 0  # its own files: replaced on a re-run
     assert yaml.safe_load(mine.read_text())["task"] == "propme_mine_generic"
+
+
+def test_tasks_new_refuses_a_missing_index_and_an_unknown_language(tmp_path, synthetic_index, cli_run):
+    code, _, err = cli_run("tasks-new", "mine", "--index", tmp_path / "no-index", "--language", "en",
+                           "--out", tmp_path / "t")
+    assert code == 3 and "no-index" in err, err
+    code, _, err = cli_run("tasks-new", "mine", "--index", synthetic_index, "--language", "xx", "--out", tmp_path / "t")
+    assert code == 2 and "'xx'" in err and "da, en" in err, err
+    assert not (tmp_path / "t").exists()
+
+
+def _sourced_corpus(path, sources: dict[str, int]):
+    docs = [{"id": f"{s}-{i}", "source": s, "text": f"Document {i} of {s} tells of ferries, bridges and harbours."}
+            for s, n in sources.items() for i in range(n)]
+    return write_jsonl(path, docs)
+
+
+def _build(corpus, out, tok, *extra):
+    return ["index", "build", corpus, "--out", out, "--tokenizer", tok, "--quiet", "--skip-space-check", *extra]
+
+
+def test_exclude_sources_says_what_it_left_out_and_refuses_an_unknown_source(tmp_path, gpt2_dir, cli_run):
+    corpus = _sourced_corpus(tmp_path / "c.jsonl", {"retsinformation": 5, "depbank": 3, "wiki": 4})
+    code, out, err = cli_run(*_build(corpus, tmp_path / "idx", gpt2_dir, "--exclude-sources", "depbank"))
+    assert code == 0, err
+    assert "9 documents" in out and "left out by --exclude-sources: depbank (3 documents)" in out
+    code, _, err = cli_run(*_build(corpus, tmp_path / "idx2", gpt2_dir, "--exclude-sources", "depbnak,wiki"))
+    assert code == 2 and "'depbnak'" in err and "did you mean 'depbank'" in err, err
+    assert not (tmp_path / "idx2").exists()
+    for bad in (["--source-field", ""], ["--text-field", " "]):
+        code, _, err = cli_run(*_build(corpus, tmp_path / "idx3", gpt2_dir, *bad))
+        assert code == 2 and "empty" in err, (bad, err)

@@ -219,3 +219,28 @@ def test_demo_stage_lines_print_paths_as_written(capsys):
     _stage("report", False, time.time(), "/tmp/out [/x] [bold]b[/bold] :100:")
     err = capsys.readouterr().err
     assert "/tmp/out [/x] [bold]b[/bold] :100:" in err and "[7/7] report" in err
+
+
+# --- devices and FIFOs are written in place ----------------------------------------------------------
+
+
+def test_trace_into_a_fifo_and_a_device_streams_and_keeps_them(tmp_path, index_copy, generations, cli_run,
+                                                              monkeypatch):
+    """`propme trace --out FIFO` feeds the FIFO's reader (the FIFO stays a FIFO); `--summary` on a
+    device node is written in place (it stays that device); no journal is left beside them or in the
+    cache."""
+    import stat
+
+    from support.special_files import NULL_DEVICE, FifoReader, null_node
+
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    pipe = FifoReader(tmp_path / "pipe")
+    node = null_node(tmp_path / "null")
+    code, _, err = cli_run(*trace(index_copy, generations, tmp_path / "pipe", node))
+    assert code == 0, err
+    lines = [json.loads(line) for line in pipe.result().decode().splitlines()]
+    assert [r["key"] for r in lines] == ["g0", "g1", "g2"]
+    assert stat.S_ISFIFO(os.stat(tmp_path / "pipe").st_mode)
+    assert stat.S_ISCHR(os.stat(node).st_mode) and os.stat(node).st_rdev == NULL_DEVICE
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "g.jsonl", "null", "pipe"]
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]

@@ -286,7 +286,7 @@ def test_full_verify_reads_every_byte(small_index, monkeypatch, cli_run):
     """A change outside the sampled blocks passes the cheap open check; --full finds it."""
     import propme_metrics.index.reader as index_module
 
-    monkeypatch.setattr(index_module, "sampled_digest", lambda p: open_index_manifest_sample(small_index, p))
+    monkeypatch.setattr(index_module, "sample_matches", lambda p, recorded: True)
     path = small_index / "table.1"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0x01
@@ -296,10 +296,20 @@ def test_full_verify_reads_every_byte(small_index, monkeypatch, cli_run):
     assert code == 1 and "FAIL checksums" in out and "table.1 does not match" in out
 
 
-def open_index_manifest_sample(folder: Path, path) -> str:
-    """The sampled checksum the manifest recorded for `path` (stands in for a sample that misses the change)."""
-    m = json.loads((folder / MANIFEST_NAME).read_text())
-    return m["files"][str(Path(path).relative_to(folder))]["sample"]
+def test_flipped_final_byte_of_a_large_table_fails_the_quick_verify(tmp_path, tok, cli_run):
+    """The sampled checksum reads a large file's last bytes (docs/index-format.md): a flipped final
+    byte of table.0 (over 64 KiB, its size not a multiple that lines the old blocks up with the
+    end) fails `propme index verify` without --full."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(1200, 3, words=60))
+    out = tmp_path / "idx"
+    assert cli_run(*build_args(corpus, out, tok))[0] == 0
+    path = out / "table.0"
+    data = bytearray(path.read_bytes())
+    assert len(data) > 64 * 1024 and (len(data) - 16 * 1024) % 3, len(data)
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    code, out_text, err = cli_run("index", "verify", out)
+    assert code == 3 and "table.0 does not match its sampled checksum" in err, out_text + err
 
 
 def test_verify_checks_the_tokenizer_hash(small_index, cli_run):

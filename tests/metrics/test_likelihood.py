@@ -41,11 +41,19 @@ def test_certain_and_tiny_probabilities():
     assert 1 - (1 - math.exp(-70.0)) ** 10_000 == 0.0
 
 
+def test_log_probability_a_rounding_error_below_zero_is_certain():
+    """-1e-17 (a sum of token log-probabilities that rounds just below 0) is P = 1 - 1e-17: extracted
+    almost surely, never a math domain error."""
+    for logp in (-1e-17, -5e-324, -1e-300):
+        assert extraction_probability(logp, 1) == pytest.approx(1.0) and discoverable(logp, 1, 0.999)
+    assert extraction_probability(-1e-17, 1) == pytest.approx(1.0 - 1e-17, abs=1e-30)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.floats(-60.0, -1e-9), st.integers(1, 100_000), st.floats(0.001, 0.999))
+@given(st.floats(-60.0, -1e-30) | st.floats(-1e-6, -1e-30), st.integers(1, 100_000), st.floats(0.001, 0.999))
 def test_discoverable_equals_exact_arithmetic(logp, n, p):
     with localcontext() as ctx:
-        ctx.prec = 80
+        ctx.prec = 120
         big_p = Decimal(logp).exp()
         exact = 1 - (1 - big_p) ** n
         assert float(exact) == pytest.approx(extraction_probability(logp, n), rel=1e-9, abs=1e-300)

@@ -10,7 +10,7 @@ import pytest
 
 from propme_metrics.cli.app import main
 from propme_metrics.report.build import build_report
-from propme_metrics.report.compute import IncompleteReportError
+from propme_metrics.report.compute import IncompleteReportError, MissingPrefixError
 from support.runs import DATE1, DATE2, DFM, gen, setting_prompts, write_run
 
 
@@ -106,6 +106,37 @@ def test_model_names_cannot_inject_html_or_formulas(tmp_path):
     assert "<img" not in md and "&lt;img" in md
     row = csv_row(tmp_path / "rep" / "leaderboard.csv")
     assert row["model"].startswith("'=")
+
+
+@pytest.mark.parametrize("model", [r"org/$\undefinedmacro{x}$", "org/$x^2$ and $y$", "org/*bold* [a](javascript:x) `c` ~s~ _it_ my_model"])
+def test_model_names_are_drawn_and_written_as_written(tmp_path, capsys, monkeypatch, model):
+    """A model name that looks like mathtext or Markdown: the report (plots and page included) is
+    written, exit 0, and every output shows the name as written, never as a formula or markup."""
+    from markdown_it import MarkdownIt
+    from matplotlib.text import Text
+
+    import propme_metrics.report.plots as plots_module
+
+    real_save, seen = plots_module._save, []
+
+    def checked(fig, path):  # every text naming the model or revision is drawn as text, not mathtext
+        for t in fig.findobj(Text):
+            if "org/" in t.get_text() or "rev" in t.get_text():
+                seen.append(t.get_text())
+                assert t._preprocess_math(t.get_text())[1] is False, t.get_text()
+        real_save(fig, path)
+
+    monkeypatch.setattr(plots_module, "_save", checked)
+    first = write_run(tmp_path / "a", model, "", small_settings()).parent
+    second = write_run(tmp_path / "b", model, "rev$1$", small_settings()).parent
+    assert main(["report", str(first), str(second), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0
+    assert seen
+    names = {p.name for p in (tmp_path / "rep").iterdir()}
+    assert "report.html" in names and any(n.startswith("capability_") for n in names)
+    rendered = MarkdownIt("commonmark").enable("table").render((tmp_path / "rep" / "leaderboard.md").read_text())
+    for markup in ("<em>bold</em>", "<em>it</em>", "<a href", "<code>c</code>", "<s>s</s>", "<del>"):
+        assert markup not in rendered
+    assert model.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in rendered
 
 
 def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
@@ -243,3 +274,205 @@ def test_rows_of_another_setting_in_a_samples_file_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="line 1: the row says setting 'prefix', but its task "
                                           "propme_dynaword_generic is the generic setting"):
         build_report([run], tmp_path / "rep", bootstrap=0)
+
+
+# --- runs that cannot share a PM: other tracing settings, a chat template ------------------------
+
+
+def _two_runs_in_one_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """An --output_path folder holding a full run and a later run of the prefix setting alone."""
+    from propme_metrics.trace.result import TraceConfig
+
+    root = tmp_path / "out"
+    first = write_run(root, DFM, "", small_settings())
+    second = write_run(root, DFM, "", {"prefix": small_settings()["prefix"]}, date=DATE2)
+    mixed = TraceConfig().to_dict()
+    for setting in ("generic", "prefix"):
+        _with_trace_config(next(first.glob(f"samples_propme_dynaword_{setting}_{DATE1}.jsonl")), mixed)
+    return root, second
+
+
+def test_runs_with_other_tracing_settings_in_one_folder_are_refused_or_reported_apart(tmp_path, capsys):
+    from propme_metrics.trace.result import TraceConfig
+
+    root, second = _two_runs_in_one_folder(tmp_path)
+    _with_trace_config(next(second.glob(f"samples_propme_dynaword_prefix_{DATE2}.jsonl")),
+                       {**TraceConfig().to_dict(), "mode": "text"})
+    assert main(["report", str(root), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html"]) == 2
+    err = capsys.readouterr().err
+    assert "different tracing settings" in err and "'text'" in err and "--separate" in err
+    assert not (tmp_path / "rep").exists()
+    with pytest.raises(MissingPrefixError) as caught:  # reported apart: the generic run has no prefix of its own
+        build_report([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True)
+    rep = caught.value.report
+    assert rep.labels == ["dynaword_set1", "dynaword_set2"]
+    by_label = {r.label: r for r in rep.results}
+    assert set(by_label["dynaword_set2"].settings) == {"prefix"}  # the text-mode prefix stands alone
+    assert set(by_label["dynaword_set1"].settings) == {"generic"} and not by_label["dynaword_set1"].pm
+
+
+def test_the_same_tracing_settings_in_one_folder_still_pair(tmp_path):
+    from propme_metrics.trace.result import TraceConfig
+
+    root, second = _two_runs_in_one_folder(tmp_path)
+    _with_trace_config(next(second.glob(f"samples_propme_dynaword_prefix_{DATE2}.jsonl")), TraceConfig().to_dict())
+    rep = build_report([root], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    assert rep.labels == ["dynaword"] and rep.results[0].pm
+
+
+def test_a_chat_template_run_never_pairs_with_a_plain_run(tmp_path, capsys):
+    root, second = _two_runs_in_one_folder(tmp_path)
+    results = second / f"results_{DATE2}.json"
+    data = json.loads(results.read_text())
+    data.update(chat_template="{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}",
+                chat_template_sha="ab" * 32, fewshot_as_multiturn=False)
+    results.write_text(json.dumps(data))
+    assert main(["report", str(root), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html"]) == 2
+    assert "with and without a chat template" in capsys.readouterr().err
+    with pytest.raises(MissingPrefixError) as caught:
+        build_report([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True)
+    rep = caught.value.report
+    assert len(rep.labels) == 2
+    assert any("prompts: lm-eval's chat template (sha256 abababababab)" in n for n in rep.notes)
+    assert any("prompts: plain prompts (no chat template)" in n for n in rep.notes)
+    md = (tmp_path / "apart" / "leaderboard.md").read_text()
+    assert "chat template (sha256 abababababab)" in md
+
+
+# --- a failed or killed report leaves one whole report ---------------------------------------------
+
+
+def test_a_report_failing_while_writing_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+    import propme_metrics.report.html as html_module
+
+    out = tmp_path / "rep"
+    first = write_run(tmp_path / "a", DFM, "", small_settings()).parent
+    build_report([first], out, bootstrap=0)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert "report.html" in before
+    second = write_run(tmp_path / "b", "other/model", "", small_settings()).parent
+    monkeypatch.setattr(html_module, "render", lambda *a, **k: 1 / 0)  # fails after the leaderboard and plots
+    with pytest.raises(ZeroDivisionError):
+        build_report([second], out, bootstrap=0)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier report, whole and alone
+
+
+def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
+    """A real SIGKILL while a plot is half-written: the rerun removes everything it left (and a
+    PropMe 0.2 report's hidden `.<plot>.*.tmp`), and writes the whole report."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "rep"
+    run = write_run(tmp_path / "a", DFM, "", small_settings()).parent
+    build_report([run], out, bootstrap=0, html=False)
+    (out / ".capability_dynaword.png.k2j4h_x8.tmp").write_bytes(b"half a plot")  # left by PropMe 0.2
+    code = ("import os, signal, sys\nimport propme_metrics.report.plots as plots\n"
+            "from propme_metrics.core.files import atomic_output\n"
+            "def killed(fig, path):\n    with atomic_output(path, 'wb') as fh:\n"
+            "        fh.write(b'half')\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "plots._save = killed\nfrom propme_metrics.report.build import build_report\n"
+            "build_report([sys.argv[1]], sys.argv[2], bootstrap=0)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(run), str(out)], capture_output=True, timeout=300)
+    assert proc.returncode == -9
+    left = {p.relative_to(out).as_posix() for p in out.rglob("*")}
+    assert any(".tmp" in name for name in left)  # the kill left a temporary behind
+    report = build_report([run], out, bootstrap=0)
+    names = {p.name for p in out.iterdir()}
+    assert names == {p.name for p in report.paths} | {"propme-report-files.json"}, names
+    assert not any(name.startswith(".") for name in os.listdir(out))
+
+
+# --- the likelihood subtask, predict-only runs, --output_path out.json ------------------------------
+
+
+def add_likelihood_task(folder: Path, logps: list[float], date: str = DATE1) -> Path:
+    """Add the prefix likelihood subtask (one document per log-probability, greedy when above -1) to the
+    run whose results file in `folder` has date id `date`."""
+    results = folder / f"results_{date}.json"
+    data = json.loads(results.read_text())
+    task = "propme_dynaword_prefix_likelihood"
+    data["configs"][task] = {"task": task, "output_type": "loglikelihood", "metadata": {
+        "version": 1.0, "corpus": "dynaword", "measure": "likelihood", "language": "da"}}
+    data["results"][task] = {"alias": task}
+    data["versions"][task] = 1.0
+    results.write_text(json.dumps(data))
+    rows = [{"doc_id": i, "doc": {"id": f"prefix-{i:03d}", "index_identity": "idx-dynaword-v1"}, "target": "",
+             "arguments": {}, "resps": [[[lp, lp > -1]]], "filtered_resps": [[lp, lp > -1]], "filter": "none",
+             "metrics": ["likelihood"], "likelihood": {"id": f"prefix-{i:03d}", "logp": lp, "greedy": lp > -1,
+                                                        "target_tokens": 50}}
+            for i, lp in enumerate(logps)]
+    path = folder / f"samples_{task}_{date}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_log_probability_a_rounding_error_below_zero_is_reported(tmp_path):
+    run = write_run(tmp_path / "run", DFM, "", small_settings())
+    add_likelihood_task(run, [-1e-17, -0.0, -3.0, -80.0, -1e-300])
+    rep = build_report([run.parent], tmp_path / "rep", bootstrap=0, html=False)
+    (lik,) = rep.likelihood
+    assert lik.curve[1].value == pytest.approx(2 / 5 + 1 / 5)  # the three near-certain documents of five
+
+
+def test_a_run_of_the_likelihood_subtask_alone_is_reported(tmp_path, capsys):
+    run = write_run(tmp_path / "run", DFM, "", {})
+    add_likelihood_task(run, [-0.1, -5.0, -60.0, -1e-17])
+    assert main(["report", str(run.parent), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0, \
+        capsys.readouterr().err
+    md = (tmp_path / "rep" / "leaderboard.md").read_text()
+    assert "probabilistic extraction" in md
+    row = csv_row(tmp_path / "rep" / "leaderboard.csv")
+    assert row["model"] == DFM and any(k.endswith("prefix_likelihood_n_prefix") or "likelihood" in k for k in row)
+
+
+def _as_predict_only(samples: Path) -> None:
+    """The samples file as `lm_eval --predict_only` writes it: metric `bypass`, no PropMe item."""
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    for row in rows:
+        for key in row["metrics"]:
+            row.pop(key)
+        row["metrics"], row["bypass"] = ["bypass"], None
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_predict_only_run_is_reported_after_retracing(tmp_path, capsys):
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    whole = build_report([run], tmp_path / "whole", bootstrap=0, plots=False, html=False)
+    _as_predict_only(samples_file(run, "generic"))
+    assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--predict_only" in err and "propme trace --input" in err and "--retraced" in err
+    assert "--log_samples" not in err
+    summary = _retrace_of(tmp_path, run, None)  # what `propme trace --input` of that file gives
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
+    assert rep.rows == whole.rows
+    assert any("8 generation(s) taken from the re-trace" in n for n in rep.notes)
+
+
+def test_the_folder_of_an_output_path_ending_in_json_is_reported(tmp_path):
+    run = write_run(tmp_path / "run", DFM, "", small_settings())
+    (run / f"results_{DATE1}.json").rename(run / f"out_{DATE1}.json")  # lm_eval --output_path run/out.json
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    assert rep.labels == ["dynaword"] and rep.results[0].pm
+
+
+def test_generations_too_short_to_show_extraction_are_not_counted_as_failures(tmp_path):
+    """max_gen_toks below the continuation's length: a generation that copies the continuation as
+    far as it goes cannot show extraction (not counted, said in the notes; undefined when none is
+    long enough), while a short generation that already differs is a real 0."""
+    cont = "og de levede lykkeligt"  # every prefix prompt's true continuation in these runs
+    short = [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og de", extracted=False)] for i in range(6)]
+    settings = {"generic": small_settings(6)["generic"], "prefix": short}
+    run = write_run(tmp_path / "short", DFM, "", settings).parent
+    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    assert rep.results[0].settings["prefix"].metrics["extraction"].value is None  # undefined, not 0
+    assert any("6 of 6 generations stopped inside the true continuation" in n and "undefined" in n
+               for n in rep.notes)
+    mixed = short[:3] + [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og så", extracted=False)] for i in range(3, 5)] \
+        + [[gen("prefix-005", 2, (0.5,), text=cont + " til deres dages ende", extracted=True)]]
+    run = write_run(tmp_path / "mixed", DFM, "", {**settings, "prefix": mixed}).parent
+    rep = build_report([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False)
+    assert rep.results[0].settings["prefix"].metrics["extraction"].value == pytest.approx(1 / 3)
+    assert any("3 of 6 generations stopped inside" in n for n in rep.notes)
