@@ -88,10 +88,13 @@ def _default_workers() -> int:
     return default_trace_workers()
 
 
-KEYS: dict[str, Key] = {k.name: k for k in [
-    # set by the task YAML
+#: keys the task YAML sets (read from the metadata only, never from the environment)
+TASK_KEYS: dict[str, Key] = {k.name: k for k in [
     Key("corpus", str), Key("setting", str, choices=SETTINGS), Key("language", str),
     Key("measure", str, choices=("likelihood",)),
+]}
+#: the settings: metadata, else PROPME_<KEY>, else the default
+KEYS: dict[str, Key] = {k.name: k for k in [
     # prompts and sizes
     Key("n_prompts", int, DEFAULT_N_PROMPTS, 1, 10 ** 7),
     Key("prompt_seed", int, DEFAULT_PROMPT_SEED, 0, MAX_SEED),
@@ -233,12 +236,12 @@ class Settings:
 
 
 def _known(key: str) -> bool:
-    return key in KEYS or key in LMEVAL_KEYS or key in MODEL_KEYS or any(p.fullmatch(key) for p in _PATTERN_KEYS)
+    return key in KEYS or key in TASK_KEYS or key in LMEVAL_KEYS or key in MODEL_KEYS or any(p.fullmatch(key) for p in _PATTERN_KEYS)
 
 
 def check_unknown(meta: dict[str, Any]) -> None:
     """Refuse a key that looks like PropMe's but is none of them, naming the nearest known key."""
-    names = sorted(KEYS)
+    names = sorted([*KEYS, *TASK_KEYS])
     for key in meta:
         if not isinstance(key, str) or _known(key):
             continue
@@ -259,16 +262,20 @@ def read_settings(meta: dict[str, Any]) -> Settings:
     check_unknown(meta)
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for name in KEYS:
-        raw, from_env = meta.get(name), False
+    for name in TASK_KEYS:
+        if meta.get(name) not in (None, ""):
+            sources[name] = _where(name, False)
+            values[name] = parse_value(TASK_KEYS[name], meta.get(name), sources[name])
+    for key in KEYS:
+        raw, from_env = meta.get(key), False
         if raw is None or raw == "":
-            raw, from_env = os.environ.get(f"PROPME_{name.upper()}") or None, True
+            raw, from_env = os.environ.get(f"PROPME_{key.upper()}") or None, True
         if raw is None:
-            default = KEYS[name].default
-            values[name] = default() if callable(default) else default
+            default = KEYS[key].default
+            values[key] = default() if callable(default) else default
             continue
-        sources[name] = _where(name, from_env)
-        values[name] = parse_value(KEYS[name], raw, sources[name])
+        sources[key] = _where(key, from_env)
+        values[key] = parse_value(KEYS[key], raw, sources[key])
     for key, value in meta.items():  # the corpus-named paths given in the metadata
         if isinstance(key, str) and any(p.fullmatch(key) for p in _PATTERN_KEYS) and value not in (None, ""):
             parse_value(Key(key, "path"), value, _where(key, False))

@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from propme_tasks import schema
-from propme_tasks.schema import KEYS, TaskConfigError, read_settings
+from propme_tasks.schema import KEYS, TASK_KEYS, TaskConfigError, read_settings
 from support.lmeval import model_args, run_lm_eval
+
+ALL_KEYS = {**KEYS, **TASK_KEYS}
 
 
 def _refused(meta: dict, match: str) -> str:
@@ -58,10 +60,10 @@ def test_misspelt_keys_are_refused_with_the_nearest_key():
     assert "did you mean 'trace_workers'?" in _refused({"trace_worker": 2}, "unknown tracing parameter 'trace_worker'")
     _refused({"prompt_language": "da"}, "unknown metadata key 'prompt_language'")  # PropMe's prefix, no near key
     # every key one letter short is refused, and the key it came from is suggested
-    for name in KEYS:
+    for name in ALL_KEYS:
         if len(name) >= 8:
             typo = name[:3] + name[4:]
-            if typo not in KEYS:
+            if typo not in ALL_KEYS:
                 assert "did you mean" in _refused({typo: 1}, "unknown")
 
 
@@ -71,7 +73,7 @@ def test_model_arguments_pass():
 
     names = [p for p in inspect.signature(HFLM.__init__).parameters if p not in ("self", "args", "kwargs")]
     assert len(names) > 20
-    read_settings({name: "x" for name in names if name not in KEYS and name not in schema.MODEL_KEYS})
+    read_settings({name: "x" for name in names if name not in ALL_KEYS and name not in schema.MODEL_KEYS})
     for extra in ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "data_parallel_size",
                   "enable_thinking", "config_source", "version"):
         read_settings({extra: 1})
@@ -83,16 +85,16 @@ VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=
 
 
 @settings(max_examples=400, deadline=None)
-@given(key=st.sampled_from(sorted(KEYS)), value=VALUES)
+@given(key=st.sampled_from(sorted(ALL_KEYS)), value=VALUES)
 def test_fuzz_every_key_gives_a_checked_value_or_one_message(key, value):
     """Any value of any key: a value of the key's type within its range, or TaskConfigError; never
     another exception (OverflowError, TypeError), never a value out of range."""
     try:
-        got = read_settings({key: value})[key]
+        got = read_settings({key: value}).get(key)
     except TaskConfigError as exc:
         assert key in str(exc) or "tracing parameters" in str(exc)
         return
-    spec = KEYS[key]
+    spec = ALL_KEYS[key]
     if value is None or value == "":
         return  # unset: the default
     if spec.kind is int:
@@ -118,7 +120,7 @@ def test_fuzz_unknown_keys(key):
         read_settings({key: "1"})
     except TaskConfigError as exc:
         assert key in str(exc) or "tracing parameters" in str(exc)
-        assert key not in KEYS or "must be" in str(exc)
+        assert key not in ALL_KEYS or "must be" in str(exc)
 
 
 def test_huge_integers_stop_stock_lm_eval_with_one_message(demo_paths, tmp_path):
