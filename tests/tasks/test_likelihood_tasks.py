@@ -280,13 +280,14 @@ def test_context_shorter_than_prefix_and_target_stops_before_any_work(demo_paths
     monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
     tok = AutoTokenizer.from_pretrained(str(demo_paths.model))
     meta = json.loads(_metadata(mixed))
-    docs = likelihood.load_documents(**meta, pretrained=str(demo_paths.model))["test"]
+    task = {"corpus": "demo", "setting": "prefix", "measure": "likelihood"}  # what the task YAML sets
+    docs = likelihood.load_documents(**meta, **task, pretrained=str(demo_paths.model))["test"]
     longest = max(len(tok.encode(d["model_prompt"] + d["continuation"], add_special_tokens=False)) for d in docs)
     # lm-eval scores whole when context + continuation <= max_length + 1
-    likelihood.load_documents(**meta, pretrained=str(demo_paths.model), max_length=longest - 1)
+    likelihood.load_documents(**meta, **task, pretrained=str(demo_paths.model), max_length=longest - 1)
     for short in (40, longest - 2):
         with pytest.raises(hooks.TaskConfigError, match=f"context of {short} tokens") as err:
-            likelihood.load_documents(**meta, pretrained=str(demo_paths.model), max_length=short)
+            likelihood.load_documents(**meta, **task, pretrained=str(demo_paths.model), max_length=short)
         assert f"at least {longest - 1} tokens" in str(err.value)
     for short in (40, longest - 2):  # the same through the stock command, with a generation task first
         proc = run_lm_eval(["--model", "hf", "--model_args", f"pretrained={demo_paths.model},dtype=float32,max_length={short}",
