@@ -18,9 +18,9 @@ from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SETTIN
 from .discovery import tasks_path
 
 #: the version of PropMe's task YAML (`metadata.version`), also written into custom tasks
-TASK_VERSION = 4.0
+TASK_VERSION = 5.0
 #: the version of the likelihood subtask's YAML (`propme_<corpus>_prefix_likelihood`)
-LIKELIHOOD_TASK_VERSION = 1.0
+LIKELIHOOD_TASK_VERSION = 2.0
 
 
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:

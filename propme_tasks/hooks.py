@@ -14,23 +14,23 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import fields
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
-from propme_metrics.core.errors import ConfigError, PropMeError
-from propme_metrics.core.files import DEFAULT_CACHE_DIR
-from propme_metrics.core.switches import FALSE_WORDS, TRUE_WORDS, parse_bool
+from propme_metrics.core.errors import PropMeError
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
-from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
+from propme_metrics.prompts.settings import CHAT_TEMPLATE_KEY, PROMPT_FREE_SETTINGS
 from propme_metrics.trace.inputs import generation_key
 from propme_metrics.trace.pii import leaks
 from propme_metrics.trace.result import TraceConfig, TraceResult
 from propme_metrics.trace.tracer import Tracer
 from propme_tasks import deferred
+from propme_tasks.schema import Settings, TaskConfigError, read_settings
+
+__all__ = ["TaskConfigError", "load_prompts", "process_results", "agg_ratio", "agg_max", "agg_trace_failures"]
 
 #: How to build an index for each shipped corpus, quoted in error messages.
 BUILD_HINTS = {
@@ -39,21 +39,11 @@ BUILD_HINTS = {
                 "--exclude-sources depbank,jvj,nordjyllandnews,synne --out DIR",
     "common_pile": "propme index build common-pile/comma_v0.1_training_dataset --out DIR",
 }
-TRACE_KEYS = {f.name for f in fields(TraceConfig)}
-#: where the shards are searched: `trace_backend` ('local' or 'ray'), `trace_ray_address`, `trace_ray_actors`
-BACKEND_KEYS = {"backend", "ray_address", "ray_actors"}
-#: how many generations are traced at once: `trace_workers`
-RUN_KEYS = {"workers"}
-
-
-class TaskConfigError(ConfigError):
-    """A PropMe task's configuration cannot be used: raised while lm-eval builds the task, before
-    any generation. An ordinary exception for Python callers; the `lm_eval` command prints it as one
-    paragraph without a traceback (`propme_tasks.discovery.install`)."""
 
 
 def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
-    """A configuration value from --metadata/YAML first, then PROPME_<KEY>; returns (value, where)."""
+    """A corpus-named setting (`<corpus>_index`, a prompt file) from metadata first, then
+    PROPME_<KEY>; returns (value, where). Every other key is read by `schema.read_settings`."""
     env = f"PROPME_{key.upper()}"
     if meta.get(key) not in (None, ""):
         return meta[key], f"metadata key {key!r}"
@@ -62,88 +52,13 @@ def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, 
     return default, ""
 
 
-def _int_setting(meta: dict[str, Any], key: str, default: int, minimum: int = 1) -> int:
-    """An integer setting (metadata or PROPME_<KEY>), or one message naming it."""
-    raw, where = _setting(meta, key, default)
-    try:
-        value = _typed(raw, int)
-    except ValueError:
-        raise TaskConfigError(f"{where or key} must be an integer, not {raw!r}") from None
-    if value < minimum:
-        raise TaskConfigError(f"{where or key} must be at least {minimum}, not {value}")
-    return value
-
-
-def _check_path(value: Any, where: str, what: str) -> None:
-    """A path setting must be text (a number or a list from --metadata JSON is a mistake, not a path)."""
-    if not isinstance(value, (str, os.PathLike)):
-        raise TaskConfigError(f"{where} must be the path of {what} (a string), not {value!r}")
-
-
-def _typed(raw: Any, kind: type) -> Any:
-    """`raw` (a metadata value or an environment string) as `kind`; ValueError for booleans, NaN,
-    infinities, fractional integers and anything else that is not plainly a value of that kind."""
-    import math
-
-    if isinstance(raw, bool) or raw is None or isinstance(raw, (list, dict)):
-        raise ValueError(f"{raw!r} is not a {kind.__name__}")
-    if kind is str:
-        return str(raw)
-    if kind is int:
-        if isinstance(raw, float):
-            if not raw.is_integer():
-                raise ValueError(f"{raw!r} is not an integer")
-            return int(raw)
-        return int(str(raw).strip())
-    value = kind(str(raw).strip()) if isinstance(raw, str) else kind(raw)
-    if kind is float and not math.isfinite(value):
-        raise ValueError(f"{raw!r} is not a finite number")
-    return value
-
-
-def _bool_setting(meta: dict[str, Any], key: str) -> bool:
-    """A yes/no setting (metadata or PROPME_<KEY>, `core.switches.parse_bool`); unset is false."""
-    raw, where = _setting(meta, key, False)
-    try:
-        return parse_bool(raw)
-    except ValueError:
-        raise TaskConfigError(f"{where or key} must be true or false ({', '.join(TRUE_WORDS)} / "
-                              f"{', '.join(FALSE_WORDS)}), not {raw!r}") from None
-
-
-def trace_config(meta: dict[str, Any]) -> TraceConfig:
-    """TraceConfig from `trace_<field>` metadata keys or PROPME_TRACE_<FIELD> variables."""
-    valid = TRACE_KEYS | BACKEND_KEYS | RUN_KEYS
-    unknown = [k for k in meta if k.startswith("trace_") and k[6:] not in valid]
-    if unknown:
-        raise TaskConfigError(f"unknown tracing parameter(s) {unknown}; valid: "
-                              + ", ".join(f"trace_{k}" for k in sorted(valid)))
-    values = {}
-    try:
-        for f in fields(TraceConfig):
-            raw, where = _setting(meta, f"trace_{f.name}")
-            if raw is not None:
-                kind = type(getattr(TraceConfig(), f.name))
-                try:
-                    values[f.name] = _typed(raw, kind)
-                except (TypeError, ValueError):
-                    what = {int: "an integer", float: "a finite number"}.get(kind, f"a {kind.__name__}")
-                    raise TaskConfigError(f"bad tracing parameters: {where} must be {what}, not {raw!r}") from None
-        return TraceConfig(**values)
-    except (TypeError, ValueError) as exc:
-        raise TaskConfigError(f"bad tracing parameters: {exc}") from None
-
-
-def trace_backend(meta: dict[str, Any]) -> str:
+def trace_backend(meta: dict[str, Any] | Settings) -> str:
     """The search backend: "" (local) or the JSON of {"backend": "ray", "address": ..., "actors": ...}."""
-    backend, where = _setting(meta, "trace_backend", "local")
-    if backend not in ("local", "ray"):
-        raise TaskConfigError(f"{where} must be 'local' or 'ray', not {backend!r}")
-    if backend == "local":
+    settings = meta if isinstance(meta, Settings) else read_settings(meta)
+    if settings["trace_backend"] == "local":
         return ""
-    address, _ = _setting(meta, "trace_ray_address")
-    actors = _int_setting(meta, "trace_ray_actors", 0, minimum=0) or None
-    return json.dumps({"backend": "ray", "address": address, "actors": actors}, sort_keys=True)
+    return json.dumps({"backend": "ray", "address": settings["trace_ray_address"],
+                       "actors": settings["trace_ray_actors"] or None}, sort_keys=True)
 
 
 def load_prompts(**meta: Any):
@@ -155,6 +70,7 @@ def load_prompts(**meta: Any):
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
         raise TaskConfigError("a PropMe task YAML must set metadata 'corpus' and 'setting'")
+    settings = read_settings(meta)  # every key checked once, before anything is opened or built
     index_key = f"{corpus}_index"
     index_path, where = _setting(meta, index_key)
     if index_path is None:
@@ -162,21 +78,16 @@ def load_prompts(**meta: Any):
         raise TaskConfigError(
             f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
             f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
-    _check_path(index_path, where, "an index folder")
-    config = trace_config(meta)
-    config_json = json.dumps(config.to_dict(), sort_keys=True)
-    backend_json = trace_backend(meta)
-    workers = _int_setting(meta, "trace_workers", deferred.default_trace_workers())
+    config_json = json.dumps(settings.trace.to_dict(), sort_keys=True)
+    backend_json = trace_backend(settings)
     try:
         # the tracer opens the index and checks its tokenizer now: nothing may fail after generation
         index = _doc_tracer({"index_path": str(Path(index_path).absolute()), "trace_config": config_json,
                              "trace_backend": backend_json}).index
     except PropMeError as exc:
         raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
-    start = start_token(meta)
-    seed = _int_setting(meta, "prompt_seed", DEFAULT_PROMPT_SEED, minimum=0)
-    max_tokens = _int_setting(meta, "max_prompt_tokens", 0, minimum=0)
-    repeats = _int_setting(meta, "generations_per_prompt", 1)  # checked before any prompt set is built
+    start = start_token(meta, settings)
+    seed, max_tokens, repeats = settings["prompt_seed"], settings["max_prompt_tokens"], settings["generations_per_prompt"]
     if setting in PROMPT_FREE_SETTINGS:
         if meta.get(f"{corpus}_{setting}_prompts"):
             raise TaskConfigError(f"{setting} is prompt-free: it takes no prompt file "
@@ -186,24 +97,26 @@ def load_prompts(**meta: Any):
                                   f"put before the prompts ({start.note}), so the prompt would be empty: "
                                   "use start_token auto or a literal")
         try:
-            records = prompt_free_records(setting, _int_setting(meta, "prompt_free_generations", DEFAULT_N_PROMPTS), seed, language)
+            records = prompt_free_records(setting, settings["prompt_free_generations"], seed, language)
         except PropMeError as exc:
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         repeats = 1  # each record is one generation (the resampling unit of prompt-free settings)
     else:
         try:  # sized before the prompt set is built
-            check_generations_fit(_int_setting(meta, "n_prompts", DEFAULT_N_PROMPTS) * repeats,
+            check_generations_fit(settings["n_prompts"] * repeats,
                                   "n_prompts x generations_per_prompt")
         except PropMeError as exc:
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
-        records = _prompt_set(meta, index, corpus, setting, language, seed).records
+        records = _prompt_set(meta, settings, index, corpus, setting, language).records
     shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
-              "trace_config": config_json, "trace_backend": backend_json, "trace_workers": workers,
+              "trace_config": config_json, "trace_backend": backend_json, "trace_workers": settings["trace_workers"],
               "start_token": start.token,
               "start_token_choice": start.choice, "start_token_note": start.note,
-              "pii_show": _bool_setting(meta, "pii_show"),
+              "pii_show": settings["pii_show"],
               # fmr_rare's threshold, logged with every document so the report reads the run's value
-              RARE_MAX_COUNT_KEY: _int_setting(meta, RARE_MAX_COUNT_KEY, RARE_MAX_COUNT)}
+              RARE_MAX_COUNT_KEY: settings[RARE_MAX_COUNT_KEY],
+              # whether the model got the prompt inside its chat template (set by `propme_tasks.task`)
+              CHAT_TEMPLATE_KEY: False}
     rows = []
     for rec in records:
         prompt = _truncated(index, rec.prompt, max_tokens)
@@ -216,36 +129,37 @@ def load_prompts(**meta: Any):
     return {"test": datasets.Dataset.from_list(rows)}
 
 
-def start_token(meta: dict[str, Any]):
+def start_token(meta: dict[str, Any], settings: Settings | None = None):
     """The run's StartToken from `start_token` (metadata or PROPME_START_TOKEN; default auto)."""
     from propme_metrics.prompts.start import resolve_start_token
 
-    choice, where = _setting(meta, "start_token")
+    settings = settings or read_settings(meta)
     try:
-        return resolve_start_token(choice, meta)
+        return resolve_start_token(settings["start_token"], meta)
     except PropMeError as exc:
-        raise TaskConfigError(f"{where or 'start_token (default auto)'}: {exc}") from None
+        where = settings.where("start_token") if settings["start_token"] is not None else "start_token (default auto)"
+        raise TaskConfigError(f"{where}: {exc}") from None
 
 
 def _truncated(index, prompt: str, max_tokens: int) -> str:
-    """The prompt cut to its last `max_tokens` index tokens (0: unchanged), like vLLM's truncate_prompt_tokens."""
+    """The prompt cut to its last `max_tokens` index tokens (0: unchanged), like vLLM's truncate_prompt_tokens,
+    starting on a whole character (a cut inside one moves forward: a token or three fewer)."""
+    from propme_metrics.prompts.build import whole_character_cut
+
     if not max_tokens:
         return prompt
     ids = index.encode(prompt)
-    return index.decode(ids[-max_tokens:]) if len(ids) > max_tokens else prompt
+    if len(ids) <= max_tokens:
+        return prompt
+    return index.decode(ids[whole_character_cut(index.decode, ids, len(ids) - max_tokens, forward=True):])
 
 
-def _prompt_set(meta: dict[str, Any], index, corpus: str, setting: str, language: str | None, seed: int):
+def _prompt_set(meta: dict[str, Any], settings: Settings, index, corpus: str, setting: str, language: str | None):
     """The prompt set of a prompted setting: the configured file, the cache, or built and cached."""
     from propme_metrics.prompts.build import build_prompt_set, cache_tag, load_prompt_set, write_prompt_set
 
-    n = _int_setting(meta, "n_prompts", DEFAULT_N_PROMPTS)
-    prompt_key = f"{corpus}_{setting}_prompts"
-    prompt_file, pwhere = _setting(meta, prompt_key)
-    if prompt_file is not None:
-        _check_path(prompt_file, pwhere, "a prompt file")
-    cache_dir, cwhere = _setting(meta, "cache_dir", DEFAULT_CACHE_DIR)
-    _check_path(cache_dir, cwhere, "the prompt cache folder")
+    n, seed, cache_dir = settings["n_prompts"], settings["prompt_seed"], settings["cache_dir"]
+    prompt_file, pwhere = _setting(meta, f"{corpus}_{setting}_prompts")
     cache = None
     try:
         if prompt_file is not None:

@@ -20,28 +20,11 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.likelihood import (
-    DISCOVERABLE_N,
-    DISCOVERABLE_P,
-    N_KEY,
-    P_KEY,
-    DocumentLikelihood,
-    check_n,
-    check_p,
-)
-from propme_metrics.prompts.settings import PREFIX
+from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, N_KEY, P_KEY, DocumentLikelihood
+from propme_metrics.prompts.settings import CONTINUATION_TOKENS, PREFIX, PREFIX_TOKENS
 
 from . import hooks
-
-
-def _discoverability(meta: dict[str, Any]) -> tuple[float, tuple[int, ...]]:
-    """p and the n grid from metadata or PROPME_DISCOVERABLE_P / _N (defaults 0.5 and 1 ... 10,000)."""
-    p_raw, p_where = hooks._setting(meta, P_KEY, DISCOVERABLE_P)
-    n_raw, n_where = hooks._setting(meta, N_KEY, DISCOVERABLE_N)
-    try:
-        return check_p(p_raw, p_where or P_KEY), check_n(n_raw, n_where or N_KEY)
-    except ConfigError as exc:
-        raise hooks.TaskConfigError(f"{exc.message}; {exc.hint}") from None
+from .schema import Key, parse_value, read_settings
 
 
 def split_counts(tok, context: str, target: str) -> tuple[int, bool]:
@@ -69,18 +52,63 @@ def _model_tokenizer(meta: dict[str, Any]):
                                     f"{exc.message}") from None
 
 
+def model_max_length(meta: dict[str, Any], tok) -> int | None:
+    """The context length lm-eval's HF backend gives the model: `max_length` (or vLLM's
+    `max_model_len`) from the model arguments, else lm-eval's own reading of the model's config
+    (`resolve_max_length`); None when the model's config cannot be read here."""
+    for key in ("max_length", "max_model_len"):
+        if meta.get(key) not in (None, ""):
+            return parse_value(Key(key, int, None, 1, 10 ** 9), meta[key], f"model argument {key}")
+    name = meta.get("pretrained")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.models.utils import resolve_max_length
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name, revision=meta.get("revision") or None,
+                                            trust_remote_code=bool(meta.get("trust_remote_code")))
+    except (OSError, ValueError):
+        return None  # lm-eval will say what is wrong with the model when it loads it
+    return resolve_max_length(config, tok, default=HFLM._DEFAULT_MAX_LENGTH)
+
+
+def check_fits(task: str, max_length: int | None, totals: list[int], targets: list[int]) -> None:
+    """Refuse documents whose context + continuation the model cannot take whole: lm-eval would stop
+    on a bare AssertionError (a continuation longer than the model's context) or cut the context
+    from the left, scoring log P(z) under a shorter prefix than the method's (a silent, wrong number)."""
+    if max_length is None or not totals:
+        return
+    longest, too_long = max(totals), sum(t > max_length + 1 or z > max_length for t, z in zip(totals, targets))
+    if too_long:
+        raise hooks.TaskConfigError(
+            f"{task}: {too_long} of {len(totals)} prefix documents do not fit the model's context of "
+            f"{max_length} tokens: the start token, the {PREFIX_TOKENS}-token prefix and the "
+            f"{CONTINUATION_TOKENS}-token continuation take up to {longest} of the model's tokens, and lm-eval "
+            "would cut the prefix from the left (or stop) rather than score it whole",
+            f"give the model a context of at least {longest - 1} tokens (--model_args max_length=N, if the model "
+            f"takes that many), or leave out {task}")
+
+
 def load_documents(**meta: Any):
     """`custom_dataset` hook: the prefix documents (one row each) with p, z's model-token count and the split."""
-    p, grid = _discoverability(meta)
+    settings = read_settings(meta)
     # the prefix setting's documents, once each: no repeats (a likelihood is not sampled)
     data = hooks.load_prompts(**dict(meta, setting=PREFIX, generations_per_prompt=1))["test"]
     tok = _model_tokenizer(meta)
     counts = [split_counts(tok, ctx, z) if tok is not None else (None, None)
               for ctx, z in zip(data["model_prompt"], data["continuation"])]
+    if tok is not None:
+        added = 1 if hooks.start_token(meta, settings).added_by_tokenizer else 0
+        totals = [len(tok.encode(ctx + z, add_special_tokens=False)) + added
+                  for ctx, z in zip(data["model_prompt"], data["continuation"])]
+        check_fits(f"propme_{meta.get('corpus')}_prefix_likelihood", model_max_length(meta, tok), totals,
+                   [c[0] for c in counts])
     data = data.add_column("target_tokens", [c[0] for c in counts])
     data = data.add_column("boundary_clean", [c[1] for c in counts])
-    data = data.add_column(P_KEY, [p] * len(data))
-    return {"test": data.add_column(N_KEY, [list(grid)] * len(data))}
+    data = data.add_column(P_KEY, [settings[P_KEY]] * len(data))
+    return {"test": data.add_column(N_KEY, [list(settings[N_KEY])] * len(data))}
 
 
 def _document(doc: dict[str, Any], results: list[Any]) -> DocumentLikelihood:

@@ -3,7 +3,9 @@
 * `prefix` (capability): documents of at least `min_doc_tokens` (PREFIX_MIN_DOC_TOKENS) index tokens
   are sampled from the index with `numpy.random.default_rng(seed)`; the prompt is the decoded first
   `prefix_tokens` (PREFIX_TOKENS) tokens, and the next `continuation_tokens` (CONTINUATION_TOKENS) are kept as the true
-  continuation so that discoverable extraction can be scored.
+  continuation so that discoverable extraction can be scored. Both are whole characters: where a
+  cut would split a character over two tokens (byte-level tokenizers, CJK and emoji) it moves back
+  to the nearest whole character (`whole_character_cut`), so a prompt may hold a token or three fewer.
 * `generic` / `specific` (propensity): prompts come from a candidates file (plain text, one per
   line, or JSONL objects with a "prompt" field) or from the built-in sets shipped in
   `propme_metrics/prompts/data/{da,en}.jsonl`. Every candidate is checked against the index: one
@@ -48,7 +50,7 @@ from propme_metrics.prompts.settings import (
 
 PROMPTS_FORMAT = "propme-prompts/1"
 #: bump when the same index, setting, n and seed would give other prompts (keys the prompt cache)
-PROMPT_RULES_VERSION = 1
+PROMPT_RULES_VERSION = 2  # 2: prefix prompts and continuations cut between whole characters
 SPAN_THRESHOLD = 10  # the overlap profile's "share of prompts with a span of 10+ tokens"
 SIDECAR_SUFFIX = ".manifest.json"
 _LANGUAGE_RE = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?$")
@@ -446,9 +448,13 @@ def _build_prefix(index, n, seed, language, prefix_tokens, continuation_tokens, 
     with progress_bar(progress) as bar:
         task = bar.add_task("prefix prompts", total=n, rate="")
         for doc_ix in chosen:
-            doc = index.document(int(doc_ix), max_tokens=prefix_tokens + continuation_tokens)
+            # 8 tokens more than kept: enough to see whether the last kept one ends a character
+            doc = index.document(int(doc_ix), max_tokens=prefix_tokens + continuation_tokens + 8)
             ids = doc.token_ids.tolist()
-            prompt_ids, cont_ids = ids[:prefix_tokens], ids[prefix_tokens:prefix_tokens + continuation_tokens]
+            # whole characters on both sides of each cut: a cut inside a character moves back
+            cut = whole_character_cut(index.decode, ids, prefix_tokens)
+            end = whole_character_cut(index.decode, ids, min(len(ids), cut + continuation_tokens), floor=cut)
+            prompt_ids, cont_ids = ids[:cut], ids[cut:end]
             prompt = index.decode(prompt_ids)
             meta = doc.meta
             records.append(PromptRecord(
@@ -459,6 +465,31 @@ def _build_prefix(index, n, seed, language, prefix_tokens, continuation_tokens, 
                 continuation=index.decode(cont_ids), continuation_tokens=len(cont_ids)))
             bar.advance(task)
     return records
+
+
+def whole_character_cut(decode, ids: list[int], k: int, floor: int = 0, forward: bool = False) -> int:
+    """The token boundary nearest `k` that falls between whole characters: `k` itself when it does,
+    else the nearest one before it (after it with `forward`), never past `floor` (or the end).
+
+    A byte-level tokenizer can split a multi-byte character (CJK, emoji) over two tokens; cutting
+    there would decode both halves as U+FFFD. A cut is whole when decoding the two sides apart
+    gives no more U+FFFD than decoding them together (tokenizer-agnostic: a SentencePiece decoder
+    that drops a leading space is no reason to move). The ends of `ids` count as whole: pass a few
+    tokens beyond a cut for it to be checked."""
+    bad = "\ufffd"
+    lo, hi = max(0, floor), len(ids)
+
+    def whole(c: int) -> bool:
+        if c <= lo or c >= hi:
+            return True
+        a, b = max(lo, c - 8), min(hi, c + 8)  # a character spans at most 4 bytes: 8 tokens either side suffice
+        return (decode(ids[a:c]) + decode(ids[c:b])).count(bad) == decode(ids[a:b]).count(bad)
+
+    step = 1 if forward else -1
+    c = min(max(k, lo), hi)
+    while not whole(c):
+        c += step
+    return c
 
 
 def _check_candidates(index, pool: list[_Candidate], setting: str, rejected: list[dict[str, Any]],

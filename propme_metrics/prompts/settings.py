@@ -16,6 +16,9 @@ DEFAULT_PROMPT_SEED = 42
 PREFIX_TOKENS = 50
 CONTINUATION_TOKENS = 50
 PREFIX_MIN_DOC_TOKENS = 100
+#: the key of every logged document (lm-eval samples) that says whether the model got its prompt
+#: inside the model's chat template (`lm_eval --apply_chat_template`) or as raw text
+CHAT_TEMPLATE_KEY = "chat_template"
 
 
 def setting_sort_key(setting: str) -> tuple[int, str]:

@@ -156,11 +156,21 @@ def read_generations(path: str | Path, text_field: str = "completion",
 
 
 def _is_loglikelihood(row: dict[str, Any]) -> bool:
-    """lm-eval's loglikelihood responses are [log-probability, is-greedy] pairs, never text."""
+    """lm-eval's loglikelihood responses are [log-probability, is-greedy] pairs, never text: as
+    numbers in memory, and as strings (["-12.5", "False"]) in a samples file, which lm-eval writes
+    through `sanitize_list`."""
     resps = row["resps"]
     pair = resps[0][0] if isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0] else None
-    return (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], bool)
-            and isinstance(pair[0], (int, float)) and not isinstance(pair[0], bool))
+    if not (isinstance(pair, list) and len(pair) == 2):
+        return False
+    logp, greedy = pair
+    if isinstance(greedy, str) and greedy in ("True", "False") and isinstance(logp, str):
+        try:
+            float(logp)
+            return True
+        except ValueError:
+            return False
+    return isinstance(greedy, bool) and isinstance(logp, (int, float)) and not isinstance(logp, bool)
 
 
 def _sample_generations(row: dict[str, Any]) -> list[str] | None:

@@ -296,7 +296,7 @@ def _code_reads() -> _Reads:
 
     reads = _Reads()
     reads.follow(hooks.load_prompts, "meta", {})
-    reads.follow(likelihood._discoverability, "meta", {})  # the likelihood subtask's own keys
+    reads.follow(likelihood.load_documents, "meta", {})  # the likelihood subtask's own keys
     for package in (propme_metrics, propme_tasks):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             module = __import__(info.name, fromlist=["_"])

@@ -134,9 +134,17 @@ def test_prefix_prompts_are_document_starts(index, n_eligible):
     for r in ps.records:
         doc = engine.get_doc_by_ix_2(doc_ix=r.source_doc["doc_ix"], max_ctx_len=100)
         assert doc["doc_len"] >= 100 and len(doc["token_ids"]) == 100
-        assert r.prompt == tok.decode(doc["token_ids"][:50], clean_up_tokenization_spaces=False)
-        assert r.continuation == tok.decode(doc["token_ids"][50:100], clean_up_tokenization_spaces=False)
-        assert r.continuation_tokens == 50 and r.longest_span == 50 and r.longest_span_count >= 1
+        ids = doc["token_ids"]
+
+        def text(a, b):
+            return tok.decode(ids[a:b], clean_up_tokenization_spaces=False)
+
+        # 50 and 50 tokens, each cut moved back only as far as a whole character needs (ø, å: two bytes)
+        k = max(c for c in range(1, 51) if "\ufffd" not in text(0, c))
+        end = max(e for e in range(k + 1, k + 51) if "\ufffd" not in text(k, e))
+        assert k >= 48 and end - k >= 48
+        assert r.prompt == text(0, k) and r.continuation == text(k, end)
+        assert r.continuation_tokens == end - k and r.longest_span == k and r.longest_span_count >= 1
         assert r.source_doc["metadata"] == json.loads(doc["metadata"])
         assert r.domain == r.source_doc["metadata"]["source"]
         assert r.id == f"prefix-{index.manifest.identity}-{r.source_doc['doc_ix']}"

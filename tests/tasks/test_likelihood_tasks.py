@@ -15,7 +15,7 @@ from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import extraction_probability
 from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
 from propme_metrics.prompts.settings import PREFIX_MIN_DOC_TOKENS
-from propme_tasks import likelihood, task_manager
+from propme_tasks import hooks, likelihood, task_manager
 from propme_tasks.discovery import tasks_path
 from support.corpora import make_index, write_jsonl
 from support.lmeval import model_args, run_lm_eval, samples_file
@@ -251,3 +251,49 @@ def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
     assert res.p == 0.99 and list(res.curve) == [2, 5000]
     logps = [r["likelihood"]["logp"] for r in rows]
     assert res.curve[2].value == sum(extraction_probability(lp, 2) >= 0.99 for lp in logps) / len(logps)
+
+
+def test_trace_refuses_a_likelihood_samples_file(run, tmp_path):
+    """lm-eval writes a loglikelihood response as strings (["-12.5", "False"]): still not text to trace."""
+    from propme_metrics.cli.app import main
+
+    out, _ = run
+    samples = samples_file(out, "propme_demo_prefix_likelihood")
+    first = json.loads(samples.open(encoding="utf-8").readline())
+    assert all(isinstance(x, str) for x in first["resps"][0][0])  # the file's own form
+    code = main(["trace", "--index", str(demo_index(out)), "--input", str(samples), "--quiet",
+                 "--out", str(tmp_path / "t.jsonl"), "--summary", str(tmp_path / "t.json")])
+    assert code == 2 and not (tmp_path / "t.jsonl").exists()
+
+
+def demo_index(out: Path) -> Path:
+    """The index a run's likelihood documents name."""
+    row = json.loads(samples_file(out, "propme_demo_prefix_likelihood").open(encoding="utf-8").readline())
+    return Path(row["doc"]["index_path"])
+
+
+def test_context_shorter_than_prefix_and_target_stops_before_any_work(demo_paths, mixed, tmp_path, monkeypatch):
+    """Before: an AssertionError after every other task's work (context < 50 tokens), or a silent cut
+    of the prefix (slightly short). Now: one message naming the length needed, before generation."""
+    from transformers import AutoTokenizer
+
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    tok = AutoTokenizer.from_pretrained(str(demo_paths.model))
+    meta = json.loads(_metadata(mixed))
+    task = {"corpus": "demo", "setting": "prefix", "measure": "likelihood"}  # what the task YAML sets
+    docs = likelihood.load_documents(**meta, **task, pretrained=str(demo_paths.model))["test"]
+    longest = max(len(tok.encode(d["model_prompt"] + d["continuation"], add_special_tokens=False)) for d in docs)
+    # lm-eval scores whole when context + continuation <= max_length + 1
+    likelihood.load_documents(**meta, **task, pretrained=str(demo_paths.model), max_length=longest - 1)
+    for short in (40, longest - 2):
+        with pytest.raises(hooks.TaskConfigError, match=f"context of {short} tokens") as err:
+            likelihood.load_documents(**meta, **task, pretrained=str(demo_paths.model), max_length=short)
+        assert f"at least {longest - 1} tokens" in str(err.value)
+    for short in (40, longest - 2):  # the same through the stock command, with a generation task first
+        proc = run_lm_eval(["--model", "hf", "--model_args", f"pretrained={demo_paths.model},dtype=float32,max_length={short}",
+                            "--device", "cpu", "--tasks", "propme_demo_prefix,propme_demo_prefix_likelihood",
+                            "--metadata", json.dumps(meta)], tmp_path)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 1, output[-3000:]
+        assert "PropMe: propme_demo_prefix_likelihood: " in output and "do not fit the model's context" in output
+        assert "Traceback" not in output and "AssertionError" not in output and "Running generate_until" not in output

@@ -8,7 +8,7 @@ import pytest
 from lm_eval.tasks._yaml_loader import load_yaml
 
 from propme_tasks import hooks
-from propme_tasks.custom import TASK_VERSION
+from propme_tasks.custom import LIKELIHOOD_TASK_VERSION, TASK_VERSION
 from propme_tasks.discovery import tasks_path
 
 SETTINGS = ("generic", "specific", "prefix", "unconditional", "minimal_cue")
@@ -16,7 +16,7 @@ LANGUAGES = {"dynaword": "da", "common_pile": "en", "demo": "da"}
 SAMPLED = {"until": [], "do_sample": True, "temperature": 0.7, "top_p": 0.95, "max_gen_toks": 256}
 GREEDY = {"until": [], "do_sample": False, "max_gen_toks": 256}
 #: the published groups' own version (raised with TASK_VERSION whenever results change)
-PUBLISHED_VERSION = 2.0
+PUBLISHED_VERSION = 3.0
 
 
 def _load(path: Path) -> dict:
@@ -71,7 +71,7 @@ def test_likelihood_subtasks(corpus):
         assert cfg["task"] == name and cfg["output_type"] == "loglikelihood" and cfg["target_delimiter"] == ""
         assert (cfg["doc_to_text"], cfg["doc_to_target"]) == ("model_prompt", "continuation")
         assert cfg["metric_list"] == template["metric_list"] and "generation_kwargs" not in cfg
-        expected = {"version": 1.0, "corpus": corpus, "setting": "prefix", "measure": "likelihood",
+        expected = {"version": LIKELIHOOD_TASK_VERSION, "corpus": corpus, "setting": "prefix", "measure": "likelihood",
                     "language": LANGUAGES[corpus]}
         if "published" in name:  # the published prefix documents: 1,000 drawn with seed 42
             prefix = _load(folder / f"propme_{corpus}_published_prefix.yaml")["metadata"]

@@ -186,7 +186,8 @@ def test_loader_validates_before_generation(demo_paths, tmp_path, synthetic_inde
         hooks.load_prompts(**base, demo_index=str(demo_paths.index), trace_colour="red")
     for bad, match in ((dict(n_prompts="abc"), "n_prompts' must be an integer"),
                        (dict(generations_per_prompt=0), "must be at least 1"),
-                       (dict(trace_docs_per_span="ten"), "bad tracing parameters")):
+                       (dict(trace_docs_per_span="ten"), "'trace_docs_per_span' must be an integer"),
+                       (dict(trace_mode="fast"), "bad tracing parameters")):
         with pytest.raises(hooks.TaskConfigError, match=match):
             hooks.load_prompts(**base, demo_index=str(demo_paths.index), **bad)
     # a prompt file of another setting is refused (swapped files would invert PM)
