@@ -35,7 +35,9 @@ Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capabil
 diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its final spans; click a span for its source
-documents). `propme-report-files.json` lists the files written: a later report into the same folder
+documents), `leaderboard.html` (a sortable, filterable page of the models with interval bars and
+the paired comparisons, `report.leaderboard_page`) and `eee/<model>[@<revision>].json` (Every Eval
+Ever records, `report.eee`). `propme-report-files.json` lists the files written: a later report into the same folder
 removes those of them it does not write again (a stale plot), and never any other file.
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
@@ -103,15 +105,21 @@ def _record_written(out: Path, paths: list[Path]) -> None:
     never removed: only names in the earlier record are."""
     from propme_metrics.core.files import write_atomic
 
-    names = sorted(p.name for p in paths)
+    names = sorted(p.relative_to(out).as_posix() for p in paths)  # e.g. eee/<model>.json: paths inside `out`
     try:
         earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
     except (OSError, ValueError, AttributeError):
         earlier = []
     for name in earlier if isinstance(earlier, list) else []:
-        if isinstance(name, str) and name not in names and Path(name).name == name and name != WRITTEN_NAME:
+        if isinstance(name, str) and name not in names and _inside(name) and name != WRITTEN_NAME:
             (out / name).unlink(missing_ok=True)
     write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
+
+
+def _inside(name: str) -> bool:
+    """A recorded name is a relative path below the report folder (no '..', not absolute)."""
+    path = PurePosixPath(name)
+    return bool(path.parts) and not path.is_absolute() and ".." not in path.parts and "\\" not in name
 
 
 def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0,
@@ -329,7 +337,13 @@ def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, 
 
             report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
                                      snippet_chars=html_snippet_chars, show_pii=show_pii)
-        _record_written(out, report.paths)
+        from propme_metrics.report.eee import write_eee
+        from propme_metrics.report.leaderboard_page import shown_columns, write_page
+
+        extra = write_eee(report, out)
+        extra.append(write_page(out / "leaderboard.html", report.rows, shown_columns(report.columns), [],
+                                "report.html" if html else None))
+        _record_written(out, report.paths + extra)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc}") from None
 
