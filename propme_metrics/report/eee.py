@@ -153,7 +153,7 @@ def _pm_results(res: CorpusResult, bootstrap: int) -> list[dict[str, Any]]:
 
 
 def _model_info(model: str, revision: str, model_args: str) -> dict[str, Any]:
-    details = {"deployment_type": "self_deployed", "model_availability": "unknown", "model_args": model_args}
+    details = {"deployment_type": "unknown", "model_availability": "unknown", "model_args": model_args}
     if revision:
         details["revision"] = revision
     info: dict[str, Any] = {"name": model, "id": model, "additional_details": details}

@@ -121,3 +121,21 @@ def test_undefined_values_are_left_out(tmp_path, validator):
     assert not [i for i in ids if i.endswith(".generic")]  # nothing counted: no metric and no PM, never 0
     assert "propme.dynaword.fmr.prefix" in ids
     assert _result(record, "propme.dynaword.fmr.prefix")["score_details"]["score"] == pytest.approx(1 / 8)
+
+
+def test_a_later_report_replaces_the_records(tmp_path):
+    one = write_run(tmp_path / "s1", DFM, "stage1", stage1_settings(), date=DATE1).parent
+    two = write_run(tmp_path / "s3", DFM, "stage3", reference_settings(), date=DATE2).parent
+    out = tmp_path / "report"
+    (out / "eee").mkdir(parents=True)
+    mine = out / "eee" / "notes.txt"  # a file PropMe did not write stays
+    mine.write_text("mine")
+    build_report([one, two], out, bootstrap=0, plots=False, html=False)
+    assert len(_records(out)) == 2
+    build_report([two], out, bootstrap=0, plots=False, html=False)
+    (record,) = _records(out).values()  # the stage1 record of the earlier report is gone
+    assert record["model_info"]["additional_details"]["revision"] == "stage3"
+    assert mine.read_text() == "mine"
+    # --bootstrap 0: no bootstrap interval, so ALS has no uncertainty; proportions keep their Wilson interval
+    assert "uncertainty" not in _result(record, "propme.dynaword.als.prefix")["score_details"]
+    assert _result(record, "propme.dynaword.fmr.prefix")["score_details"]["uncertainty"]["num_samples"] == 100
