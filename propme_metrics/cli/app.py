@@ -507,6 +507,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+#: `propme trace --bootstrap`: fewer resamples than `propme report`'s, because the leak tables come on top
+#: of every trace (benchmarks/trace_leaks.py: about 0.17 of the tracing CPU time at 1,000, 0.77 at 10,000,
+#: on a small index where tracing is fast)
+TRACE_LEAK_BOOTSTRAP = 1000
+
+
 def _print_trace_leaks(found, console) -> None:
     """Which data leaks in the traced generations: the report's source and duplication tables."""
     from rich.text import Text
@@ -525,7 +531,6 @@ def _print_trace_leaks(found, console) -> None:
 
 def _add_trace_command(sub: argparse._SubParsersAction) -> None:
     from propme_metrics.metrics.leaks import RARE_MAX_COUNT
-    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
     from propme_metrics.trace.result import RARITY_KINDS, TRACE_MODES, TraceConfig
 
     d = TraceConfig()
@@ -577,7 +582,7 @@ def _add_trace_command(sub: argparse._SubParsersAction) -> None:
                    help="longer generations are not traced but reported as failed, with the reason")
     t.add_argument("--rare-max-count", type=_positive, default=RARE_MAX_COUNT, metavar="N",
                    help="fmr_rare counts a full match whose text occurs at most N times in the corpus")
-    t.add_argument("--bootstrap", type=_natural, default=DEFAULT_BOOTSTRAP,
+    t.add_argument("--bootstrap", type=_natural, default=TRACE_LEAK_BOOTSTRAP,
                    help="bootstrap resamples of the leak tables' enrichment intervals (seeded with --seed; 0: none)")
     t.add_argument("--keep-degenerate", action="store_true",
                    help="count degenerate generations (repetitive junk) in the metrics instead of dropping them")
