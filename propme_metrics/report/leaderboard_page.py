@@ -94,6 +94,7 @@ class PageColumn:
     corpus: str
     setting: str
     title: str
+    kind: str = "num"   #: how the page sorts it: "num", or "text" for a column of text
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,9 @@ def _scale(info: ColumnInfo | None, rows: Sequence[Mapping[str, Any]], name: str
 
 
 def _cell(row: Mapping[str, Any], name: str, metric: str, top: float | None) -> PageCell:
+    raw = row.get(name)
+    if isinstance(raw, str):  # a text column (an index identity, a start token): shown and sorted as text
+        return PageCell(raw or registry.UNDEFINED.table, None, raw, None)
     value, low, high = (_number(row.get(k)) for k in (name, f"{name}_low", f"{name}_high"))
     cell = shown(value, low, high, metric)
     bar = None
@@ -179,8 +183,9 @@ def page_view(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], compari
             continue  # always shown / drawn as the value's interval
         info = describe_column(name)
         infos.append(info)
+        text = any(isinstance(r.get(name), str) for r in rows)
         cols.append(PageColumn(name, info.head if info else name, info.corpus if info else "",
-                               info.setting if info else "", name))
+                               info.setting if info else "", name, "text" if text else "num"))
     tops = [_scale(info, rows, c.name) for info, c in zip(infos, cols)]
     page_rows = [PageRow(str(r.get("model", "")), str(r.get("revision") or ""),
                          [_cell(r, c.name, info.metric if info else "", top) for c, info, top in zip(cols, infos, tops)])

@@ -61,6 +61,10 @@ def test_view_values_bars_and_escaping():
     assert low[3].bar.mark == pytest.approx(100 * 12 / 30)  # ALS: scaled to the largest value shown
     undef = view.rows[3].cells
     assert (undef[0].text, undef[0].sort, undef[0].bar) == ("-", "", None)  # undefined: '-', never 0
+    rows = [dict(r, propme_b_index="idx-1" if r["model"] != "m-undef" else None) for r in _rows()]
+    text = page_view(rows, [*COLUMNS, "propme_b_index"], COMPARISONS)
+    assert text.columns[-1].kind == "text" and text.columns[0].kind == "num"
+    assert [r.cells[-1].text for r in text.rows] == ["idx-1", "idx-1", "idx-1", "-"]  # text as text, never a number
     page = render_page(_rows(), COLUMNS, COMPARISONS)
     assert XSS not in page and html_lib.escape(XSS, quote=True) in page
     assert page.count('href="report.html#pm"') == len(VALUES)
