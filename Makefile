@@ -39,7 +39,7 @@ bench: install
 	$(BIN)/python benchmarks/trace.py
 	$(BIN)/python benchmarks/startup.py
 
-# README's pictures (docs/images/): the demo's capability plot and a headless-Chromium screenshot of its report.html
+# README's pictures (docs/images/): the demo's capability plot and headless-Chromium screenshots of its report.html and leaderboard.html
 pictures: install
 	$(BIN)/python docs/pictures.py
 

@@ -1,8 +1,8 @@
 """Regenerate README's pictures from the demo: `make pictures` (or `python docs/pictures.py`).
 
 Runs `propme demo` (reusing the stages a previous run built), copies the report's
-capability-against-propensity plot and takes a screenshot of its report.html in headless Chromium
-(Debian's `chromium` package), both into docs/images/.
+capability-against-propensity plot and takes screenshots of its report.html and leaderboard.html in
+headless Chromium (Debian's `chromium` package), all into docs/images/.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 IMAGES = Path(__file__).resolve().parent / "images"
-PLOT, SCREENSHOT = IMAGES / "capability.png", IMAGES / "report.png"
-WINDOW = (1200, 900)
+PLOT, SCREENSHOT, BOARD = IMAGES / "capability.png", IMAGES / "report.png", IMAGES / "leaderboard.png"
+WINDOW, BOARD_WINDOW = (1200, 900), (1200, 760)
 
 
 def chromium() -> str:
@@ -25,12 +25,12 @@ def chromium() -> str:
     return browser
 
 
-def screenshot(html: Path, png: Path, browser: str) -> None:
-    """report.html as a headless Chromium shows it, WINDOW pixels from the top."""
+def screenshot(html: Path, png: Path, browser: str, window: tuple[int, int] = WINDOW) -> None:
+    """A page as a headless Chromium shows it, `window` pixels from the top."""
     with tempfile.TemporaryDirectory() as profile:
         cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+               f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={window[0]},{window[1]}",
                html.resolve().as_uri()]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode or not png.exists():
@@ -52,7 +52,8 @@ def main() -> None:
     IMAGES.mkdir(exist_ok=True)
     shutil.copyfile(plots[0], PLOT)
     screenshot(report / "report.html", SCREENSHOT, browser)
-    print(f"wrote {PLOT} and {SCREENSHOT}")
+    screenshot(report / "leaderboard.html", BOARD, browser, BOARD_WINDOW)
+    print(f"wrote {PLOT}, {SCREENSHOT} and {BOARD}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,18 @@
 """`propme demo`: the whole PropMe job offline on an embedded default, in stages that are reused.
 
 corpus (generated, bilingual) -> tokenizer -> infini-gram index -> a tiny GPT-2 that memorizes the
-planted documents (trained like real models, each document after the start token `<|endoftext|>`)
--> generic/specific/prefix prompt sets -> `lm_eval --tasks propme_demo` (the three prompted
-settings and the prompt-free `unconditional` and `minimal_cue`, every prompt after the start
-token, and the prefix documents scored by likelihood) -> `propme report` (and the (n, p) curve). A second run reuses every stage whose output already exists.
+planted documents (trained like real models, each document after the start token `<|endoftext|>`),
+kept as two training checkpoints: an early one and the final one -> generic/specific/prefix prompt
+sets -> `lm_eval --tasks propme_demo` on each checkpoint (the three prompted settings and the
+prompt-free `unconditional` and `minimal_cue`, every prompt after the start token, and the prefix
+documents scored by likelihood) -> `propme report` over both (two rows, their paired comparison
+and the trajectory across checkpoints; the (n, p) curve). A second run reuses every stage whose
+output already exists.
+
+The checkpoints are published the way hub models publish theirs: as revisions of one model id,
+`DEMO_MODEL`, in a local Hugging Face cache inside the demo folder (`publish_checkpoints`), so that
+lm-eval loads `pretrained=propme-demo/tiny-gpt2,revision=<checkpoint>` offline and the report sees
+one model at two revisions.
 """
 from __future__ import annotations
 
@@ -21,6 +29,10 @@ from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 
 STAGES = ("corpus", "tokenizer", "index", "model", "prompts", "lm-eval", "report")
+#: the model id the demo's checkpoints are published under (a local hub cache, never the network)
+DEMO_MODEL = "propme-demo/tiny-gpt2"
+#: the revision name of the final checkpoint
+FINAL = "final"
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,12 @@ class DemoSize:
     n_prompt_free: int = 100     #: generations of unconditional and of minimal_cue each
     max_gen_toks: int = 256
     bootstrap: int = DEFAULT_BOOTSTRAP
+    early_steps: int = 40        #: training steps of the early checkpoint (revision `step<N>`)
+
+    @property
+    def revisions(self) -> tuple[str, str]:
+        """The checkpoints lm-eval runs, in training order: the early one, then the final one."""
+        return f"step{self.early_steps}", FINAL
 
 
 FULL = DemoSize()
@@ -58,7 +76,17 @@ class DemoPaths:
 
     @property
     def model(self) -> Path:
+        """The final checkpoint."""
         return self.root / "model"
+
+    def checkpoint(self, revision: str) -> Path:
+        """The folder of a checkpoint (the final one is `model`)."""
+        return self.model if revision == FINAL else self.root / "checkpoints" / revision
+
+    @property
+    def hub(self) -> Path:
+        """The local Hugging Face cache the checkpoints are published in (HF_HUB_CACHE of the lm-eval runs)."""
+        return self.root / "hub"
 
     def prompts(self, setting: str) -> Path:
         return self.root / "prompts" / f"{setting}.jsonl"
@@ -66,6 +94,10 @@ class DemoPaths:
     @property
     def runs(self) -> Path:
         return self.root / "runs"
+
+    def run(self, revision: str) -> Path:
+        """lm-eval's output folder for one checkpoint."""
+        return self.runs / revision
 
     @property
     def report(self) -> Path:
@@ -118,12 +150,14 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     _stage("index", reused, t, f"{manifest.total_tokens:,} tokens")
 
     t = time.time()
-    reused = (paths.model / "config.json").is_file()
-    detail = ""
+    reused = all((paths.checkpoint(r) / "config.json").is_file() for r in size.revisions)
+    detail = f"checkpoints {', '.join(size.revisions)} of {DEMO_MODEL}"
     if not reused:
         planted = [r["text"] for r in records if r["memorized"]]
-        loss = train_memorizing_model(planted, paths.tokenizer, paths.model)
-        detail = f"final training loss {loss:.3f} on {len(planted)} planted documents"
+        loss = train_memorizing_model(planted, paths.tokenizer, paths.model,
+                                      checkpoints={size.early_steps: paths.checkpoint(size.revisions[0])})
+        detail += f"; final training loss {loss:.3f} on {len(planted)} planted documents"
+    publish_checkpoints(paths, size.revisions)
     _stage("model", reused, t, detail)
 
     t = time.time()
@@ -147,8 +181,28 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     return paths
 
 
-def lm_eval_command(paths: DemoPaths, size: DemoSize, extra_metadata: dict | None = None) -> list[str]:
-    """The stock lm-eval command line that runs the propme_demo group on the demo model."""
+def publish_checkpoints(paths: DemoPaths, revisions: tuple[str, ...]) -> None:
+    """Make each checkpoint folder a revision of DEMO_MODEL in the local hub cache `paths.hub`: the
+    cache's `refs/<revision>` names a snapshot, and the snapshot is the checkpoint's folder (a link),
+    as `huggingface_hub` lays out a downloaded model. Idempotent."""
+    import hashlib
+
+    repo = paths.hub / ("models--" + DEMO_MODEL.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    for revision in revisions:
+        commit = hashlib.sha1(f"{DEMO_MODEL}@{revision}".encode()).hexdigest()
+        write_atomic(repo / "refs" / revision, commit)
+        snapshot = repo / "snapshots" / commit
+        snapshot.parent.mkdir(parents=True, exist_ok=True)
+        if snapshot.is_symlink():
+            snapshot.unlink()
+        snapshot.symlink_to(paths.checkpoint(revision).absolute(), target_is_directory=True)
+
+
+def lm_eval_command(paths: DemoPaths, size: DemoSize, extra_metadata: dict | None = None,
+                    revision: str = FINAL) -> list[str]:
+    """The stock lm-eval command line that runs the propme_demo group on one checkpoint of the demo
+    model (run with `lm_eval_env`, which points the hub cache at the published checkpoints)."""
     from propme_metrics.prompts.settings import PROMPTED_SETTINGS
     from propme_tasks.discovery import tasks_path
 
@@ -156,27 +210,37 @@ def lm_eval_command(paths: DemoPaths, size: DemoSize, extra_metadata: dict | Non
                 **{f"demo_{s}_prompts": str(paths.prompts(s)) for s in PROMPTED_SETTINGS}}
     metadata.update(extra_metadata or {})
     return [sys.executable, "-m", "lm_eval", "--model", "hf",
-            "--model_args", f"pretrained={paths.model},dtype=float32", "--device", "cpu", "--batch_size", "8",
-            "--tasks", "propme_demo", "--include_path", tasks_path(),
+            "--model_args", f"pretrained={DEMO_MODEL},revision={revision},dtype=float32", "--device", "cpu",
+            "--batch_size", "8", "--tasks", "propme_demo", "--include_path", tasks_path(),
             "--gen_kwargs", f"max_gen_toks={size.max_gen_toks}",
-            "--metadata", json.dumps(metadata), "--log_samples", "--output_path", str(paths.runs)]
+            "--metadata", json.dumps(metadata), "--log_samples", "--output_path", str(paths.run(revision))]
+
+
+def lm_eval_env(paths: DemoPaths) -> dict[str, str]:
+    """The environment of the demo's lm-eval runs: offline, the demo's hub cache and PropMe cache."""
+    return dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                HF_HUB_CACHE=str(paths.hub), PROPME_CACHE_DIR=str(paths.root / "cache"))
 
 
 def run_lm_eval(paths: DemoPaths, size: DemoSize) -> None:
-    """Stage 6: run lm-eval (skipped when a results file is already there)."""
+    """Stage 6: run lm-eval on each checkpoint (skipped for one whose results file is already there)."""
     t = time.time()
-    reused = any(paths.runs.rglob("results_*.json")) if paths.runs.exists() else False
-    if not reused:
-        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                   PROPME_CACHE_DIR=str(paths.root / "cache"))
-        log = paths.root / "lm-eval.log"
+    ran = []
+    for revision in size.revisions:
+        run = paths.run(revision)
+        if run.exists() and any(run.rglob("results_*.json")):
+            continue
+        log = paths.root / f"lm-eval-{revision}.log"
         with open(log, "w") as fh:
-            proc = subprocess.run(lm_eval_command(paths, size), env=env, stdout=fh, stderr=subprocess.STDOUT)
+            proc = subprocess.run(lm_eval_command(paths, size, revision=revision), env=lm_eval_env(paths),
+                                  stdout=fh, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             tail = log.read_text(errors="replace").splitlines()[-15:]
-            raise BuildError(f"lm-eval failed (exit {proc.returncode}); last lines of {log}:\n" + "\n".join(tail),
+            raise BuildError(f"lm-eval failed on checkpoint {revision} (exit {proc.returncode}); last lines of "
+                             f"{log}:\n" + "\n".join(tail),
                              "fix the cause and run `propme demo` again: finished stages are reused")
-    _stage("lm-eval", reused, t, f"samples and results in {paths.runs}")
+        ran.append(revision)
+    _stage("lm-eval", not ran, t, f"checkpoints {', '.join(size.revisions)}; samples and results in {paths.runs}")
 
 
 def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: bool = True):
@@ -198,10 +262,10 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     paths = prepare(out, size, progress=progress)
     run_lm_eval(paths, size)
     t = time.time()
-    report = build_report([paths.runs], paths.report, bootstrap=size.bootstrap, seed=0)
+    report = build_report([paths.run(r) for r in size.revisions], paths.report, bootstrap=size.bootstrap, seed=0)
     _stage("report", False, t, str(paths.report))
     print_summary(report)
-    result = report.results[0]
+    result = report.results[-1]  # the final checkpoint
     for (metric, setting), iv in sorted(result.pm.items()):
         if metric in ("fmr", "nvr") and iv.estimate >= 0.5:
             how = "without a prompt" if setting in PROMPT_FREE_SETTINGS else "under ordinary prompts"
@@ -213,6 +277,6 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
         print(f"\n(n, p)-discoverable prefix documents (p = {lr.p:g}, {lr.n_documents} documents): {curve}\n"
               f"greedy extraction {lr.metrics['greedy_extraction'].value:.2f}, prefix FMR {fmr}, "
               f"median log10 P(z) {lr.metrics['log10_p_median'].value:.2f}")
-    print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv}\n"
+    print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv} and {report.out / 'leaderboard.html'}\n"
           f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")
     return report

@@ -7,7 +7,7 @@ from anywhere), seeded, so the same arguments always give the same documents.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError
@@ -113,13 +113,17 @@ def train_tokenizer(texts: list[str], out_dir: str | Path, vocab_size: int = 100
 
 def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir: str | Path, steps: int = 400,
                            n_layer: int = 2, n_embd: int = 96, lr: float = 3e-3, seed: int = 0,
-                           target_loss: float = 0.05, n_positions: int = 512) -> float:
+                           target_loss: float = 0.05, n_positions: int = 512,
+                           checkpoints: Mapping[int, str | Path] | None = None) -> float:
     """Train a tiny GPT-2 until it has memorized `texts`; return the final loss.
 
     Like real models, each document starts with the document-start token (`start.start_token_for`:
     the one the tokenizer adds itself, else its BOS, else its EOS) and ends with EOS. Full-batch
     AdamW on CPU; the model ends in eval() mode and is saved with its tokenizer, so
-    `lm_eval --model hf --model_args pretrained=<out_dir>` can load it.
+    `lm_eval --model hf --model_args pretrained=<out_dir>` can load it. `checkpoints` (training step
+    -> folder) saves the model as it is after that many steps too, the way training runs publish
+    intermediate checkpoints; a step the training does not reach (the loss met `target_loss`
+    earlier) is saved at the end.
     """
     import torch
     import transformers
@@ -149,20 +153,29 @@ def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir:
                         pad_token_id=tok.eos_token_id)
     model = GPT2LMHeadModel(config)
     optim = torch.optim.AdamW(model.parameters(), lr=lr)
+    def save(folder: str | Path) -> None:
+        model.eval()
+        model.save_pretrained(Path(folder))
+        tok.save_pretrained(Path(folder))
+        model.train()
+
+    pending = dict(sorted((checkpoints or {}).items()))
     model.train()
     loss_value = float("inf")
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optim.zero_grad()
         loss.backward()
         optim.step()
         loss_value = loss.item()
+        if step in pending:
+            save(pending.pop(step))
         if loss_value < target_loss:
             break
+    for folder in pending.values():
+        save(folder)
+    save(out_dir)
     model.eval()
-    out = Path(out_dir)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
     return loss_value
 
 

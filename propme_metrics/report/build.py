@@ -35,10 +35,12 @@ Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capabil
 diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revisions, in input
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its final spans; click a span for its source
-documents). `propme-report-files.json` lists the files written: a later report into the same folder
-removes those of them it does not write again (a stale plot), and never any other file. Every file
-is written into a staging folder first and moved into place once all are written, so a failed or
-killed report leaves the earlier one whole.
+documents), `leaderboard.html` (a sortable, filterable page of the models with interval bars and
+the paired comparisons, `report.leaderboard_page`) and `eee/<model>[@<revision>].json` (Every Eval
+Ever records, `report.eee`). `propme-report-files.json` lists the files written: a later report into
+the same folder removes those of them it does not write again (a stale plot), and never any other
+file. Every file is written into a staging folder first and moved into place once all are written,
+so a failed or killed report leaves the earlier one whole.
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from glob import escape as glob_escape
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
@@ -119,20 +121,27 @@ def _record_written(out: Path, paths: list[Path]) -> None:
     names in the earlier record are (and their `.<name>.*.tmp` temporaries)."""
     from propme_metrics.core.files import write_atomic
 
-    names = sorted(p.name for p in paths)
+    names = sorted(p.relative_to(out).as_posix() for p in paths)  # e.g. eee/<model>.json: paths inside `out`
     try:
         earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
     except (OSError, ValueError, AttributeError):
         earlier = []
-    known = [n for n in earlier if isinstance(n, str) and Path(n).name == n and n != WRITTEN_NAME] \
+    known = [n for n in earlier if isinstance(n, str) and _inside(n) and n != WRITTEN_NAME] \
         if isinstance(earlier, list) else []
     for name in known:
         if name not in names:
             (out / name).unlink(missing_ok=True)
     for name in set(known) | set(names) | {WRITTEN_NAME}:
-        for tmp in out.glob(f".{glob_escape(name)}.*.tmp"):
+        where = (out / name).parent
+        for tmp in where.glob(f".{glob_escape(PurePosixPath(name).name)}.*.tmp"):
             tmp.unlink(missing_ok=True)
     write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
+
+
+def _inside(name: str) -> bool:
+    """A recorded name is a relative path below the report folder (no '..', not absolute)."""
+    path = PurePosixPath(name)
+    return bool(path.parts) and not path.is_absolute() and ".." not in path.parts and "\\" not in name
 
 
 def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0,
@@ -366,10 +375,11 @@ def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, 
         _write_into(report, stage, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
                     html_snippet_chars=html_snippet_chars, show_pii=show_pii)
         for name in ("leaderboard_csv", "leaderboard_full_csv", "leaderboard_json", "leaderboard_md",
-                     "comparisons_json", "comparisons_csv", "html"):
+                     "comparisons_json", "comparisons_csv", "html", "leaderboard_html"):
             if getattr(report, name) is not None:
-                setattr(report, name, _move_into(getattr(report, name), final))
-        report.plots = [_move_into(p, final) for p in report.plots]
+                setattr(report, name, _move_into(getattr(report, name), stage, final))
+        report.plots = [_move_into(p, stage, final) for p in report.plots]
+        report.eee = [_move_into(p, stage, final) for p in report.eee]
         _record_written(final, report.paths)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {final}: {exc}") from None
@@ -377,11 +387,13 @@ def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, 
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _move_into(path: Path, folder: Path) -> Path:
-    """`path` moved into `folder` (streamed into it when the file there is a device or FIFO)."""
+def _move_into(path: Path, stage: Path, folder: Path) -> Path:
+    """`path` (inside `stage`) moved to the same place inside `folder` (streamed into it when the file
+    there is a device or FIFO)."""
     from propme_metrics.core.files import is_stream, write_atomic
 
-    target = folder / path.name
+    target = folder / path.relative_to(stage)
+    target.parent.mkdir(parents=True, exist_ok=True)
     if is_stream(target):
         write_atomic(target, path.read_bytes())
     else:
@@ -413,6 +425,13 @@ def _write_into(report: Report, out: Path, *, plots: bool, html: bool, html_docs
 
         report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
                                  snippet_chars=html_snippet_chars, show_pii=show_pii)
+    from propme_metrics.report.eee import write_eee
+    from propme_metrics.report.leaderboard_page import write_page
+
+    report.eee = write_eee(report, out)
+    comparisons = [row.to_dict() for row in report.comparisons.rows] if report.comparisons is not None else []
+    report.leaderboard_html = write_page(out / "leaderboard.html", headline_rows(report), headline_columns(report),
+                                         comparisons, "report.html" if html else None)
 
 
 def _raise_if_incomplete(report: Report, computed: _Computed) -> None:

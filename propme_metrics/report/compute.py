@@ -107,13 +107,16 @@ class Report:
     comparisons: Comparisons | None = None   #: paired comparisons of the models (None: fewer than two)
     comparisons_json: Path | None = None
     comparisons_csv: Path | None = None
+    leaderboard_html: Path | None = None   #: the models' page (`report.leaderboard_page`)
+    eee: list[Path] = field(default_factory=list)   #: Every Eval Ever records, one per model and revision
 
     @property
     def paths(self) -> list[Path]:
         """Every file written."""
         return [p for p in (self.leaderboard_csv, self.leaderboard_full_csv, self.leaderboard_json,
-                            self.leaderboard_md, self.comparisons_json, self.comparisons_csv, self.html)
-                if p is not None] + list(self.plots)
+                            self.leaderboard_md, self.comparisons_json, self.comparisons_csv, self.html,
+                            self.leaderboard_html)
+                if p is not None] + list(self.plots) + list(self.eee)
 
 
 def finite(x: float | None) -> float | None:

@@ -98,24 +98,28 @@ def _who(r: CorpusResult) -> str:
 
 def print_leaks(report: Report, console) -> None:
     """Rich tables: the top sources of every setting with leaks, and the count buckets."""
-    from rich.table import Table
-    from rich.text import Text  # corpus sources and model names print as written, never as markup
-
     for r in report.results:
         if r.leaks is None:
             continue
         for s, sl in r.leaks.settings.items():
-            if not sl.full_matches and not sl.nv_mass:
-                continue
-            table = Table(title=Text(f"Which data leaks: {r.label}, {_who(r)}, {s}"), show_lines=False)
-            for h in SOURCE_HEADS:
-                table.add_column(h, justify="left" if h == "source" else "right")
-            for row in source_rows(sl):
-                table.add_row(*map(Text, row))
-            console.print(table)
-            buckets = Table(title=Text(f"By corpus count: {r.label}, {_who(r)}, {s}"))
-            for h in BUCKET_HEADS:
-                buckets.add_column(h, justify="right")
-            for row in bucket_rows(sl):
-                buckets.add_row(*map(Text, row))
-            console.print(buckets)
+            if sl.full_matches or sl.nv_mass:
+                print_setting_leaks(sl, f"{r.label}, {_who(r)}, {s}", console)
+
+
+def print_setting_leaks(sl: SettingLeaks, where: str, console) -> None:
+    """The two rich tables of one setting's leaks (`where` names it in their titles)."""
+    from rich.table import Table
+    from rich.text import Text  # corpus sources and model names print as written, never as markup
+
+    table = Table(title=Text(f"Which data leaks: {where}"), show_lines=False)
+    for h in SOURCE_HEADS:
+        table.add_column(h, justify="left" if h == "source" else "right")
+    for row in source_rows(sl):
+        table.add_row(*map(Text, row))
+    console.print(table)
+    buckets = Table(title=Text(f"By corpus count: {where}"))
+    for h in BUCKET_HEADS:
+        buckets.add_column(h, justify="right")
+    for row in bucket_rows(sl):
+        buckets.add_row(*map(Text, row))
+    console.print(buckets)

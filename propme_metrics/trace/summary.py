@@ -1,5 +1,6 @@
 """The files `propme trace` writes, in one place: RESULTS.jsonl (one trace result per line, with its
-PII leaks) and SUMMARY.json (metrics, tracing settings, index identity, input, the results' path),
+PII leaks) and SUMMARY.json (metrics, tracing settings, index identity, input, the results' path,
+which data leaks by source and by duplication),
 and the reader of SUMMARY.json that `propme report --retraced` uses.
 
 The metrics themselves are computed above this layer and handed in as their JSON-able record.
@@ -37,9 +38,10 @@ class TraceSummary:
 
 def summary_record(metrics: dict[str, Any], leaked_items: int, config: TraceConfig, drop_degenerate: bool,
                    rare_max_count: int, index: Index, input_path: str | Path, input_format: str, text_field: str,
-                   results_path: Path) -> dict[str, Any]:
+                   results_path: Path, leaks: dict[str, Any] | None = None) -> dict[str, Any]:
     """The SUMMARY.json object: the metrics record (`Summary.to_dict()`), the PII item total, the
-    settings (fmr_rare's threshold among them), the index, the input and the results file."""
+    settings (fmr_rare's threshold among them), the index, the input and the results file, and
+    `leaks` (which data leaks: by source and by duplication, `report.trace_leaks.leaks_record`)."""
     manifest = index.manifest
     return {
         **metrics,
@@ -53,6 +55,7 @@ def summary_record(metrics: dict[str, Any], leaked_items: int, config: TraceConf
         "input": {"path": str(Path(input_path).absolute()), "format": input_format,
                   "text_field": text_field if input_format == "jsonl" else "filtered_resps"},
         "results": str(results_path.absolute()),
+        "leaks": leaks,
     }
 
 

@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import jsonschema
 
 from propme_metrics.cli.app import main
+from propme_metrics.demo.run import DEMO_MODEL, FINAL, SMALL
+
+SCHEMA = Path(__file__).parent.parent / "data" / "every_eval_ever" / "eval.schema.json"
 
 
 def test_demo_small_end_to_end(demo_paths, capsys):
@@ -16,7 +22,23 @@ def test_demo_small_end_to_end(demo_paths, capsys):
     html = demo_paths.report / "report.html"
     assert html.is_file() and str(html) in captured.out
     rows = json.loads((demo_paths.report / "leaderboard.json").read_text())["rows"]
-    (row,) = rows
+    # two checkpoints of one model, loaded through the demo's hub cache as revisions, in training order
+    early_rev = SMALL.revisions[0]
+    assert [(r["model"], r["revision"]) for r in rows] == [(DEMO_MODEL, early_rev), (DEMO_MODEL, FINAL)]
+    early, row = rows
+    # the early checkpoint has memorized less: fewer planted documents come back from their prefixes
+    assert early["propme_demo_prefix_fmr"] < row["propme_demo_prefix_fmr"]
+    assert early["propme_demo_prefix_nvr"] < row["propme_demo_prefix_nvr"]
+    # the same prompts for both (a paired comparison is possible) and the trajectory across checkpoints
+    assert early["propme_demo_prompt_set"] == row["propme_demo_prompt_set"]
+    assert len(list(demo_paths.report.glob("trajectory_demo_*.png"))) == 1
+    page = (demo_paths.report / "leaderboard.html").read_text(encoding="utf-8")
+    assert page.count(f'<td data-v="{DEMO_MODEL}"') == 2
+    validator = jsonschema.Draft7Validator(json.loads(SCHEMA.read_text(encoding="utf-8")))
+    records = sorted((demo_paths.report / "eee").glob("*.json"))
+    assert len(records) == 2
+    for path in records:
+        assert not list(validator.iter_errors(json.loads(path.read_text(encoding="utf-8")))), path
     # capability: the planted documents are reproduced from their prefixes
     assert row["propme_demo_prefix_fmr"] >= 0.8 and row["propme_demo_prefix_nvr"] >= 0.8
     # propensity below capability, so PM lands well below 0.5
@@ -45,3 +67,23 @@ def test_demo_small_end_to_end(demo_paths, capsys):
     # a second run reuses everything, lm-eval included
     assert main(["demo", "--small", "--quiet", "--out", str(demo_paths.root)]) == 0
     assert "lm-eval: reused" in capsys.readouterr().err
+
+
+def test_checkpoints_load_offline_as_revisions(demo_paths, monkeypatch):
+    """Each checkpoint folder is a revision of DEMO_MODEL in the demo's hub cache: transformers loads it
+    offline by name and revision, and gets that folder's weights (the early one differs from the final)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from propme_metrics.demo.run import publish_checkpoints
+
+    publish_checkpoints(demo_paths, SMALL.revisions)  # again: idempotent
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    weights = {}
+    for revision in SMALL.revisions:
+        by_name = AutoModelForCausalLM.from_pretrained(DEMO_MODEL, revision=revision, cache_dir=demo_paths.hub)
+        by_folder = AutoModelForCausalLM.from_pretrained(demo_paths.checkpoint(revision))
+        weights[revision] = by_name.lm_head.weight.detach()
+        assert torch.equal(weights[revision], by_folder.lm_head.weight.detach())
+    early, final = (weights[r] for r in SMALL.revisions)
+    assert not torch.equal(early, final)

@@ -392,7 +392,7 @@ def test_relative_links_and_anchors_resolve():
 
 def test_readme_pictures_exist():
     pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", _text(ROOT / "README.md"))
-    assert len(pictures) == 2 and all((ROOT / p).is_file() and p.startswith("docs/images/") for p in pictures)
+    assert len(pictures) == 3 and all((ROOT / p).is_file() and p.startswith("docs/images/") for p in pictures)
 
 
 def _python_blocks(path: Path, under: str | None = None) -> list[str]:

@@ -176,7 +176,9 @@ def test_a_report_over_an_earlier_one_leaves_no_stale_plot_and_keeps_user_files(
     assert "capability_dynaword.png" not in names  # the earlier report's plot is gone
     assert "capability_common_pile.png" in names
     assert (out / "my-notes.md").read_text() == "mine" and (out / "capability_other.png").is_file()
-    assert {p.name for p in report.paths} | {"my-notes.md", "capability_other.png", "propme-report-files.json"} \
+    recorded = json.loads((out / "propme-report-files.json").read_text())["files"]
+    assert {p.name for p in report.paths} <= set(recorded)  # the page and eee/ records are recorded too
+    assert {n.split("/")[0] for n in recorded} | {"my-notes.md", "capability_other.png", "propme-report-files.json"} \
         == set(names)
 
 

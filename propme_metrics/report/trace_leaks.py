@@ -1,0 +1,54 @@
+"""Which data leaks in a user's own generations (`propme trace`): the report's leak analysis
+(`report.leaks`: by source and by duplication) run on the traced generations, unchanged.
+
+The generations become one task of the report's kind. Generations whose keys share the part before
+the first '#' (the samples of one prompt: lm-eval's `<prompt>#<sample>.<j>`, a JSONL list field's
+`<key>#<j>`) are one resampling unit, as a prompt is in `propme report`; every other generation is its
+own unit. When the input gives true continuations (prefix prompts), the extraction rate by corpus
+count of the continuation is computed too. Degenerate and failed generations are left out, as in
+the report.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from propme_metrics.metrics.values import contributions, counts_for_metrics
+from propme_metrics.prompts.settings import PREFIX
+from propme_metrics.report.leaks import CorpusLeaks, corpus_leaks
+from propme_metrics.report.load import RunTask, TracedPrompt
+from propme_metrics.trace.inputs import TraceInput
+from propme_metrics.trace.result import TraceResult
+
+#: the setting name the leak tables show for generations that are not prefix continuations
+TRACED = "traced"
+
+
+def _unit_key(key: str) -> str:
+    return key.split("#", 1)[0]
+
+
+def trace_leaks(inputs: Sequence[TraceInput], results: Sequence[TraceResult], index_path: str | Path,
+                index_identity: str, rare_max_count: int, bootstrap: int, seed: int) -> CorpusLeaks:
+    """The leak analysis of traced generations (one entry under `settings`: `prefix` when every
+    generation has a true continuation, else `traced`)."""
+    prefix = bool(inputs) and all(g.continuation for g in inputs)
+    setting = PREFIX if prefix else TRACED
+    prompts: dict[str, TracedPrompt] = {}
+    for g, r in zip(inputs, results):
+        unit = _unit_key(r.key)
+        p = prompts.setdefault(unit, TracedPrompt(id=unit, prompt="", continuation=g.continuation or "",
+                                                  index_path=str(index_path)))
+        p.generations.append(r.to_dict())
+        p.values.append(contributions(r, rare_max_count=rare_max_count) if counts_for_metrics(r) else None)
+    task = RunTask(task="propme trace", corpus="", setting=setting, model="", revision="", model_args="",
+                   metadata={}, index_identity=index_identity, results={}, prompts=list(prompts.values()),
+                   results_path=Path(), samples_path=Path(), date_id="", rare_max_count=rare_max_count)
+    return corpus_leaks({setting: task}, bootstrap, seed)
+
+
+def leaks_record(leaks: CorpusLeaks) -> dict:
+    """SUMMARY.json's `leaks`: the source field, the corpus size, why parts are missing, and the setting's tables."""
+    (setting_leaks,) = leaks.settings.values()
+    return {"source_field": leaks.source_field, "corpus_tokens": leaks.corpus_tokens, "note": leaks.note,
+            **setting_leaks.to_dict()}
