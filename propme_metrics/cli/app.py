@@ -600,12 +600,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"propme {__version__}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{index,prompts,trace,report,demo,tasks-new,tasks-path}")
+                                metavar="{index,prompts,trace,report,demo,tasks-new,tasks-path,contamination}")
     _add_index_commands(sub)
     _add_prompts_commands(sub)
     _add_trace_command(sub)
     _add_report_command(sub)
     _add_demo_and_tasks_commands(sub)
+    from propme_metrics.cli.contamination import add_contamination_command
+
+    add_contamination_command(sub)
     return parser
 
 

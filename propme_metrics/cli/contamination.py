@@ -1,0 +1,131 @@
+"""`propme contamination`: are a run's benchmark items in the training corpus, and does the model
+score higher on those? (docs/cli.md, docs/method.md Contamination)"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+
+def _rule(args: argparse.Namespace):
+    from propme_metrics.contamination.rule import ContaminationRule
+    from propme_metrics.core.errors import ConfigError
+
+    try:
+        return ContaminationRule(k=args.k, min_coverage=args.min_coverage, field=args.field,
+                                 boilerplate_share=args.boilerplate_share)
+    except ValueError as exc:
+        raise ConfigError(f"bad contamination rule: {exc}", "see `propme contamination --help`") from None
+
+
+def _items(args: argparse.Namespace) -> list:
+    """(task, items) of every task: from the runs' samples, or from lm-eval's documents (no model)."""
+    from propme_metrics.contamination.runs import read_runs
+    from propme_metrics.core.errors import ConfigError
+
+    try:
+        from propme_tasks.benchmark_docs import items_from_docs, load_tasks, task_items
+    except ImportError:
+        raise ConfigError("`propme contamination` reads tasks through lm-eval, which is not installed",
+                          'pip install "propme[lmeval]"') from None
+    if args.runs:
+        logged = read_runs(args.runs, args.tasks)
+        tasks = load_tasks([t.task for t in logged], args.include_path)
+        return [(t.task, items_from_docs(t.task, tasks[t.task], t.docs)) for t in logged]
+    if not args.tasks:
+        raise ConfigError("name the benchmark: RUN folders of an lm-eval run, or --tasks", "e.g. "
+                          "`propme contamination --tasks arc_easy --index IDX --out DIR`")
+    tasks = load_tasks(list(args.tasks), args.include_path)
+    return [(name, task_items(name, task, args.limit)) for name, task in tasks.items()]
+
+
+def cmd_contamination(args: argparse.Namespace) -> int:
+    from rich.text import Text
+
+    from propme_metrics.contamination.check import apply_rule, match_items
+    from propme_metrics.contamination.match import CorpusMatcher
+    from propme_metrics.contamination.summary import task_summary
+    from propme_metrics.core.outputs import check_outputs
+    from propme_metrics.core.progress import progress_bar, rate, terminal
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.report.contamination_views import contamination_document, contamination_lines, write_outputs
+
+    rule = _rule(args)
+    check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, {"--index": args.index},
+                  output_folders=("--out",))
+    index = open_index(args.index)
+    per_task = _items(args)
+    matcher = CorpusMatcher(index)
+    total = sum(len(items) for _, items in per_task)
+    started = time.time()
+    checks = []
+    with progress_bar(not args.quiet) as bar:
+        job = bar.add_task("matching items", total=total, rate="")
+
+        def advance(n: int) -> None:
+            bar.update(job, advance=n, rate=rate(bar.tasks[job].completed + n, time.time() - started, "items"))
+
+        for name, items in per_task:
+            checks.append(apply_rule(name, match_items(items, matcher, advance), rule))
+    seconds = time.time() - started
+    summaries = {c.task: task_summary(c, args.bootstrap, args.seed) for c in checks}
+    doc = contamination_document(checks, summaries, str(index.path), index.manifest.identity, args.bootstrap, args.seed)
+    written = write_outputs(Path(args.out), doc, checks)
+    console = terminal()
+    for line in contamination_lines(doc):
+        console.print(Text(line), highlight=False)
+    console.print(Text(f"{total:,} items matched in {seconds:.1f} s; wrote {', '.join(p.name for p in written)} "
+                       f"into {args.out}"), highlight=False)
+    return 0
+
+
+def add_contamination_command(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.cli.app import _csv, _natural, _positive
+    from propme_metrics.contamination.rule import (
+        DEFAULT_BOILERPLATE_SHARE,
+        DEFAULT_K,
+        DEFAULT_MIN_COVERAGE,
+        FIELDS,
+    )
+    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
+
+    def share(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}") from None
+        if not 0 < x <= 1:
+            raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}")
+        return x
+
+    c = sub.add_parser(
+        "contamination", help="are the benchmark items of a run in the training corpus, and do they score higher?",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Match every item of other benchmarks (question, gold answer, and the two joined as the task "
+                    "joins them) against the index: longest verbatim span with its count and source, and the "
+                    "share of tokens inside corpus spans of at least --k tokens. Items are read from lm-eval "
+                    "output folders (RUN, made with --log_samples: every task that is not PropMe's), with each "
+                    "per-sample metric split into clean and contaminated items, or, with --tasks and no RUN, "
+                    "from the tasks' documents through lm-eval (no model). Writes contamination.json, "
+                    "contamination_items.jsonl, contamination.csv/.md, contamination_leaderboard.csv and "
+                    "contamination_curve.png into --out.")
+    c.add_argument("runs", nargs="*", metavar="RUN", help="lm-eval --output_path folder or results_*.json file")
+    c.add_argument("--index", required=True, help="index folder of the model's training corpus")
+    c.add_argument("--out", required=True, help="folder to write")
+    c.add_argument("--tasks", type=_csv, default=(),
+                   help="comma-separated tasks (with RUN: only these of the runs' tasks; without: the tasks whose "
+                        "documents lm-eval loads, groups and tags expanded)")
+    c.add_argument("--include-path", default=None, help="folder of local lm-eval task YAML (lm-eval's --include_path)")
+    c.add_argument("--limit", type=_positive, default=None, help="without RUN: the first N documents of each task")
+    c.add_argument("--k", type=_positive, default=DEFAULT_K, help="minimum tokens of a corpus span that counts")
+    c.add_argument("--min-coverage", type=share, default=DEFAULT_MIN_COVERAGE,
+                   help="an item is contaminated when at least this share of its tokens lie in such spans")
+    c.add_argument("--field", choices=FIELDS, default="joined", help="the item text the rule reads")
+    c.add_argument("--boilerplate-share", type=share, default=DEFAULT_BOILERPLATE_SHARE,
+                   help="k-grams found in more than this share of a task's items (and in two or more) are "
+                        "boilerplate: they cover nothing and are left out of the share (1: none)")
+    c.add_argument("--bootstrap", type=_natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the "
+                   "non-0/1 metrics' intervals and of the differences (0: none)")
+    c.add_argument("--seed", type=_natural, default=0, help="bootstrap seed")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.set_defaults(func=cmd_contamination)
