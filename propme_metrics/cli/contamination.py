@@ -55,7 +55,7 @@ def cmd_contamination(args: argparse.Namespace) -> int:
                   output_folders=("--out",))
     index = open_index(args.index)
     per_task = _items(args)
-    matcher = CorpusMatcher(index)
+    matcher = CorpusMatcher(index, workers=args.workers)
     total = sum(len(items) for _, items in per_task)
     started = time.time()
     checks = []
@@ -127,5 +127,7 @@ def add_contamination_command(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--bootstrap", type=_natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the "
                    "non-0/1 metrics' intervals and of the differences (0: none)")
     c.add_argument("--seed", type=_natural, default=0, help="bootstrap seed")
+    c.add_argument("--workers", type=_positive, default=1, help="processes matching items in parallel (the "
+                   "same results for any number)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=cmd_contamination)

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from propme_metrics.contamination.coverage import Coverage, boilerplate_keys, coverage
+from propme_metrics.contamination.coverage import Coverage, field_coverages
 from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher, TextMatch
 from propme_metrics.contamination.rule import FIELDS, ContaminationRule
+from propme_metrics.trace.text_rules import normalize_text
 
 
 @dataclass
@@ -56,55 +57,71 @@ class TaskCheck:
         return sum(r.contaminated for r in self.items)
 
 
+def _split(item: BenchmarkItem, text: str, ids: np.ndarray, offsets: list[tuple[int, int]],
+           lengths: np.ndarray) -> dict[str, TextMatch] | None:
+    """The question and answer as parts of the joined text's tokens: the tokens that end inside
+    the (normalized) question, and the rest (the delimiter and the answer, as the task joins them).
+    A prefix of a text occurs wherever the text does, so the question's match lengths are the
+    joined text's, cut at the question's end. None when the normalized joined text does not start
+    with the normalized question."""
+    question = normalize_text(item.question)
+    if not text.startswith(question):
+        return None
+    ends = np.asarray([e for _, e in offsets], dtype=np.int64)
+    nq = int(np.searchsorted(ends, len(question), side="right"))
+    start = offsets[nq][0] if nq < len(offsets) else len(text)
+    return {"joined": TextMatch(text, ids, offsets, lengths),
+            "question": TextMatch(text[:len(question)], ids[:nq], offsets[:nq],
+                                  np.minimum(lengths[:nq], nq - np.arange(nq))),
+            "answer": TextMatch(text[start:], ids[nq:], [(a - start, b - start) for a, b in offsets[nq:]],
+                                lengths[nq:].copy())}
+
+
 def match_items(items: Sequence[BenchmarkItem], matcher: CorpusMatcher,
                 progress: Callable[[int], None] | None = None) -> list[ItemResult]:
-    """Match the three texts of every item. The joined text is searched; the question and the
-    answer reuse its match lengths when their tokens are its first or last tokens (a prefix of
-    a text occurs wherever the text does), and are searched on their own otherwise."""
-    joined = matcher.encode([it.joined for it in items])
-    questions = matcher.encode([it.question for it in items])
-    answers = matcher.encode([it.answer for it in items])
-    joined_lengths = matcher.match_lengths([ids for _, ids, _ in joined], progress)
-    parts: dict[str, list[np.ndarray | None]] = {"question": [], "answer": []}
-    for (_, j_ids, _), lj, (_, q_ids, _), (_, a_ids, _) in zip(joined, joined_lengths, questions, answers):
-        nq, na = len(q_ids), len(a_ids)
-        parts["question"].append(np.minimum(lj[:nq], nq - np.arange(nq)) if np.array_equal(j_ids[:nq], q_ids) else None)
-        tail = j_ids[len(j_ids) - na:]
-        parts["answer"].append(lj[len(j_ids) - na:].copy() if na <= len(j_ids) and np.array_equal(tail, a_ids) else None)
-    for name, encoded in (("question", questions), ("answer", answers)):
-        todo = [i for i, lens in enumerate(parts[name]) if lens is None]
-        for i, lens in zip(todo, matcher.match_lengths([encoded[i][1] for i in todo])):
-            parts[name][i] = lens
-    results = []
-    for i, item in enumerate(items):
-        matches = {"joined": TextMatch(*joined[i], joined_lengths[i]),
-                   "question": TextMatch(*questions[i], parts["question"][i]),
-                   "answer": TextMatch(*answers[i], parts["answer"][i])}
-        results.append(ItemResult(item, matches))
+    """Match the three texts of every item: the joined text is searched, the question and the
+    answer are its parts (`_split`); an item whose joined text does not start with its question
+    (a task joining them in another order) has both searched on their own."""
+    joined = matcher.encode_and_match([it.joined for it in items], progress)
+    parts = [_split(it, *row) for it, row in zip(items, joined)]
+    apart = [i for i, p in enumerate(parts) if p is None]
+    if apart:
+        texts = [t for i in apart for t in (items[i].question, items[i].answer)]
+        for i, (q, a) in zip(apart, zip(*[iter(matcher.match(texts, describe=False))] * 2)):
+            parts[i] = {"joined": TextMatch(*joined[i]), "question": q, "answer": a}
+    results = [ItemResult(item, matches) for item, matches in zip(items, parts)]
     matcher.describe_longest([m for r in results for m in r.matches.values()])
     return results
+
+
+def field_coverages_of(results: Sequence[ItemResult], field: str, rule: ContaminationRule) -> tuple[list[Coverage], int]:
+    """Coverage of one field of every item under `rule` (boilerplate found among these items)."""
+    texts = [r.matches[field] for r in results]
+    return field_coverages([m.ids for m in texts], [m.lengths for m in texts], rule.k,
+                           rule.boilerplate_items(len(texts)))
 
 
 def apply_rule(task: str, results: Sequence[ItemResult], rule: ContaminationRule) -> TaskCheck:
     """Coverage of every field and the verdict of every item under `rule` (results updated in place)."""
     boiler_count = 0
     for name in FIELDS:
-        texts = [r.matches[name].ids for r in results]
-        shared = boilerplate_keys(texts, rule.k, rule.boilerplate_items(len(results)))
+        coverages, shared = field_coverages_of(results, name, rule)
         if name == rule.field:
-            boiler_count = len(shared)
-        for r in results:
-            m = r.matches[name]
-            r.coverage[name] = coverage(m.ids, m.lengths, rule.k, shared)
+            boiler_count = shared
+        for r, cov in zip(results, coverages):
+            r.coverage[name] = cov
     for r in results:
         value = r.coverage[rule.field].value
         r.contaminated = value is not None and value >= rule.min_coverage
     return TaskCheck(task, rule, list(results), boiler_count)
 
 
+def coverage_values(results: Sequence[ItemResult], rule: ContaminationRule) -> np.ndarray:
+    """The rule's field's coverage per item under another rule (NaN: undefined), `results` unchanged."""
+    coverages, _ = field_coverages_of(results, rule.field, rule)
+    return np.array([np.nan if c.value is None else c.value for c in coverages], dtype=float)
+
+
 def verdicts(results: Sequence[ItemResult], rule: ContaminationRule) -> np.ndarray:
     """Contaminated or not, per item, under another rule (the curve), leaving `results` unchanged."""
-    texts = [r.matches[rule.field] for r in results]
-    shared = boilerplate_keys([m.ids for m in texts], rule.k, rule.boilerplate_items(len(texts)))
-    values = [coverage(m.ids, m.lengths, rule.k, shared).value for m in texts]
-    return np.array([v is not None and v >= rule.min_coverage for v in values], dtype=bool)
+    return coverage_values(results, rule) >= rule.min_coverage

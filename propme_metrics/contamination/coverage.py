@@ -1,10 +1,12 @@
-"""Coverage of a text by corpus spans of at least k tokens, with a task's boilerplate left out.
+"""Coverage of texts by corpus spans of at least k tokens, with a task's boilerplate left out.
 
 A token is covered when some k-gram holding it occurs in the corpus (the same as lying inside a
 corpus span of at least k tokens) and that k-gram is not boilerplate. Boilerplate k-grams are
 those that many of a task's items share (`ContaminationRule.boilerplate_items`); the tokens they
 hold are left out of the share altogether, so an instruction repeated in every item neither flags
 the items nor dilutes the share of an item whose own text is copied.
+
+All texts of a task's field are handled at once, concatenated (k-grams never cross two texts).
 """
 from __future__ import annotations
 
@@ -27,15 +29,6 @@ def kgram_keys(ids: np.ndarray, k: int) -> np.ndarray:
         return (windows * powers).sum(axis=1, dtype=np.uint64)
 
 
-def boilerplate_keys(texts: Sequence[np.ndarray], k: int, min_items: int) -> np.ndarray:
-    """Sorted keys of the k-grams that occur in at least `min_items` of the texts."""
-    per_text = [np.unique(kgram_keys(ids, k)) for ids in texts]
-    if not per_text:
-        return np.zeros(0, dtype=np.uint64)
-    keys, counts = np.unique(np.concatenate(per_text), return_counts=True)
-    return keys[counts >= min_items]
-
-
 @dataclass
 class Coverage:
     """A text's coverage: the share of its non-boilerplate tokens that corpus spans cover."""
@@ -51,27 +44,54 @@ class Coverage:
         return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
-def _spread(starts: np.ndarray, n: int, k: int) -> np.ndarray:
-    """Per token: whether some k-gram starting at a marked position holds it."""
-    marks = np.concatenate(([0], np.cumsum(starts.astype(np.int64))))
-    pos = np.arange(n)
-    lo = np.maximum(pos - k + 1, 0)
-    hi = np.minimum(pos, len(starts) - 1)
-    return (hi >= lo) & (marks[np.maximum(hi + 1, 0)] - marks[lo] > 0)
+def _spread(starts: np.ndarray, text_start: np.ndarray, k: int) -> np.ndarray:
+    """Per position: whether a marked k-gram start lies in [max(p - k + 1, its text's start), p]."""
+    marks = np.concatenate(([0], np.cumsum(starts, dtype=np.int64)))
+    pos = np.arange(len(starts))
+    lo = np.maximum(pos - k + 1, text_start)
+    return marks[pos + 1] - marks[lo] > 0
 
 
-def coverage(ids: np.ndarray, lengths: np.ndarray, k: int, boilerplate: np.ndarray) -> Coverage:
-    """Coverage of a text from its match lengths (`CorpusMatcher.match_lengths`) with spans of at
-    least `k` tokens; `boilerplate` are sorted k-gram keys (`boilerplate_keys`)."""
-    n = len(ids)
-    if n < k:
-        empty = np.zeros(n, dtype=bool)
-        return Coverage(None, empty, empty)
-    keys = kgram_keys(ids, k)
-    shared = np.isin(keys, boilerplate, assume_unique=False) if len(boilerplate) else np.zeros(len(keys), bool)
-    in_corpus = np.asarray(lengths[: len(keys)]) >= k
-    covered = _spread(in_corpus & ~shared, n, k)
-    boiler = _spread(shared, n, k)
-    own = int((~boiler).sum())
-    value = float((covered & ~boiler).sum() / own) if own else None
-    return Coverage(value, covered, boiler)
+def field_coverages(ids: Sequence[np.ndarray], lengths: Sequence[np.ndarray], k: int,
+                    min_items: int) -> tuple[list[Coverage], int]:
+    """Coverage of every text from its tokens and match lengths (`CorpusMatcher.match_lengths`),
+    with spans of at least `k` tokens; k-grams found in at least `min_items` texts are boilerplate.
+    Returns the coverages and the number of boilerplate k-grams."""
+    sizes = np.asarray([len(a) for a in ids], dtype=np.int64)
+    if not len(sizes) or not sizes.sum():
+        return [Coverage(None, np.zeros(n, bool), np.zeros(n, bool)) for n in sizes.tolist()], 0
+    flat = np.concatenate([np.asarray(a, dtype=np.int64) for a in ids])
+    lens = np.concatenate([np.asarray(a, dtype=np.int64) for a in lengths])
+    text = np.repeat(np.arange(len(sizes)), sizes)
+    first = np.cumsum(sizes) - sizes
+    offset = np.arange(len(flat)) - first[text]
+    keys = np.zeros(len(flat), dtype=np.uint64)
+    valid = offset <= (sizes - k)[text]   # a whole k-gram of its own text starts here
+    keys[: max(0, len(flat) - k + 1)] = kgram_keys(flat, k)
+    kv, tv = keys[valid], text[valid]
+    order = np.lexsort((tv, kv))
+    kv_sorted, tv_sorted = kv[order], tv[order]
+    new = np.ones(len(kv_sorted), dtype=bool)
+    new[1:] = (kv_sorted[1:] != kv_sorted[:-1]) | (tv_sorted[1:] != tv_sorted[:-1])
+    uniq, per_key = np.unique(kv_sorted[new], return_counts=True)
+    shared_keys = uniq[per_key >= min_items]
+    shared = np.zeros(len(flat), dtype=bool)
+    if len(shared_keys):
+        shared[valid] = np.isin(kv, shared_keys)
+    in_corpus = valid & (lens >= k) & ~shared
+    text_start = first[text]
+    covered = _spread(in_corpus, text_start, k)
+    boiler = _spread(shared, text_start, k)
+    counted = covered & ~boiler
+    bounds = np.concatenate((first, [len(flat)]))
+    own = np.diff(np.concatenate(([0], np.cumsum(~boiler, dtype=np.int64)))[bounds])
+    hits = np.diff(np.concatenate(([0], np.cumsum(counted, dtype=np.int64)))[bounds])
+    out = []
+    for i, n in enumerate(sizes.tolist()):
+        a, b = bounds[i], bounds[i + 1]
+        if n < k:
+            out.append(Coverage(None, np.zeros(n, bool), np.zeros(n, bool)))
+            continue
+        value = float(hits[i] / own[i]) if own[i] else None
+        out.append(Coverage(value, covered[a:b], boiler[a:b]))
+    return out, len(shared_keys)

@@ -8,12 +8,15 @@ characters do not hide a copy; the corpus itself is matched as it was indexed.
 """
 from __future__ import annotations
 
+import gc
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from propme_metrics.core.errors import TraceWorkerError
 from propme_metrics.index.decode import TokenDecoder
 from propme_metrics.index.reader import Index
 from propme_metrics.index.search import DocWindow
@@ -62,14 +65,66 @@ class TextMatch:
                 "count": self.count, "doc_ix": self.doc_ix, "source_id": self.source_id, "source": self.source}
 
 
-class CorpusMatcher:
-    """Matches many texts against one index with the tracer's search (`IndexSearch`)."""
+#: texts a worker process encodes and searches per job
+WORKER_CHUNK = 256
 
-    def __init__(self, index: Index, batch_positions: int = BATCH_POSITIONS):
+_WORKER: CorpusMatcher | None = None
+
+
+def _init_worker() -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _work(texts: list[str]) -> list[tuple[str, np.ndarray, list[tuple[int, int]], np.ndarray]]:
+    assert _WORKER is not None
+    return _WORKER.encode_and_match(texts)
+
+
+class CorpusMatcher:
+    """Matches many texts against one index with the tracer's search (`IndexSearch`), in this
+    process or in `workers` forked processes that inherit the opened index (as `propme trace`'s)."""
+
+    def __init__(self, index: Index, batch_positions: int = BATCH_POSITIONS, workers: int = 1):
         self.index = index
         self.search = index.search
         self.batch_positions = batch_positions
+        self.workers = workers
         self.decoder = TokenDecoder(index.backend)
+
+    def encode_and_match(self, texts: Sequence[str], progress: Callable[[int], None] | None = None
+                         ) -> list[tuple[str, np.ndarray, list[tuple[int, int]], np.ndarray]]:
+        """(normalized text, token ids, character offsets, match lengths) of every text, in input
+        order; the same for any number of workers (each text's result depends on it alone)."""
+        if self.workers <= 1 or len(texts) <= WORKER_CHUNK:
+            encoded = self.encode(texts)
+            lengths = self.match_lengths([ids for _, ids, _ in encoded], progress)
+            return [(*enc, lens) for enc, lens in zip(encoded, lengths)]
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        global _WORKER
+        chunks = [list(texts[i:i + WORKER_CHUNK]) for i in range(0, len(texts), WORKER_CHUNK)]
+        _WORKER = self
+        out: list[tuple[str, np.ndarray, list[tuple[int, int]], np.ndarray]] = []
+        try:
+            with ProcessPoolExecutor(min(self.workers, len(chunks)), mp_context=mp.get_context("fork"),
+                                     initializer=_init_worker) as pool:
+                gc.freeze()  # inherited objects are never walked (and so never copied) by the workers' collector
+                try:
+                    results = pool.map(_work, chunks)
+                finally:
+                    gc.unfreeze()
+                for chunk, done in zip(chunks, results):
+                    out += done
+                    if progress is not None:
+                        progress(len(chunk))
+        except BrokenProcessPool:
+            raise TraceWorkerError("a contamination worker process stopped without a result (killed, or out of "
+                                   "memory?)", "run again with fewer --workers") from None
+        finally:
+            _WORKER = None
+        return out
 
     def encode(self, texts: Sequence[str]) -> list[tuple[str, np.ndarray, list[tuple[int, int]]]]:
         """(normalized text, token ids, character offsets) of each text, no special tokens."""
@@ -115,12 +170,13 @@ class CorpusMatcher:
         flush()
         return out
 
-    def match(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> list[TextMatch]:
-        """Every text against the corpus: match lengths, longest span, its count and one source."""
-        encoded = self.encode(texts)
-        lengths = self.match_lengths([ids for _, ids, _ in encoded], progress)
-        matches = [TextMatch(text, ids, offsets, lens) for (text, ids, offsets), lens in zip(encoded, lengths)]
-        self.describe_longest(matches)
+    def match(self, texts: Sequence[str], progress: Callable[[int], None] | None = None,
+              describe: bool = True) -> list[TextMatch]:
+        """Every text against the corpus: match lengths, and (`describe`) the longest span, its
+        count and one source."""
+        matches = [TextMatch(*row) for row in self.encode_and_match(texts, progress)]
+        if describe:
+            self.describe_longest(matches)
         return matches
 
     def describe_longest(self, matches: Sequence[TextMatch]) -> None:

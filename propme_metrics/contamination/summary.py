@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from propme_metrics.contamination.check import TaskCheck, verdicts
+from propme_metrics.contamination.check import TaskCheck, coverage_values
 from propme_metrics.contamination.rule import CURVE_COVERAGE, CURVE_K
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP, percentile_bounds, resample_indices, wilson_interval
 
@@ -96,8 +96,9 @@ def curve(check: TaskCheck, ks: Sequence[int] = CURVE_K, coverages: Sequence[flo
     names = metric_names(check)
     rows = []
     for k in ks:
+        values = coverage_values(check.items, replace(check.rule, k=k))
         for cov in coverages:
-            flagged = verdicts(check.items, replace(check.rule, k=k, min_coverage=cov))
+            flagged = values >= cov
             n = len(flagged)
             clean = {name: _mean_or_none(_values(check, name, ~flagged)) for name in names}
             rows.append({"k": k, "min_coverage": cov, "contaminated": int(flagged.sum()),

@@ -108,16 +108,30 @@ def _oracle_boilerplate(texts: list[list[int]], k: int, min_items: int) -> set[t
     return {g for g, n in seen.items() if n >= min_items}
 
 
+def _oracle_ids(index, item: BenchmarkItem, field: str) -> list[int]:
+    """The tokens of a field: the question's own; the answer with the delimiter before it (as the
+    task joins them), unless the joined text is not question first (then the answer's own)."""
+    question, answer = normalize_text(item.question), normalize_text(item.answer)
+    if field == "joined":
+        return index.encode(normalize_text(item.joined))
+    if field == "question":
+        return index.encode(question)
+    return index.encode(" " + answer if normalize_text(item.joined).startswith(question) else answer)
+
+
 def test_match_lengths_longest_and_coverage_equal_the_oracle(planted, index, oracle):
     items = _items(planted["rows"])
+    for it in items[-4:]:  # joined answer first: question and answer are searched on their own
+        it.joined = f"{it.answer} {it.question}"
     results = match_items(items, CorpusMatcher(index, batch_positions=97))  # small batches: texts split across calls
     for rule in (ContaminationRule(), ContaminationRule(k=4, boilerplate_share=0.1)):
         check = apply_rule("contam_mc", results, rule)
         for field in ("joined", "question", "answer"):
-            texts = [index.encode(normalize_text(getattr(it, field))) for it in items]
+            texts = [_oracle_ids(index, it, field) for it in items]
             boiler = _oracle_boilerplate(texts, rule.k, rule.boilerplate_items(len(items)))
             for r, ids in zip(check.items, texts):
                 m = r.matches[field]
+                assert normalize_text(m.text) == normalize_text(getattr(r.item, field))
                 lengths = [oracle.longest(ids, i) for i in range(len(ids))]
                 assert m.ids.tolist() == ids
                 assert m.lengths.tolist() == lengths
@@ -279,7 +293,7 @@ def test_after_a_stock_lm_eval_run(cli_run, lm_eval_run, local_tasks, planted, t
     # the multiple-choice task exposes the gold choice: what the planted rows say
     mc = {r["doc_id"]: r for r in rows if r["task"] == "contam_mc"}
     for i, row in enumerate(planted["rows"]):
-        assert mc[i]["fields"]["answer"]["text"] == row["choices"][row["gold"]]
+        assert mc[i]["fields"]["answer"]["text"].strip() == row["choices"][row["gold"]]  # after the delimiter
         assert mc[i]["contaminated"] == (row["kind"] in ("verbatim", "whitespace", "question"))
     for name in ("contamination.csv", "contamination.md", "contamination_leaderboard.csv", "contamination_curve.png"):
         assert (tmp_path / "c" / name).stat().st_size > 0
@@ -306,3 +320,15 @@ def test_user_errors_are_one_line(cli_run, local_tasks, planted, tmp_path):
     code, _, err = cli_run("contamination", "--tasks", "contam_mc", "--min-coverage", "1.5", "--index",
                            planted["index"], "--out", tmp_path / "c")
     assert code == 2
+
+
+def test_workers_give_the_same_results(planted, index, monkeypatch):
+    import propme_metrics.contamination.match as match
+
+    monkeypatch.setattr(match, "WORKER_CHUNK", 4)  # several jobs per worker
+    items = _items(planted["rows"])
+    one = apply_rule("t", match_items(items, CorpusMatcher(index)), ContaminationRule())
+    two = apply_rule("t", match_items(items, CorpusMatcher(index, workers=2)), ContaminationRule())
+    for a, b in zip(one.items, two.items):
+        assert a.to_dict(one.rule) == b.to_dict(two.rule)
+        assert all(np.array_equal(a.matches[f].lengths, b.matches[f].lengths) for f in a.matches)
