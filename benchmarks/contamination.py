@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import sys
 import time
 from pathlib import Path
@@ -95,10 +96,19 @@ def make_items(index: Index, n: int, seed: int) -> list[BenchmarkItem]:
     return items
 
 
-def propme_pass(index: Index, items: list[BenchmarkItem], rule: ContaminationRule, workers: int = 1) -> tuple[float, list]:
-    t = time.perf_counter()
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the forked workers)."""
+    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
+def propme_pass(index: Index, items: list[BenchmarkItem], rule: ContaminationRule, workers: int = 1,
+                cpu: dict | None = None) -> tuple[float, list]:
+    t, c = time.perf_counter(), _cpu()
     results = match_items(items, CorpusMatcher(index, workers=workers))
     check = apply_rule("bench", results, rule)
+    if cpu is not None:
+        cpu["seconds"] = _cpu() - c
     return time.perf_counter() - t, check.items
 
 
@@ -174,14 +184,18 @@ def main() -> None:
     print(f"index {index_dir}: {index.manifest.total_tokens:,} tokens; {len(items):,} items of "
           f"{n_tok:.0f} tokens on average (joined); {os.cpu_count()} CPUs (shared machine)", flush=True)
     first_s, _ = propme_pass(index, items, rule)
-    warm_s, results = propme_pass(index, items, rule)
+    cpu: dict = {}
+    warm_s, results = propme_pass(index, items, rule, cpu=cpu)
     flagged = sum(r.contaminated for r in results)
     print(f"PropMe, one process: first pass {first_s:.1f} s ({len(items) / first_s:,.0f} items/s), warm "
-          f"{warm_s:.1f} s ({len(items) / warm_s:,.0f} items/s); {flagged:,} items contaminated", flush=True)
-    two_s, two = propme_pass(index, items, rule, workers=2)
+          f"{warm_s:.1f} s ({len(items) / warm_s:,.0f} items/s, {cpu['seconds']:.1f} CPU s); {flagged:,} items "
+          f"contaminated; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+    two_cpu: dict = {}
+    two_s, two = propme_pass(index, items, rule, workers=2, cpu=two_cpu)
     same = [r.coverage["joined"].value for r in two] == [r.coverage["joined"].value for r in results]
     print(f"PropMe, --workers 2, warm: {two_s:.1f} s ({len(items) / two_s:,.0f} items/s, "
-          f"{warm_s / two_s:.2f}x one process; same results: {same})", flush=True)
+          f"{warm_s / two_s:.2f}x one process, {two_cpu['seconds']:.1f} CPU s; same results: {same}); on 2 free cores "
+          f"that CPU time would take about {two_cpu['seconds'] / 2:.0f} s (an estimate, not a measurement)", flush=True)
     sample = items[:args.engine_items]
     eng_s, eng_cov = engine_coverage(index, sample, rule.k)
     mine = joined_coverages(apply_rule("bench", match_items(sample, CorpusMatcher(index)), plain).items)
@@ -201,7 +215,8 @@ def main() -> None:
           f"{same}); PropMe on the same index {len(small_items) / small_s:,.0f} items/s (all three texts, "
           f"longest match, source): {look_s / small_s:,.2f}x the set's speed", flush=True)
     figures = {"index_tokens": index.manifest.total_tokens, "items": len(items), "mean_joined_tokens": n_tok,
-               "propme_first_s": first_s, "propme_warm_s": warm_s, "propme_two_workers_s": two_s, "engine_items_per_s": eng_rate,
+               "propme_first_s": first_s, "propme_warm_s": warm_s, "propme_two_workers_s": two_s,
+               "propme_warm_cpu_s": cpu["seconds"], "propme_two_workers_cpu_s": two_cpu["seconds"], "engine_items_per_s": eng_rate,
                "set_build_s": build_s, "set_items_per_s": len(small_items) / look_s,
                "propme_small_items_per_s": len(small_items) / small_s}
     if args.json:

@@ -333,6 +333,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs} | {f"--retraced {r}": r for r in args.retraced},
                   output_folders=("--out",))
+    from pathlib import Path
+
+    from propme_metrics.cli.contamination import report_contamination
+
+    contamination = report_contamination(args, Path(args.out) / "contamination")
     try:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
@@ -340,7 +345,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                               retraced=args.retraced, show_pii=args.show_pii,
                               discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
                               retraced_other_settings=args.retraced_other_settings,
-                              rare_max_count=args.rare_max_count)
+                              rare_max_count=args.rare_max_count, contamination=contamination)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -392,6 +397,10 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--rare-max-count", type=_positive, default=None, metavar="N",
                    help="fmr_rare counts a full match whose text occurs at most N times in the corpus (default: "
                         f"the runs' rare_max_count metadata, else {RARE_MAX_COUNT})")
+    r.add_argument("--index", default=None, help="index for the contamination section of the runs' other "
+                   "benchmark tasks (default: the index PropMe's tasks traced against)")
+    r.add_argument("--include-path", default=None, help="folder of local lm-eval task YAML the runs' benchmark "
+                   "tasks come from (lm-eval's --include_path)")
     r.set_defaults(func=cmd_report)
 
 

@@ -3,7 +3,6 @@ score higher on those? (docs/cli.md, docs/method.md Contamination)"""
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 
@@ -42,41 +41,61 @@ def _items(args: argparse.Namespace) -> list:
 def cmd_contamination(args: argparse.Namespace) -> int:
     from rich.text import Text
 
-    from propme_metrics.contamination.check import apply_rule, match_items
-    from propme_metrics.contamination.match import CorpusMatcher
-    from propme_metrics.contamination.summary import task_summary
     from propme_metrics.core.outputs import check_outputs
-    from propme_metrics.core.progress import progress_bar, rate, terminal
+    from propme_metrics.core.progress import terminal
     from propme_metrics.index.reader import open_index
-    from propme_metrics.report.contamination_views import contamination_document, contamination_lines, write_outputs
+    from propme_metrics.report.contamination_views import check_and_write, contamination_lines
 
     rule = _rule(args)
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, {"--index": args.index},
                   output_folders=("--out",))
     index = open_index(args.index)
     per_task = _items(args)
-    matcher = CorpusMatcher(index, workers=args.workers)
-    total = sum(len(items) for _, items in per_task)
-    started = time.time()
-    checks = []
-    with progress_bar(not args.quiet) as bar:
-        job = bar.add_task("matching items", total=total, rate="")
-
-        def advance(n: int) -> None:
-            bar.update(job, advance=n, rate=rate(bar.tasks[job].completed + n, time.time() - started, "items"))
-
-        for name, items in per_task:
-            checks.append(apply_rule(name, match_items(items, matcher, advance), rule))
-    seconds = time.time() - started
-    summaries = {c.task: task_summary(c, args.bootstrap, args.seed) for c in checks}
-    doc = contamination_document(checks, summaries, str(index.path), index.manifest.identity, args.bootstrap, args.seed)
-    written = write_outputs(Path(args.out), doc, checks)
+    doc, _, written, seconds = check_and_write(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet,
+                                         Path(args.out))
     console = terminal()
     for line in contamination_lines(doc):
         console.print(Text(line), highlight=False)
+    total = sum(len(items) for _, items in per_task)
     console.print(Text(f"{total:,} items matched in {seconds:.1f} s; wrote {', '.join(p.name for p in written)} "
                        f"into {args.out}"), highlight=False)
     return 0
+
+
+def report_contamination(args: argparse.Namespace, out: Path) -> tuple | None:
+    """`propme report`'s contamination section: (document, checks) when the runs hold benchmark
+    tasks besides PropMe's and an index is known (--index, else the one PropMe's tasks logged);
+    the files go into `out`. None (and a line saying why) when there is nothing to check."""
+    from rich.text import Text
+
+    from propme_metrics.contamination.rule import ContaminationRule
+    from propme_metrics.contamination.runs import logged_index_path, read_runs
+    from propme_metrics.core.errors import ConfigError, PropMeError
+    from propme_metrics.core.progress import stderr_console
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.report.contamination_views import check_and_write
+
+    try:
+        logged = read_runs(args.runs)
+    except ConfigError:
+        return None  # no benchmark task besides PropMe's (or none readable): no section
+    path = args.index or logged_index_path(args.runs)
+    if path is None:
+        stderr_console.print("no contamination section: the runs hold benchmark tasks but no index is known "
+                             "(pass --index)", highlight=False)
+        return None
+    try:
+        from propme_tasks.benchmark_docs import items_from_docs, load_tasks
+
+        tasks = load_tasks([t.task for t in logged], args.include_path)
+        per_task = [(t.task, items_from_docs(t.task, tasks[t.task], t.docs)) for t in logged]
+        index = open_index(path)
+    except (ImportError, PropMeError) as exc:  # the report itself does not depend on it
+        stderr_console.print(Text(f"no contamination section: {getattr(exc, 'message', exc)} (run `propme "
+                                  "contamination` for the details)"), highlight=False)
+        return None
+    doc, checks, _, _ = check_and_write(index, per_task, ContaminationRule(), 1, args.bootstrap, args.seed, True, out)
+    return doc, checks
 
 
 def add_contamination_command(sub: argparse._SubParsersAction) -> None:

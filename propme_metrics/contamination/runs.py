@@ -110,3 +110,25 @@ def read_runs(paths: list[str | Path], tasks: tuple[str, ...] = ()) -> list[Logg
         raise ConfigError(f"the runs {', '.join(map(str, paths))} hold no benchmark task besides PropMe's",
                           "run lm-eval with your benchmark tasks next to PropMe's (e.g. --tasks propme_demo,arc_easy)")
     return list(found.values())
+
+
+def logged_index_path(paths: list[str | Path]) -> str | None:
+    """The index folder PropMe's own tasks of these runs traced against (their logged documents'
+    `index_path`), or None when no PropMe task logged one."""
+    for path in paths:
+        for results_path in _results_files(Path(path)):
+            date_id = results_path.stem.rsplit("_", 1)[-1]
+            try:
+                configs = json.loads(results_path.read_text(encoding="utf-8")).get("configs") or {}
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+                continue
+            for task, config in configs.items():
+                samples = results_path.parent / f"samples_{task}_{date_id}.jsonl"
+                if not is_propme_task(task, config or {}) or not samples.is_file():
+                    continue
+                with open(samples, encoding="utf-8") as fh:
+                    for _, row in json_objects(fh, str(samples)):
+                        found = (row.get("doc") or {}).get("index_path")
+                        if found:
+                            return str(found)
+    return None

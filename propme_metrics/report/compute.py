@@ -95,6 +95,7 @@ class Report:
     plots: list[Path] = field(default_factory=list)
     likelihood: list[Any] = field(default_factory=list)  #: report.likelihood.LikelihoodResult per model and corpus
     rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold, one for every task of the report
+    contamination_html: str = ""   #: report.html's contamination section (report/contamination_views.py), or none
 
     @property
     def paths(self) -> list[Path]:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.contamination.check import TaskCheck
+from propme_metrics.contamination.rule import ContaminationRule
 from propme_metrics.contamination.summary import CONFIDENCE
 from propme_metrics.core.files import atomic_output, write_atomic
 from propme_metrics.core.jsonl import json_line
+from propme_metrics.index.reader import Index
 from propme_metrics.report.cells import fmt_interval, fmt_value
 from propme_metrics.report.writers import _md_cell, write_csv
 
@@ -137,6 +140,33 @@ def curve_plot(doc: dict[str, Any], path: Path) -> Path:
     with atomic_output(path, "wb") as fh:
         fig.savefig(fh, format="png")
     return path
+
+
+def check_and_write(index: Index, per_task: list, rule: ContaminationRule, workers: int, bootstrap: int, seed: int,
+                    quiet: bool, out: Path) -> tuple:
+    """Match every task's items, apply the rule, summarize and write the outputs into `out`:
+    (contamination.json's document, the task checks, the files written, seconds spent matching)."""
+    from propme_metrics.contamination.check import apply_rule, match_items
+    from propme_metrics.contamination.match import CorpusMatcher
+    from propme_metrics.contamination.summary import task_summary
+    from propme_metrics.core.progress import progress_bar, rate
+
+    matcher = CorpusMatcher(index, workers=workers)
+    total = sum(len(items) for _, items in per_task)
+    started = time.time()
+    checks = []
+    with progress_bar(not quiet) as bar:
+        job = bar.add_task("matching items", total=total, rate="")
+
+        def advance(n: int) -> None:
+            bar.update(job, advance=n, rate=rate(bar.tasks[job].completed + n, time.time() - started, "items"))
+
+        for name, items in per_task:
+            checks.append(apply_rule(name, match_items(items, matcher, advance), rule))
+    seconds = time.time() - started
+    summaries = {c.task: task_summary(c, bootstrap, seed) for c in checks}
+    doc = contamination_document(checks, summaries, str(index.path), index.manifest.identity, bootstrap, seed)
+    return doc, checks, write_outputs(out, doc, checks), seconds
 
 
 def write_outputs(out: Path, doc: dict[str, Any], checks: list[TaskCheck]) -> list[Path]:

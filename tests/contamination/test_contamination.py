@@ -332,3 +332,22 @@ def test_workers_give_the_same_results(planted, index, monkeypatch):
     for a, b in zip(one.items, two.items):
         assert a.to_dict(one.rule) == b.to_dict(two.rule)
         assert all(np.array_equal(a.matches[f].lengths, b.matches[f].lengths) for f in a.matches)
+
+
+def test_report_adds_a_contamination_section(cli_run, lm_eval_run, local_tasks, planted, tmp_path):
+    """A report of PropMe's tasks and the benchmark run side by side: the section lists the flagged items."""
+    import shutil
+
+    from support.runs import DFM, stage1_settings, write_run
+
+    write_run(tmp_path / "propme", DFM, "", stage1_settings())
+    bench = tmp_path / "bench"
+    shutil.copytree(lm_eval_run, bench)
+    code, out, err = cli_run("report", tmp_path / "propme", bench, "--out", tmp_path / "r", "--index",
+                             planted["index"], "--include-path", local_tasks, "--bootstrap", 100)
+    assert code == 0, err
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "Contamination of the benchmark items" in page and "contam_mc: flagged items" in page
+    assert page.count("<mark>") >= 15
+    doc = json.loads((tmp_path / "r" / "contamination" / "contamination.json").read_text())
+    assert doc["tasks"]["contam_mc"]["contaminated"] == 3 * PER_KIND
