@@ -70,9 +70,20 @@ def item_texts(task: Any, doc: dict[str, Any]) -> tuple[str, str, str]:
     return question, answer, joined
 
 
+def _texts(name: str, task: Any, doc: dict[str, Any], doc_id: int) -> tuple[str, str, str]:
+    """`item_texts`, with a failure of the task's own code named (task, document) as a ConfigError."""
+    try:
+        return item_texts(task, doc)
+    except Exception as exc:  # the task's doc_to_* code may raise anything on a document it cannot read
+        raise ConfigError(f"task {name}: its doc_to_text/doc_to_target/doc_to_choice failed on document {doc_id} "
+                          f"({type(exc).__name__}: {str(exc)[:200]})",
+                          "check that the task lm-eval builds now is the one the run used (same YAML, "
+                          "--include-path)") from None
+
+
 def items_from_docs(name: str, task: Any, docs: Iterable[LoggedDoc]) -> list[BenchmarkItem]:
     """BenchmarkItems of logged documents (`--log_samples`), with their metric values."""
-    return [BenchmarkItem(name, d.doc_id, *item_texts(task, d.doc), metrics=dict(d.metrics)) for d in docs]
+    return [BenchmarkItem(name, d.doc_id, *_texts(name, task, d.doc, d.doc_id), metrics=dict(d.metrics)) for d in docs]
 
 
 def task_items(name: str, task: Any, limit: int | None = None) -> list[BenchmarkItem]:
@@ -82,5 +93,5 @@ def task_items(name: str, task: Any, limit: int | None = None) -> list[Benchmark
     for doc_id, doc in enumerate(task.eval_docs):
         if limit is not None and doc_id >= limit:
             break
-        items.append(BenchmarkItem(name, doc_id, *item_texts(task, doc)))
+        items.append(BenchmarkItem(name, doc_id, *_texts(name, task, doc, doc_id)))
     return items

@@ -70,16 +70,16 @@ def report_contamination(args: argparse.Namespace, out: Path) -> tuple | None:
 
     from propme_metrics.contamination.rule import ContaminationRule
     from propme_metrics.contamination.runs import logged_index_path, read_runs
-    from propme_metrics.core.errors import ConfigError, PropMeError
+    from propme_metrics.core.errors import PropMeError
     from propme_metrics.core.progress import stderr_console
     from propme_metrics.index.reader import open_index
     from propme_metrics.report.contamination_views import check_and_write
 
     try:
         logged = read_runs(args.runs)
-    except ConfigError:
+        path = args.index or logged_index_path(args.runs)
+    except PropMeError:
         return None  # no benchmark task besides PropMe's (or none readable): no section
-    path = args.index or logged_index_path(args.runs)
     if path is None:
         stderr_console.print("no contamination section: the runs hold benchmark tasks but no index is known "
                              "(pass --index)", highlight=False)

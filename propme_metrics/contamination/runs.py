@@ -36,6 +36,7 @@ class LoggedTask:
 def is_propme_task(task: str, config: dict[str, Any]) -> bool:
     """PropMe's own tasks (`propme_*`, or metadata naming a corpus and setting) are not benchmarks."""
     metadata = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
+    task = str(task)
     return task.startswith("propme_") or bool(metadata.get("corpus") and metadata.get("setting"))
 
 
@@ -66,7 +67,7 @@ def read_samples_file(path: Path, task: str) -> LoggedTask:
     try:
         with open(path, encoding="utf-8") as fh:
             rows = read_samples(list(json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval")))
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the samples file {path}: {exc}", SAMPLES_HINT) from None
     docs: dict[int, LoggedDoc] = {}
     for s in rows:
@@ -74,8 +75,9 @@ def read_samples_file(path: Path, task: str) -> LoggedTask:
         if not isinstance(doc_id, int) or not isinstance(s.row.get("doc"), dict):
             raise ConfigError(f"{path}, line {s.lineno}: not an lm-eval sample (no doc_id or doc)", SAMPLES_HINT)
         entry = docs.setdefault(doc_id, LoggedDoc(doc_id, s.doc))
-        for name in s.row.get("metrics") or []:
-            value = _metric_value(s.row.get(name))
+        names = s.row.get("metrics")
+        for name in names if isinstance(names, list) else []:
+            value = _metric_value(s.row.get(name)) if isinstance(name, str) else None
             if value is not None:
                 entry.metrics[name if s.filter == "none" else f"{name}_{s.filter}"] = value
     return LoggedTask(task, path, list(docs.values()))
@@ -96,7 +98,7 @@ def read_runs(paths: list[str | Path], tasks: tuple[str, ...] = ()) -> list[Logg
                 raise ConfigError(f"{results_path} is not an lm-eval results file (no 'configs')")
             date_id = results_path.stem.rsplit("_", 1)[-1]
             for task, config in data["configs"].items():
-                if is_propme_task(task, config or {}) or (tasks and task not in tasks):
+                if is_propme_task(task, config if isinstance(config, dict) else {}) or (tasks and task not in tasks):
                     continue
                 samples = results_path.parent / f"samples_{task}_{date_id}.jsonl"
                 if not samples.is_file():
@@ -120,15 +122,15 @@ def logged_index_path(paths: list[str | Path]) -> str | None:
             date_id = results_path.stem.rsplit("_", 1)[-1]
             try:
                 configs = json.loads(results_path.read_text(encoding="utf-8")).get("configs") or {}
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-                continue
-            for task, config in configs.items():
-                samples = results_path.parent / f"samples_{task}_{date_id}.jsonl"
-                if not is_propme_task(task, config or {}) or not samples.is_file():
-                    continue
-                with open(samples, encoding="utf-8") as fh:
-                    for _, row in json_objects(fh, str(samples)):
-                        found = (row.get("doc") or {}).get("index_path")
-                        if found:
-                            return str(found)
+                for task, config in configs.items():
+                    samples = results_path.parent / f"samples_{task}_{date_id}.jsonl"
+                    if not is_propme_task(task, config if isinstance(config, dict) else {}) or not samples.is_file():
+                        continue
+                    with open(samples, encoding="utf-8") as fh:
+                        for _, row in json_objects(fh, str(samples)):
+                            doc = row.get("doc")
+                            if isinstance(doc, dict) and doc.get("index_path"):
+                                return str(doc["index_path"])
+            except (OSError, ValueError, AttributeError, ConfigError):
+                continue  # unreadable: the report itself says what is wrong with it
     return None

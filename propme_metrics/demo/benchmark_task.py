@@ -23,14 +23,17 @@ def _made_up(rng: random.Random, n: int) -> str:
 
 def write_task(corpus: Path, folder: Path, seed: int = 0) -> Path:
     """The task's YAML and JSONL in `folder`: ITEMS / 2 copied questions (the first 16 words of a
-    corpus document, the next 4 the gold choice), ITEMS / 2 of made-up words."""
+    document's first paragraph, the next 4 the gold choice; the documents the demo model memorized
+    first), ITEMS / 2 of made-up words."""
     rng = random.Random(seed)
-    docs = [json.loads(line)["text"].split() for line in corpus.read_text(encoding="utf-8").splitlines()]
-    docs = [words for words in docs if len(words) >= 24]
+    records = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines()]
+    sources = [(not r.get("memorized"), rng.random(), r["text"].split("\n\n")[0].split(" ")) for r in records
+               if not str(r.get("id", "")).startswith("notice-")]
+    sources = [words for _, _, words in sorted(sources) if len(words) >= 20]
     rows = []
     for i in range(ITEMS):
         if i % 2 == 0:
-            words = rng.choice(docs)
+            words = sources[(i // 2) % len(sources)]
             question, gold = " ".join(words[:16]), " ".join(words[16:20])
         else:
             question, gold = _made_up(rng, 16), _made_up(rng, 4)

@@ -15,6 +15,7 @@ from propme_metrics.contamination.summary import CONFIDENCE
 from propme_metrics.core.files import atomic_output, write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.index.reader import Index
+from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.report.cells import fmt_interval, fmt_value
 from propme_metrics.report.writers import _md_cell, write_csv
 
@@ -22,9 +23,11 @@ FORMAT = "propme-contamination/1"
 NORMALIZATION = ("texts are normalized before matching as the tracer's normalized match does: Unicode NFKC, "
                  "CRLF and CR to LF, runs of spaces and tabs to one space, no spaces around a newline, at most "
                  "one blank line, stripped; the corpus is matched as indexed")
-TABLE_COLUMNS = ["task", "items", "contaminated", "share", "share_low", "share_high", "metric", "all", "all_low",
-                 "all_high", "clean", "clean_low", "clean_high", "contaminated_value", "contaminated_low",
-                 "contaminated_high", "difference", "difference_low", "difference_high"]
+#: the metric's parts in the tables: its value on all, clean and contaminated items, and the difference
+PARTS = (("all", "metric_all"), ("clean", "metric_clean"), ("contaminated", "metric_contaminated"),
+         ("difference", "difference"))
+TABLE_COLUMNS = ["task", "items", "contaminated", "share", "share_low", "share_high", "metric",
+                 *(f"{col}{end}" for _, col in PARTS for end in ("", "_low", "_high"))]
 
 
 def contamination_document(checks: list[TaskCheck], summaries: dict[str, dict[str, Any]], index_path: str,
@@ -59,13 +62,17 @@ def table_rows(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             rows.append(base)
         for metric, m in s["metrics"].items():
             row = dict(base, metric=metric)
-            for part, key in (("all", "all"), ("clean", "clean"), ("contaminated", "contaminated_value"),
-                              ("difference", "difference")):
-                prefix = key.removesuffix("_value")
-                row[key], row[f"{prefix}_low"], row[f"{prefix}_high"] = (m[part]["value"], m[part]["low"],
-                                                                         m[part]["high"])
+            for part, col in PARTS:
+                row[col], row[f"{col}_low"], row[f"{col}_high"] = m[part]["value"], m[part]["low"], m[part]["high"]
             rows.append(row)
     return rows
+
+
+def _interval(row: dict[str, Any], col: str) -> str:
+    """A metric part of a table row as `value [low, high]`; "-" in a task's row without a metric."""
+    if "metric" not in row:
+        return UNDEFINED.table
+    return fmt_interval(row[col], row[f"{col}_low"], row[f"{col}_high"])
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -81,11 +88,8 @@ def markdown(doc: dict[str, Any]) -> str:
              "|---|---:|---:|---|---|---|---|---|---|"]
     for r in table_rows(doc["tasks"]):
         cells = [r["task"], r["items"], r["contaminated"], fmt_interval(r["share"], r["share_low"], r["share_high"]),
-                 r.get("metric", "-")]
-        for key in ("all", "clean", "contaminated_value", "difference"):
-            prefix = key.removesuffix("_value")
-            cells.append(fmt_interval(r.get(key), r.get(f"{prefix}_low"), r.get(f"{prefix}_high"))
-                         if "metric" in r else "-")
+                 r.get("metric", UNDEFINED.table)]
+        cells += [_interval(r, col) for _, col in PARTS]
         lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -196,11 +200,8 @@ def html_section(doc: dict[str, Any], checks: list[TaskCheck], max_items: int = 
              "<th>contaminated</th><th>metric</th><th>clean</th><th>contaminated</th><th>difference</th></tr>"]
     for r in table_rows(doc["tasks"]):
         cells = [r["task"], r["items"], f"{r['contaminated']} ({fmt_interval(r['share'], r['share_low'], r['share_high'])})",
-                 r.get("metric", "-")]
-        for key in ("clean", "contaminated_value", "difference"):
-            prefix = key.removesuffix("_value")
-            cells.append(fmt_interval(r.get(key), r.get(f"{prefix}_low"), r.get(f"{prefix}_high"))
-                         if "metric" in r else "-")
+                 r.get("metric", UNDEFINED.table)]
+        cells += [_interval(r, col) for _, col in PARTS[1:]]
         parts.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
     for check in checks:
