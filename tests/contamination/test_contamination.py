@@ -268,6 +268,7 @@ def lm_eval_run(local_tasks, tmp_path_factory):
     return tmp / "out"
 
 
+@pytest.mark.slow  # a stock lm_eval run (the `lm_eval_run` fixture)
 def test_after_a_stock_lm_eval_run(cli_run, lm_eval_run, local_tasks, planted, tmp_path):
     code, out, err = cli_run("contamination", lm_eval_run, "--index", planted["index"], "--out", tmp_path / "c",
                              "--include-path", local_tasks, "--bootstrap", 200, "--quiet")
@@ -334,6 +335,7 @@ def test_workers_give_the_same_results(planted, index, monkeypatch):
         assert all(np.array_equal(a.matches[f].lengths, b.matches[f].lengths) for f in a.matches)
 
 
+@pytest.mark.slow  # a stock lm_eval run (the `lm_eval_run` fixture)
 def test_report_adds_a_contamination_section(cli_run, lm_eval_run, local_tasks, planted, tmp_path):
     """A report of PropMe's tasks and the benchmark run side by side: the section lists the flagged items."""
     import shutil
