@@ -121,7 +121,3 @@ def coverage_values(results: Sequence[ItemResult], rule: ContaminationRule) -> n
     coverages, _ = field_coverages_of(results, rule.field, rule)
     return np.array([np.nan if c.value is None else c.value for c in coverages], dtype=float)
 
-
-def verdicts(results: Sequence[ItemResult], rule: ContaminationRule) -> np.ndarray:
-    """Contaminated or not, per item, under another rule (the curve), leaving `results` unchanged."""
-    return coverage_values(results, rule) >= rule.min_coverage

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from propme_metrics.contamination.check import apply_rule, match_items, verdicts
+from propme_metrics.contamination.check import apply_rule, coverage_values, match_items
 from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
@@ -211,7 +211,8 @@ def test_clean_and_contaminated_scores_recomputed_by_hand(planted, index):
     # the curve at the rule's own thresholds is the rule's verdict
     point = next(p for p in s["curve"] if p["k"] == check.rule.k and p["min_coverage"] == check.rule.min_coverage)
     assert point["contaminated"] == s["contaminated"]
-    assert verdicts(check.items, ContaminationRule(min_coverage=1.0)).sum() <= s["contaminated"]
+    strict = coverage_values(check.items, ContaminationRule(min_coverage=1.0)) >= 1.0
+    assert strict.sum() <= s["contaminated"] and not strict[~np.array(flagged)].any()
 
 
 MC_YAML = """task: contam_mc
