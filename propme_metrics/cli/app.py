@@ -336,6 +336,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs} | {f"--retraced {r}": r for r in args.retraced},
                   output_folders=("--out",))
+    from pathlib import Path
+
+    from propme_metrics.cli.contamination import report_contamination
+
+    contamination = report_contamination(args, Path(args.out) / "contamination")
     try:
         report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
@@ -343,7 +348,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                               retraced=args.retraced, show_pii=args.show_pii,
                               discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
                               retraced_other_settings=args.retraced_other_settings,
-                              rare_max_count=args.rare_max_count, pairing=args.pairing)
+                              rare_max_count=args.rare_max_count, pairing=args.pairing,
+                              contamination=contamination)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)
@@ -398,6 +404,10 @@ def _add_report_command(sub: argparse._SubParsersAction) -> None:
                         f"the runs' rare_max_count metadata, else {RARE_MAX_COUNT})")
     r.add_argument("--pairing", choices=PAIRINGS, default="all", help="which models the paired comparisons "
                    "(comparisons.json) compare: every pair, or consecutive revisions of each model (input order)")
+    r.add_argument("--index", default=None, help="index for the contamination section of the runs' other "
+                   "benchmark tasks (default: the index PropMe's tasks traced against)")
+    r.add_argument("--include-path", default=None, help="folder of local lm-eval task YAML the runs' benchmark "
+                   "tasks come from (lm-eval's --include_path)")
     r.set_defaults(func=cmd_report)
 
 
@@ -635,7 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"propme {__version__}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{index,prompts,trace,report,compare,demo,tasks-new,tasks-path}")
+                                metavar="{index,prompts,trace,report,compare,contamination,demo,tasks-new,tasks-path}")
     _add_index_commands(sub)
     _add_prompts_commands(sub)
     _add_trace_command(sub)
@@ -644,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_compare_command(sub, _natural, _csv)
     _add_demo_and_tasks_commands(sub)
+    from propme_metrics.cli.contamination import add_contamination_command
+
+    add_contamination_command(sub)
     return parser
 
 

@@ -277,6 +277,10 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
         print(f"\n(n, p)-discoverable prefix documents (p = {lr.p:g}, {lr.n_documents} documents): {curve}\n"
               f"greedy extraction {lr.metrics['greedy_extraction'].value:.2f}, prefix FMR {fmr}, "
               f"median log10 P(z) {lr.metrics['log10_p_median'].value:.2f}")
+    from propme_metrics.demo.benchmark_task import run_benchmark_task
+
+    for line in run_benchmark_task(paths.root, paths.corpus, paths.model, paths.index, progress):
+        print(f"\ncontamination of the demo's other benchmark (propme contamination): {line}")
     print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv} and {report.out / 'leaderboard.html'}\n"
           f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")
     return report

@@ -151,7 +151,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
                  discoverable_p: float | None = None,
                  retraced_other_settings: bool = False, rare_max_count: int | None = None,
-                 pairing: str = "all") -> Report:
+                 pairing: str = "all", contamination: tuple | None = None) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -165,7 +165,9 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     `rare_max_count` is `fmr_rare`'s threshold (default: the one the runs logged, else
     `metrics.leaks.RARE_MAX_COUNT`); every task of a report must share one. With two or more models
     on a corpus, `pairing` ("all" pairs, or "consecutive" revisions of each model) chooses the
-    paired comparisons written to comparisons.json/.csv (`metrics.compare`; none when `bootstrap` is 0).
+    paired comparisons written to comparisons.json/.csv (`metrics.compare`; none when `bootstrap` is 0). `contamination`:
+    (contamination.json's document, the task checks) of the runs' other benchmarks, shown in
+    report.html (`report.contamination_views`).
 
     Four steps: load the runs' tasks, compute each model's results per corpus, lay out the
     leaderboard's rows, write the files.
@@ -187,6 +189,10 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     likelihood = likelihood_results(runs, computed.results, bootstrap, seed, notes, discoverable_n, discoverable_p)
     report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, bootstrap, seed, notes)
     report.comparisons = _comparisons(report, pairing)
+    if contamination is not None:
+        from propme_metrics.report.contamination_views import html_section
+
+        report.contamination_html = html_section(*contamination)
     _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
            html_snippet_chars=html_snippet_chars, show_pii=show_pii)
     _raise_if_incomplete(report, computed)

@@ -109,6 +109,7 @@ class Report:
     comparisons_csv: Path | None = None
     leaderboard_html: Path | None = None   #: the models' page (`report.leaderboard_page`)
     eee: list[Path] = field(default_factory=list)   #: Every Eval Ever records, one per model and revision
+    contamination_html: str = ""   #: report.html's contamination section (report/contamination_views.py), or none
 
     @property
     def paths(self) -> list[Path]:

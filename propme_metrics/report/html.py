@@ -208,6 +208,7 @@ class Page:
     js: Markup
     leak_tables: list[LeakTable] = field(default_factory=list)
     source_options: list[str] = field(default_factory=list)   #: every source of a traced document
+    contamination: Markup = Markup("")   #: built escaped by report/contamination_views.html_section
 
 
 @dataclass(frozen=True)
@@ -560,7 +561,7 @@ def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_char
         data=[Markup(script_json(b)) for b in explorer.blocks], version=__version__,
         sources="; ".join(sorted({str(s.task.results_path) for r in report.results for s in r.settings.values()})),
         css=_static("report.css"), js=_static("report.js"), leak_tables=leak_tables(report),
-        source_options=sorted(explorer.sources))
+        source_options=sorted(explorer.sources), contamination=Markup(report.contamination_html))
     return _environment().get_template("report.html.j2").render(page=page)
 
 

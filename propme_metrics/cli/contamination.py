@@ -1,0 +1,152 @@
+"""`propme contamination`: are a run's benchmark items in the training corpus, and does the model
+score higher on those? (docs/cli.md, docs/method.md Contamination)"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _rule(args: argparse.Namespace):
+    from propme_metrics.contamination.rule import ContaminationRule
+    from propme_metrics.core.errors import ConfigError
+
+    try:
+        return ContaminationRule(k=args.k, min_coverage=args.min_coverage, field=args.field,
+                                 boilerplate_share=args.boilerplate_share)
+    except ValueError as exc:
+        raise ConfigError(f"bad contamination rule: {exc}", "see `propme contamination --help`") from None
+
+
+def _items(args: argparse.Namespace) -> list:
+    """(task, items) of every task: from the runs' samples, or from lm-eval's documents (no model)."""
+    from propme_metrics.contamination.runs import read_runs
+    from propme_metrics.core.errors import ConfigError
+
+    try:
+        from propme_tasks.benchmark_docs import items_from_docs, load_tasks, task_items
+    except ImportError:
+        raise ConfigError("`propme contamination` reads tasks through lm-eval, which is not installed",
+                          'pip install "propme[lmeval]"') from None
+    if args.runs:
+        logged = read_runs(args.runs, args.tasks)
+        tasks = load_tasks([t.task for t in logged], args.include_path)
+        return [(t.task, items_from_docs(t.task, tasks[t.task], t.docs)) for t in logged]
+    if not args.tasks:
+        raise ConfigError("name the benchmark: RUN folders of an lm-eval run, or --tasks", "e.g. "
+                          "`propme contamination --tasks arc_easy --index IDX --out DIR`")
+    tasks = load_tasks(list(args.tasks), args.include_path)
+    return [(name, task_items(name, task, args.limit)) for name, task in tasks.items()]
+
+
+def cmd_contamination(args: argparse.Namespace) -> int:
+    from rich.text import Text
+
+    from propme_metrics.core.outputs import check_outputs
+    from propme_metrics.core.progress import terminal
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.report.contamination_views import check_and_write, contamination_lines
+
+    rule = _rule(args)
+    check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, {"--index": args.index},
+                  output_folders=("--out",))
+    index = open_index(args.index)
+    per_task = _items(args)
+    doc, _, written, seconds = check_and_write(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet,
+                                         Path(args.out))
+    console = terminal()
+    for line in contamination_lines(doc):
+        console.print(Text(line), highlight=False)
+    total = sum(len(items) for _, items in per_task)
+    console.print(Text(f"{total:,} items matched in {seconds:.1f} s; wrote {', '.join(p.name for p in written)} "
+                       f"into {args.out}"), highlight=False)
+    return 0
+
+
+def report_contamination(args: argparse.Namespace, out: Path) -> tuple | None:
+    """`propme report`'s contamination section: (document, checks) when the runs hold benchmark
+    tasks besides PropMe's and an index is known (--index, else the one PropMe's tasks logged);
+    the files go into `out`. None (and a line saying why) when there is nothing to check."""
+    from rich.text import Text
+
+    from propme_metrics.contamination.rule import ContaminationRule
+    from propme_metrics.contamination.runs import logged_index_path, read_runs
+    from propme_metrics.core.errors import PropMeError
+    from propme_metrics.core.progress import stderr_console
+    from propme_metrics.index.reader import open_index
+    from propme_metrics.report.contamination_views import check_and_write
+
+    try:
+        logged = read_runs(args.runs)
+        path = args.index or logged_index_path(args.runs)
+    except PropMeError:
+        return None  # no benchmark task besides PropMe's (or none readable): no section
+    if path is None:
+        stderr_console.print("no contamination section: the runs hold benchmark tasks but no index is known "
+                             "(pass --index)", highlight=False)
+        return None
+    try:
+        from propme_tasks.benchmark_docs import items_from_docs, load_tasks
+
+        tasks = load_tasks([t.task for t in logged], args.include_path)
+        per_task = [(t.task, items_from_docs(t.task, tasks[t.task], t.docs)) for t in logged]
+        index = open_index(path)
+    except (ImportError, PropMeError) as exc:  # the report itself does not depend on it
+        stderr_console.print(Text(f"no contamination section: {getattr(exc, 'message', exc)} (run `propme "
+                                  "contamination` for the details)"), highlight=False)
+        return None
+    doc, checks, _, _ = check_and_write(index, per_task, ContaminationRule(), 1, args.bootstrap, args.seed, True, out)
+    return doc, checks
+
+
+def add_contamination_command(sub: argparse._SubParsersAction) -> None:
+    from propme_metrics.cli.app import _csv, _natural, _positive
+    from propme_metrics.contamination.rule import (
+        DEFAULT_BOILERPLATE_SHARE,
+        DEFAULT_K,
+        DEFAULT_MIN_COVERAGE,
+        FIELDS,
+    )
+    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
+
+    def share(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}") from None
+        if not 0 < x <= 1:
+            raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}")
+        return x
+
+    c = sub.add_parser(
+        "contamination", help="are the benchmark items of a run in the training corpus, and do they score higher?",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Match every item of other benchmarks (question, gold answer, and the two joined as the task "
+                    "joins them) against the index: longest verbatim span with its count and source, and the "
+                    "share of tokens inside corpus spans of at least --k tokens. Items are read from lm-eval "
+                    "output folders (RUN, made with --log_samples: every task that is not PropMe's), with each "
+                    "per-sample metric split into clean and contaminated items, or, with --tasks and no RUN, "
+                    "from the tasks' documents through lm-eval (no model). Writes contamination.json, "
+                    "contamination_items.jsonl, contamination.csv/.md, contamination_leaderboard.csv and "
+                    "contamination_curve.png into --out.")
+    c.add_argument("runs", nargs="*", metavar="RUN", help="lm-eval --output_path folder or results_*.json file")
+    c.add_argument("--index", required=True, help="index folder of the model's training corpus")
+    c.add_argument("--out", required=True, help="folder to write")
+    c.add_argument("--tasks", type=_csv, default=(),
+                   help="comma-separated tasks (with RUN: only these of the runs' tasks; without: the tasks whose "
+                        "documents lm-eval loads, groups and tags expanded)")
+    c.add_argument("--include-path", default=None, help="folder of local lm-eval task YAML (lm-eval's --include_path)")
+    c.add_argument("--limit", type=_positive, default=None, help="without RUN: the first N documents of each task")
+    c.add_argument("--k", type=_positive, default=DEFAULT_K, help="minimum tokens of a corpus span that counts")
+    c.add_argument("--min-coverage", type=share, default=DEFAULT_MIN_COVERAGE,
+                   help="an item is contaminated when at least this share of its tokens lie in such spans")
+    c.add_argument("--field", choices=FIELDS, default="joined", help="the item text the rule reads")
+    c.add_argument("--boilerplate-share", type=share, default=DEFAULT_BOILERPLATE_SHARE,
+                   help="k-grams found in more than this share of a task's items (and in two or more) are "
+                        "boilerplate: they cover nothing and are left out of the share (1: none)")
+    c.add_argument("--bootstrap", type=_natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the "
+                   "non-0/1 metrics' intervals and of the differences (0: none)")
+    c.add_argument("--seed", type=_natural, default=0, help="bootstrap seed")
+    c.add_argument("--workers", type=_positive, default=1, help="processes matching items in parallel (the "
+                   "same results for any number)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.set_defaults(func=cmd_contamination)

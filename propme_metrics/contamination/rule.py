@@ -1,0 +1,51 @@
+"""The contamination rule: when an item counts as contaminated (docs/method.md, Contamination).
+
+Default: PaLM's 8-gram 70% rule, measured per token as Llama 2 does: an item is contaminated when
+at least 70% of the tokens of its question and answer, joined as the task joins them, lie inside
+spans of at least 8 index tokens that occur in the corpus (any count: ConTAM found that ignoring
+rare matches and n above 8 miss contaminated items). k-grams that a large share of the task's items
+share (instructions, templates) are boilerplate: they neither cover tokens nor count in the share.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: the text of an item the rule reads: the question, the gold answer, or both joined
+FIELDS = ("joined", "question", "answer")
+DEFAULT_K = 8
+DEFAULT_MIN_COVERAGE = 0.7
+#: a k-gram found in more than this share of a task's items (and in at least two) is boilerplate
+DEFAULT_BOILERPLATE_SHARE = 0.2
+#: thresholds of the curve of contaminated share and clean score (every other option at its value)
+CURVE_K = (4, 8, 13, 20, 50)
+CURVE_COVERAGE = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+@dataclass(frozen=True)
+class ContaminationRule:
+    """An item is contaminated when `coverage(field) >= min_coverage` with spans of at least `k`
+    index tokens, boilerplate k-grams left out."""
+
+    k: int = DEFAULT_K
+    min_coverage: float = DEFAULT_MIN_COVERAGE
+    field: str = "joined"
+    boilerplate_share: float = DEFAULT_BOILERPLATE_SHARE
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(f"k must be at least 1, got {self.k}")
+        if not 0 < self.min_coverage <= 1:
+            raise ValueError(f"min_coverage must lie in (0, 1], got {self.min_coverage}")
+        if self.field not in FIELDS:
+            raise ValueError(f"field must be one of {', '.join(FIELDS)}, got {self.field!r}")
+        if not 0 < self.boilerplate_share <= 1:
+            raise ValueError(f"boilerplate_share must lie in (0, 1], got {self.boilerplate_share}")
+
+    def boilerplate_items(self, n_items: int) -> int:
+        """Items a k-gram must occur in to be boilerplate: more than `boilerplate_share` of them,
+        and at least two (a k-gram of one item is that item's own text)."""
+        return max(2, int(self.boilerplate_share * n_items) + 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
