@@ -11,6 +11,7 @@ once); a larger shard, or a system without the library, keeps the numpy search.
 from __future__ import annotations
 
 import ctypes
+
 import numpy as np
 
 from propme_metrics.index.format import pointers
