@@ -6,9 +6,9 @@ included. The bounds come from native code (`native_search.py`: one C binary sea
 wherever it serves the shard; else all rows of a query are searched together with numpy, one
 vectorized step at a time, as below.
 
-For indexes larger than memory: the first steps of every search run on an in-memory sample of the
-suffix array (`toplevel.py`), the files are mapped for random access (no read-around of
-megabytes per page fault), and the pages each remaining step needs are requested from the disk
+For shards larger than memory, the files are mapped for random access (no read-around of megabytes
+per page fault); the numpy search also runs the first steps of every search on an in-memory sample
+of the suffix array (`toplevel.py`) and requests the pages each remaining step needs from the disk
 together (one batch of read-ahead hints per step) instead of one page fault after another.
 """
 from __future__ import annotations
