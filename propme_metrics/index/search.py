@@ -1,12 +1,14 @@
-"""Suffix-array search over the memory-mapped files of one index shard, with numpy.
+"""Suffix-array search over the memory-mapped files of one index shard.
 
 Sort order, counts, rank ranges and document windows are exactly those of infini-gram's engine
-(byte order of little-endian token ids), but all start positions of a query are searched together,
-one vectorized step at a time, and both neighbours of every insertion point count, rank 0 included.
+(byte order of little-endian token ids), and both neighbours of every insertion point count, rank 0
+included. The bounds come from native code (`native_search.py`: one C binary search per query row)
+wherever it serves the shard; else all rows of a query are searched together with numpy, one
+vectorized step at a time, as below.
 
-For indexes larger than memory: the first steps of every search run on an in-memory sample of the
-suffix array (`toplevel.py`), the files are mapped for random access (no read-around of
-megabytes per page fault), and the pages each remaining step needs are requested from the disk
+For shards larger than memory, the files are mapped for random access (no read-around of megabytes
+per page fault); the numpy search also runs the first steps of every search on an in-memory sample
+of the suffix array (`toplevel.py`) and requests the pages each remaining step needs from the disk
 together (one batch of read-ahead hints per step) instead of one page fault after another.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ from propme_metrics.index.format import (
     shard_file,
     token_layout,
 )
+from propme_metrics.index.native_search import native_bounds
 from propme_metrics.index.toplevel import TopLevel, load_toplevel
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,12 +126,15 @@ def _key_limit(top: TopLevel) -> int:
 
 
 class ShardSearcher:
-    """One shard's files, memory-mapped: suffix-array search and document windows with numpy.
+    """One shard's files, memory-mapped: suffix-array search and document windows.
 
-    `accelerate=False` gives the plain search (no in-memory top level, no read-ahead hints, the
-    kernel's default read-around): the same results, kept for comparison and for tests."""
+    The bounds come from native code when it serves the shard (`native_search.py`); `native=False`
+    gives the numpy search, and `accelerate=False` the plain numpy search (no in-memory top
+    level, no read-ahead hints, the kernel's default read-around): the same results, kept for
+    comparison, for tests and for shards the native search cannot serve."""
 
-    def __init__(self, folder: Path, sid: int, width: int, doc_base: int, accelerate: bool = True):
+    def __init__(self, folder: Path, sid: int, width: int, doc_base: int, accelerate: bool = True,
+                 native: bool = True):
         self.id = sid
         self.width = width
         self.dtype = token_layout(width).dtype
@@ -143,11 +149,12 @@ class ShardSearcher:
         self.metaoff = _map(shard_file(folder, "metaoff", sid), np.dtype("<u8"), accelerate)
         self.meta = _map(shard_file(folder, "metadata", sid), np.uint8, accelerate)
         self.doc_base = doc_base
+        self.native = native_bounds(self.ds, self.sa, self.ptr_size) if accelerate and native else None
         self.blocks = self._first_token_blocks(shard_file(folder, "unigram", sid))
         self.use_toplevel(None)
         self._fetch_sa = self._fetch_ds = None
         self._reading_disk = True  # whether the last step read from the disk (then the next prefetches)
-        if accelerate and self.n:
+        if accelerate and self.n and self.native is None:
             self.use_toplevel(load_toplevel(folder, sid, width, self.n, self._toplevel_ok))
             if hasattr(os, "posix_fadvise"):  # Linux and most Unixes; elsewhere searches just fault pages in
                 self._fetch_sa, self._fetch_ds = _Prefetcher(sa_path), _Prefetcher(ds_path)
@@ -165,7 +172,10 @@ class ShardSearcher:
     @cached_property
     def _pointer_array(self) -> np.ndarray | None:
         """The suffix array as one unsigned integer per pointer when pointers have a numpy width
-        (1, 2, 4 or 8 bytes): one gather per rank instead of one per byte; else None."""
+        (1, 2, 4 or 8 bytes, or the native search's widened copy): one gather per rank instead of
+        one per byte; else None."""
+        if self.native is not None:
+            return self.native.table
         if self.ptr_size not in (1, 2, 4, 8) or len(self.sa) % self.ptr_size:
             return None
         return self.sa.view(np.dtype(f"<u{self.ptr_size}"))
@@ -333,8 +343,34 @@ class ShardSearcher:
         return lcp, right
 
     def search(self, qkeys, qstart, qend, upper):
-        """Vectorized k-ary search of every query row; returns (lo, hi, lcp_lo, lcp_hi) at the end:
-        hi is the bound's rank, lo = hi - 1, and max(lcp_lo, lcp_hi) the longest match with a suffix.
+        """Search of every query row qkeys[qstart:qend] for its lower or (`upper`) upper bound; returns
+        (lo, hi, lcp_lo, lcp_hi): hi is the bound's rank, lo = hi - 1, and max(lcp_lo, lcp_hi) the
+        longest match of the row with a suffix. Natively when the shard allows, else with numpy."""
+        if self.native is not None:
+            return self._native_search(qkeys, qstart, qend, upper)
+        return self._numpy_search(qkeys, qstart, qend, upper)
+
+    def _native_search(self, qkeys, qstart, qend, upper):
+        """`search` with one native binary search per row inside its first token's rank block. A row
+        that occurs matches whole (the neighbour inside its range gets its length, the other 0);
+        the others' common prefixes with both neighbours come from one vectorized `compare`."""
+        lo, hi, _, _ = self.initial_bounds(qkeys[qstart])
+        query = qkeys.astype(self.dtype).byteswap()  # the keys' tokens again, little-endian
+        hi, count = self.native.bounds(query, qstart, qend, upper, lo + 1, hi)
+        m = len(hi)
+        lcp = np.zeros(2 * m, np.int64)  # lcp with S(hi - 1), then with S(hi)
+        found = np.flatnonzero(count > 0)
+        lcp[found + np.where(upper[found], 0, m)] = (qend - qstart)[found]
+        ranks = np.concatenate((hi - 1, hi))
+        ask = np.flatnonzero(np.tile(count == 0, 2) & (ranks >= 0) & (ranks < self.n))
+        if ask.size:
+            rows = ask % m
+            lcp[ask] = self.compare(ranks[ask], qkeys, qstart[rows], qend[rows], np.zeros(len(ask), np.int64),
+                                    upper[rows])[0]
+        return hi - 1, hi, lcp[:m], lcp[m:]
+
+    def _numpy_search(self, qkeys, qstart, qend, upper):
+        """Vectorized k-ary search of every query row: `search` with numpy.
 
         Each step compares up to `_FANOUT` - 1 suffixes spread over every row's range at once (the
         bound lies after the last one left of it), so a range of R ranks takes log_FANOUT(R)

@@ -1,5 +1,6 @@
-"""The accelerated suffix-array search (in-memory top level, read-ahead hints) against the plain one,
-and the top level's file: built from the shard files, rebuilt when it does not fit the shard."""
+"""The suffix-array searches against each other and against brute force: native (libdivsufsort),
+numpy accelerated (in-memory top level, read-ahead hints) and plain numpy; and the top level's file:
+built from the shard files, rebuilt when it does not fit the shard."""
 from __future__ import annotations
 
 import shutil
@@ -10,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from propme_metrics.demo.synthetic import generate_corpus
-from propme_metrics.index.format import shard_file
+from propme_metrics.index import native_search
+from propme_metrics.index.format import pointers, shard_file
 from propme_metrics.index.search import ShardSearcher
 from propme_metrics.index.toplevel import build_toplevel, load_toplevel, toplevel_path
 from support.corpora import make_index, write_jsonl
@@ -31,10 +33,20 @@ def index_dir(request, tmp_path_factory, gpt2_dir):
 
 
 def searchers(folder, width, stride, tokens):
+    """The plain numpy search, the accelerated one with these samples, and the native one."""
     plain = ShardSearcher(folder, 0, width, 0, accelerate=False)
-    fast = ShardSearcher(folder, 0, width, 0)
+    fast = ShardSearcher(folder, 0, width, 0, native=False)
     fast.use_toplevel(build_toplevel(folder, 0, width, stride=stride, tokens=tokens))
-    return plain, fast
+    native = ShardSearcher(folder, 0, width, 0)
+    assert plain.native is None and fast.native is None and native.native is not None
+    return plain, fast, native
+
+
+def assert_same_bounds(a, b):
+    """Equal bounds and longest matches (each search's two lcps need only have the same maximum)."""
+    for x, y in zip(a[:2], b[:2]):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(np.maximum(a[2], a[3]), np.maximum(b[2], b[3]))
 
 
 def random_queries(rng, ds: np.ndarray, n: int, sep: int, max_len: int = 40):
@@ -58,7 +70,7 @@ def random_queries(rng, ds: np.ndarray, n: int, sep: int, max_len: int = 40):
 @pytest.mark.parametrize("stride,tokens", [(1, 1), (3, 2), (7, 5), (64, 8), (1024, 8)])
 def test_accelerated_search_equals_plain(index_dir, stride, tokens):
     folder, width = index_dir
-    plain, fast = searchers(folder, width, stride, tokens)
+    plain, fast, native = searchers(folder, width, stride, tokens)
     rng = np.random.default_rng(stride * 10 + tokens)
     sep = (1 << (8 * width)) - 1
     for _ in range(12):
@@ -74,6 +86,7 @@ def test_accelerated_search_equals_plain(index_dir, stride, tokens):
                 b = fast.search(fast.keys(arr), qstart, qend, up)
                 for x, y in zip(a, b):
                     np.testing.assert_array_equal(x, y)
+                assert_same_bounds(a, native.search(native.keys(arr), qstart, qend, up))
 
 
 @HYPO
@@ -82,7 +95,7 @@ def test_accelerated_search_equals_plain_hypothesis(index_dir, data):
     folder, width = index_dir
     stride = data.draw(st.integers(1, 40))
     tokens = data.draw(st.integers(1, 9))
-    plain, fast = searchers(folder, width, stride, tokens)
+    plain, fast, native = searchers(folder, width, stride, tokens)
     ds = np.asarray(plain.ds).astype(np.int64)
     start = data.draw(st.integers(0, len(ds) - 2))
     q = list(ds[start:start + data.draw(st.integers(1, 30))])
@@ -100,6 +113,7 @@ def test_accelerated_search_equals_plain_hypothesis(index_dir, data):
     b = fast.search(fast.keys(arr), qstart, qend, up)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
+    assert_same_bounds(a, native.search(native.keys(arr), qstart, qend, up))
 
 
 def test_toplevel_samples_are_the_suffixes(index_dir):
@@ -143,13 +157,13 @@ def test_toplevel_is_small(index_dir):
     assert top.nbytes <= max(0.01 * sizes, 64)
 
 
-def test_search_equals_brute_force(index_dir):
-    """Bounds and longest matches of the (k-ary) search against every suffix of the shard, sorted in
-    Python; the pointer gather against the pointers' bytes."""
-    from propme_metrics.index.format import pointers
-
+@pytest.mark.parametrize("route", ["native", "numpy"])
+def test_search_equals_brute_force(index_dir, route):
+    """Bounds and longest matches of the native and the (k-ary) numpy search against every suffix
+    of the shard, sorted in Python; the pointer gather against the pointers' bytes."""
     folder, width = index_dir
-    s = ShardSearcher(folder, 0, width, 0)
+    s = ShardSearcher(folder, 0, width, 0, native=route == "native")
+    assert (s.native is not None) == (route == "native")
     all_pos = pointers(np.asarray(s.sa), s.ptr_size) // width
     np.testing.assert_array_equal(s.ranks_to_token_pos(np.arange(s.n)), all_pos)
     keys = s.keys(s.ds).tolist()
@@ -170,3 +184,41 @@ def test_search_equals_brute_force(index_dir):
             lo, hi, llo, lhi = s.search(s.keys(arr), np.asarray([0]), np.asarray([m]), np.asarray([up]))
             assert hi[0] == want
             assert max(llo[0], lhi[0]) == max(common)
+
+
+def test_native_reads_four_byte_pointers_in_place(index_dir):
+    """A suffix array of 4-byte pointers (shards of 16 MiB to 2 GiB of tokens) is searched as it
+    lies in the file: the shard's pointers rewritten in that layout give the same bounds."""
+    folder, width = index_dir
+    s = ShardSearcher(folder, 0, width, 0)
+    table = pointers(np.asarray(s.sa), s.ptr_size).astype("<u4").view(np.uint8)
+    bounds = native_search.native_bounds(s.ds, table, 4)
+    assert np.shares_memory(bounds.table, table)
+    rng = np.random.default_rng(8)
+    for q in random_queries(rng, np.asarray(s.ds), 40, (1 << (8 * width)) - 1):
+        arr = np.asarray(q, dtype=np.int64)
+        for up in (False, True):
+            qs, qe, u = np.asarray([0]), np.asarray([len(arr)]), np.asarray([up])
+            want = s.search(s.keys(arr), qs, qe, u)[1]
+            got, _count = bounds.bounds(arr.astype(s.dtype), qs, qe, u, np.asarray([0]), np.asarray([s.n]))
+            np.testing.assert_array_equal(got, want)
+
+
+def test_native_refuses_what_it_cannot_index(index_dir, monkeypatch):
+    """No native search for an empty shard or one of 2 GiB of tokens or more (32-bit offsets),
+    nor without the library: those shards get the numpy search, with the same results."""
+    folder, width = index_dir
+    s = ShardSearcher(folder, 0, width, 0)
+    assert native_search.native_bounds(s.ds[:0], s.sa[:0], s.ptr_size) is None
+    monkeypatch.setattr(native_search, "_MAX_BYTES", s.ds.nbytes - 1)
+    assert native_search.native_bounds(s.ds, s.sa, s.ptr_size) is None
+    monkeypatch.undo()
+    monkeypatch.setattr(native_search, "_SA_SEARCH", None)
+    assert not native_search.available()
+    fallback = ShardSearcher(folder, 0, width, 0)
+    assert fallback.native is None and fallback.samples is not None  # the accelerated numpy search
+    arr = np.asarray(s.ds[5:25], dtype=np.int64)
+    arr[arr == (1 << (8 * width)) - 1] = 11
+    n = len(arr)
+    qs, qe, up = np.arange(n), np.full(n, n), np.zeros(n, bool)
+    assert_same_bounds(s.search(s.keys(arr), qs, qe, up), fallback.search(fallback.keys(arr), qs, qe, up))
