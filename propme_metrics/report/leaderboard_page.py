@@ -98,7 +98,7 @@ class PageRow:
 
 
 @dataclass(frozen=True)
-class ComparisonRow:
+class ComparisonView:
     model_a: str
     model_b: str
     corpus: str
@@ -138,7 +138,7 @@ def _cell(row: Mapping[str, Any], name: str, metric: str, top: float | None) -> 
     return PageCell(cell.text, cell.ends, "" if value is None else repr(value), bar)
 
 
-def _comparison(c: Mapping[str, Any]) -> ComparisonRow:
+def _comparison(c: Mapping[str, Any]) -> ComparisonView:
     def who(side: str) -> str:
         rev = c.get(f"revision_{side}")
         return str(c.get(f"model_{side}", "")) + (f" @ {rev}" if rev else "")
@@ -147,7 +147,7 @@ def _comparison(c: Mapping[str, Any]) -> ComparisonRow:
     metric = str(c.get("metric", ""))
     interval = registry.UNDEFINED.table if low is None or high is None else f"[{fmt_value(low)}, {fmt_value(high)}]"
     sig = c.get("significant")
-    return ComparisonRow(who("a"), who("b"), str(c.get("corpus", "")), str(c.get("setting", "")),
+    return ComparisonView(who("a"), who("b"), str(c.get("corpus", "")), str(c.get("setting", "")),
                          metric, fmt_value(diff), interval, sig if isinstance(sig, bool) else None,
                          str(c.get("method") or ""))
 
@@ -157,7 +157,7 @@ class LeaderboardPage:
     title: str
     columns: list[PageColumn]
     rows: list[PageRow]
-    comparisons: list[ComparisonRow]
+    comparisons: list[ComparisonView]
     corpora: list[str]
     settings: list[str]
     report_href: str
