@@ -30,7 +30,7 @@ from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.report.columns import slug
-from propme_metrics.report.compute import CONFIDENCE, CorpusResult, MetricResult, Report
+from propme_metrics.report.compute import CorpusResult, MetricResult, Report
 
 #: the schema version the records follow (tests validate them against the official schema files)
 SCHEMA_VERSION = "0.3.0"
@@ -38,8 +38,6 @@ SCHEMA_VERSION = "0.3.0"
 EEE_DIR = "eee"
 #: metrics whose values have no upper bound (the rest, and PM, lie in [0, 1])
 _UNBOUNDED = {"als": "tokens", "pii_items": "items per generation"}
-BOOTSTRAP_METHOD = "percentile_bootstrap"
-WILSON_METHOD = "wilson_score"
 
 
 @dataclass(frozen=True)
@@ -50,6 +48,7 @@ class ShownInterval:
     high: float
     method: str
     num_samples: int
+    confidence: float
     resamples: int | None = None   #: bootstrap resamples (None for a closed-form interval)
 
 
@@ -57,17 +56,14 @@ def _defined(*values: float | None) -> bool:
     return all(v is not None and not (isinstance(v, float) and math.isnan(v)) for v in values)
 
 
-def metric_interval(res: CorpusResult, setting: str, metric: str, mr: MetricResult, bootstrap: int) -> ShownInterval | None:
-    """The interval of a base metric: Wilson over counted generations for a proportion (it does not
-    collapse at 0 or all events), else the percentile bootstrap over the setting's units."""
-    task = res.settings[setting].task
-    stats = task.stats(metric)
-    if registry.metric(metric).proportion and _defined(mr.wilson_low, mr.wilson_high):
-        n = int(round(sum(s.denominator for s in stats)))
-        return ShownInterval(mr.wilson_low, mr.wilson_high, WILSON_METHOD, n)
-    if _defined(mr.low, mr.high):
-        return ShownInterval(mr.low, mr.high, BOOTSTRAP_METHOD, len(stats), bootstrap)
-    return None
+def _shown_interval(res: CorpusResult, setting: str, metric: str, mr: MetricResult) -> ShownInterval | None:
+    """The interval the report shows for a base metric, with the method `metrics.pm.metric_interval` chose
+    (modified Wilson over counted generations for a proportion, a bootstrap over units otherwise)."""
+    if not (mr.method and _defined(mr.low, mr.high)):
+        return None
+    stats = res.settings[setting].task.stats(metric)
+    n = int(round(sum(s.denominator for s in stats))) if registry.metric(metric).proportion else len(stats)
+    return ShownInterval(mr.low, mr.high, mr.method, n, mr.confidence, mr.resamples or None)
 
 
 def _unit(setting: str) -> str:
@@ -96,7 +92,7 @@ def _score(value: float, interval: ShownInterval | None, details: dict[str, Any]
     out: dict[str, Any] = {"score": value, "details": {k: str(v) for k, v in details.items()}}
     if interval is not None:
         uncertainty: dict[str, Any] = {
-            "confidence_interval": {"lower": interval.low, "upper": interval.high, "confidence_level": CONFIDENCE,
+            "confidence_interval": {"lower": interval.low, "upper": interval.high, "confidence_level": interval.confidence,
                                     "method": interval.method},
             "num_samples": interval.num_samples}
         if interval.resamples is not None:
@@ -105,7 +101,7 @@ def _score(value: float, interval: ShownInterval | None, details: dict[str, Any]
     return out
 
 
-def _base_results(res: CorpusResult, bootstrap: int) -> list[dict[str, Any]]:
+def _base_results(res: CorpusResult) -> list[dict[str, Any]]:
     out = []
     for setting, sr in res.settings.items():
         for metric, mr in sr.metrics.items():
@@ -121,13 +117,13 @@ def _base_results(res: CorpusResult, bootstrap: int) -> list[dict[str, Any]]:
                 "source_data": _source_data(res, setting),
                 "metric_config": _metric_config(metric_id, spec.label, spec.description, _UNBOUNDED.get(metric),
                                                 spec.higher_is_better, params),
-                "score_details": _score(mr.value, metric_interval(res, setting, metric, mr, bootstrap),
+                "score_details": _score(mr.value, _shown_interval(res, setting, metric, mr),
                                         {"prompts": sr.counts["prompts"], "generations_counted": sr.counts["counted"],
                                          "degenerate": sr.counts["degenerate"], "failed": sr.counts["failed"]})})
     return out
 
 
-def _pm_results(res: CorpusResult, bootstrap: int) -> list[dict[str, Any]]:
+def _pm_results(res: CorpusResult) -> list[dict[str, Any]]:
     out = []
     for (metric, setting), iv in res.pm.items():
         if not _defined(iv.estimate):
@@ -136,8 +132,9 @@ def _pm_results(res: CorpusResult, bootstrap: int) -> list[dict[str, Any]]:
         metric_id = f"propme.{res.label}.pm_{metric}.{setting}"
         p_task, c_task = res.settings[setting].task, res.settings[PREFIX].task
         interval = None
-        if _defined(iv.low, iv.high):
-            interval = ShownInterval(iv.low, iv.high, BOOTSTRAP_METHOD, len(p_task.stats(metric)), bootstrap)
+        if iv.method and _defined(iv.low, iv.high):
+            interval = ShownInterval(iv.low, iv.high, iv.method, len(p_task.stats(metric)), iv.confidence,
+                                     iv.resamples or None)
         params = {"base_metric": metric, "propensity_setting": setting, "capability_setting": PREFIX}
         out.append({
             "evaluation_result_id": metric_id, "evaluation_name": f"propme_{res.label}_{setting}_vs_{PREFIX}",
@@ -148,7 +145,8 @@ def _pm_results(res: CorpusResult, bootstrap: int) -> list[dict[str, Any]]:
                 "attack, 0.5 the same, 1 more unprompted", None, False, params),
             "score_details": _score(iv.estimate, interval, {
                 "propensity_units": len(p_task.stats(metric)), "capability_units": len(c_task.stats(metric)),
-                "resampling": f"{_unit(setting)}s of {setting} and prompts of {PREFIX}, independently"})})
+                "resampling": f"{_unit(setting)}s of {setting} and prompts of {PREFIX}, independently",
+                **({"withheld": iv.withheld} if iv.withheld else {})})})
     return out
 
 
@@ -174,7 +172,7 @@ def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dic
     for (model, revision), results in by_model.items():
         who = model + (f"@{revision}" if revision else "")
         first_task = next(iter(results[0].settings.values())).task
-        evaluation = [x for r in results for x in (*_pm_results(r, report.bootstrap), *_base_results(r, report.bootstrap))]
+        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r))]
         record = {
             "schema_version": SCHEMA_VERSION, "evaluation_id": f"propme/{who}/{stamp}", "retrieved_timestamp": stamp,
             "source_metadata": {"source_name": "PropMe", "source_type": "evaluation_run",

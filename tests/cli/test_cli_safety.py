@@ -178,14 +178,16 @@ def test_read_only_demo_folder_is_one_message(cli_run):
 
 
 @pytest.mark.parametrize("meta,fragment", [
-    ({"demo_index": 123}, "'demo_index' must be the path of an index folder"),
+    ({"demo_index": 123}, "'demo_index' must be a path (a non-empty string), not 123"),
     ({"trace_max_tokens": True}, "'trace_max_tokens' must be an integer, not True"),
     ({"trace_window_factor": float("nan")}, "'trace_window_factor' must be an integer"),
     ({"trace_window_factor": "inf"}, "'trace_window_factor' must be an integer"),
     ({"trace_window_factor": float("inf")}, "'trace_window_factor' must be an integer"),
     ({"n_prompts": 2.5}, "'n_prompts' must be an integer"),
-    ({"cache_dir": 7}, "'cache_dir' must be the path of the prompt cache folder"),
-    ({"demo_generic_prompts": ["a"]}, "'demo_generic_prompts' must be the path of a prompt file"),
+    ({"cache_dir": 7}, "'cache_dir' must be a path (a non-empty string), not 7"),
+    ({"demo_generic_prompts": ["a"]}, "'demo_generic_prompts' must be a path (a non-empty string), not ['a']"),
+    # the metadata schema's upper bounds come first (propme_tasks/schema.py)
+    ({"prompt_free_generations": 10**12}, "'prompt_free_generations' must be between 1 and 10,000,000"),
     ({"cache_dir": "/sys/propme-test-cache"}, "cannot create the prompt cache /sys/propme-test-cache/prompts"),
 ])
 def test_task_configuration_errors_are_one_message(meta, fragment, synthetic_index):
@@ -201,13 +203,13 @@ def test_task_configuration_errors_are_one_message(meta, fragment, synthetic_ind
 
 
 @pytest.mark.parametrize("meta,fragment", [
-    ({"prompt_free_generations": 10**12}, "prompt_free_generations asks for 1,000,000,000,000 generations"),
-    ({"n_prompts": 10**9, "generations_per_prompt": 10**4}, "n_prompts x generations_per_prompt"),
+    # each key within its schema range, the product beyond any machine's memory
+    ({"n_prompts": 10**7, "generations_per_prompt": 10**5}, "n_prompts x generations_per_prompt"),
 ])
 def test_work_sized_beyond_memory_is_refused_at_once(meta, fragment, synthetic_index):
     from propme_tasks.hooks import TaskConfigError, load_prompts
 
-    setting = "unconditional" if "prompt_free_generations" in meta else "generic"
+    setting = "generic"
     meta = {"demo_index": str(synthetic_index), "start_token": "<|endoftext|>", **meta}
     with pytest.raises(TaskConfigError) as info:
         load_prompts(corpus="demo", setting=setting, language="en", **meta)

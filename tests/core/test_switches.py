@@ -68,7 +68,7 @@ def test_a_bad_discovery_switch_never_breaks_start_up():
 
 def test_the_docs_list_the_words_the_code_takes():
     text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
-    sentence = re.search(r"a yes/no setting\s+accepts (.+?)\.", text, re.S).group(1)
+    sentence = re.search(r"a yes/no setting\s+accepts\s+(.+?)\.", text, re.S).group(1)
     true_part, false_part = sentence.split(" and ", 1)
     assert re.findall(r"`([^`]+)`", true_part) == list(TRUE_WORDS)
     assert re.findall(r"`([^`]+)`", false_part) == list(FALSE_WORDS)

@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from propme_metrics.metrics.pm import wilson_interval
+from propme_metrics.metrics.pm import PERCENTILE, WILSON, wilson_interval
 from propme_metrics.report.build import build_report
 from propme_metrics.report.compute import IncompleteReportError
 from support.runs import COMMA, DATE1, DATE2, DFM, gen, reference_settings, setting_prompts, stage1_settings, write_run
@@ -75,7 +75,7 @@ def test_values_intervals_and_metadata(report):
     assert fmr["score_details"]["score"] == pytest.approx(0.08)
     ci = fmr["score_details"]["uncertainty"]["confidence_interval"]
     assert (ci["lower"], ci["upper"]) == pytest.approx(wilson_interval(8, 100, 0.95))
-    assert ci["method"] == "wilson_score" and ci["confidence_level"] == 0.95
+    assert ci["method"] == WILSON and ci["confidence_level"] == 0.95
     assert fmr["score_details"]["uncertainty"]["num_samples"] == 100
     assert fmr["metric_config"]["lower_is_better"] is True
     assert (fmr["metric_config"]["min_score"], fmr["metric_config"]["max_score"]) == (0.0, 1.0)
@@ -86,7 +86,7 @@ def test_values_intervals_and_metadata(report):
     als = _result(stage3, "propme.dynaword.als.prefix")
     assert als["score_details"]["score"] == pytest.approx((75 * 25 + 25 * 24) / 100)
     unc = als["score_details"]["uncertainty"]
-    assert unc["confidence_interval"]["method"] == "percentile_bootstrap"
+    assert unc["confidence_interval"]["method"] == PERCENTILE
     assert unc["num_bootstrap_samples"] == 300 and unc["num_samples"] == 100
     assert als["metric_config"]["max_score"] == "Infinity" and als["metric_config"]["metric_unit"] == "tokens"
     lo, hi = unc["confidence_interval"]["lower"], unc["confidence_interval"]["upper"]
@@ -96,7 +96,7 @@ def test_values_intervals_and_metadata(report):
     assert pm["score_details"]["score"] == pytest.approx(1 / 9)
     assert pm["metric_config"]["metric_parameters"] == {"base_metric": "fmr", "propensity_setting": "specific",
                                                         "capability_setting": "prefix"}
-    assert pm["score_details"]["uncertainty"]["confidence_interval"]["method"] == "percentile_bootstrap"
+    assert pm["score_details"]["uncertainty"]["confidence_interval"]["method"] == PERCENTILE
 
 
 def test_zero_events_keep_a_wilson_interval_over_generations(report):
