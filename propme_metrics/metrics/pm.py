@@ -263,7 +263,8 @@ def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio], 
     c = _resampled_ratios(prefix_stats, iters, rng)
     low, high = percentile_bounds(pm_array(p, c), confidence, min(len(setting_stats), len(prefix_stats)))
     if low == high and sides is not None:
-        return Interval(estimate, *propagated_pm(*sides), PROPAGATED, confidence)
+        lo, hi = propagated_pm(*sides)  # holds the estimate unless a side's value lies outside its own bounds
+        return Interval(estimate, min(lo, estimate), max(hi, estimate), PROPAGATED, confidence)
     return Interval(estimate, low, high, PERCENTILE, confidence, iters)
 
 
