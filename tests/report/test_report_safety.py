@@ -177,7 +177,7 @@ def test_a_report_over_an_earlier_one_leaves_no_stale_plot_and_keeps_user_files(
     assert "capability_common_pile.png" in names
     assert (out / "my-notes.md").read_text() == "mine" and (out / "capability_other.png").is_file()
     recorded = json.loads((out / "propme-report-files.json").read_text())["files"]
-    assert {p.name for p in report.paths} <= set(recorded)  # the page and eee/ records are recorded too
+    assert {p.relative_to(out).as_posix() for p in report.paths} <= set(recorded)  # the page and eee/ records too
     assert {n.split("/")[0] for n in recorded} | {"my-notes.md", "capability_other.png", "propme-report-files.json"} \
         == set(names)
 
@@ -344,19 +344,24 @@ def test_a_chat_template_run_never_pairs_with_a_plain_run(tmp_path, capsys):
 # --- a failed or killed report leaves one whole report ---------------------------------------------
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file below `folder` (the eee/ records too) by its path inside it, with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
 def test_a_report_failing_while_writing_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
     import propme_metrics.report.html as html_module
 
     out = tmp_path / "rep"
     first = write_run(tmp_path / "a", DFM, "", small_settings()).parent
     build_report([first], out, bootstrap=0)
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert "report.html" in before
+    before = _files(out)
+    assert "report.html" in before and any(name.startswith("eee/") for name in before)
     second = write_run(tmp_path / "b", "other/model", "", small_settings()).parent
     monkeypatch.setattr(html_module, "render", lambda *a, **k: 1 / 0)  # fails after the leaderboard and plots
     with pytest.raises(ZeroDivisionError):
         build_report([second], out, bootstrap=0)
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier report, whole and alone
+    assert _files(out) == before  # the earlier report, whole and alone
 
 
 def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
@@ -381,8 +386,8 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
     left = {p.relative_to(out).as_posix() for p in out.rglob("*")}
     assert any(".tmp" in name for name in left)  # the kill left a temporary behind
     report = build_report([run], out, bootstrap=0)
-    names = {p.name for p in out.iterdir()}
-    assert names == {p.name for p in report.paths} | {"propme-report-files.json"}, names
+    names = set(_files(out))
+    assert names == {p.relative_to(out).as_posix() for p in report.paths} | {"propme-report-files.json"}, names
     assert not any(name.startswith(".") for name in os.listdir(out))
 
 
@@ -425,7 +430,7 @@ def test_a_run_of_the_likelihood_subtask_alone_is_reported(tmp_path, capsys):
         capsys.readouterr().err
     md = (tmp_path / "rep" / "leaderboard.md").read_text()
     assert "probabilistic extraction" in md
-    row = csv_row(tmp_path / "rep" / "leaderboard.csv")
+    row = csv_row(tmp_path / "rep" / "leaderboard_full.csv")  # the likelihood columns are not headline columns
     assert row["model"] == DFM and any(k.endswith("prefix_likelihood_n_prefix") or "likelihood" in k for k in row)
 
 
