@@ -12,9 +12,13 @@ import numpy as np
 
 from propme_metrics.contamination.check import TaskCheck, coverage_values
 from propme_metrics.contamination.rule import CURVE_COVERAGE, CURVE_K
-from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP, percentile_bounds, resample_indices, wilson_interval
-
-CONFIDENCE = 0.95
+from propme_metrics.metrics.pm import (
+    CONFIDENCE,
+    DEFAULT_BOOTSTRAP,
+    percentile_bounds,
+    resample_indices,
+    wilson_interval,
+)
 
 
 def _finite(x: float | None) -> float | None:

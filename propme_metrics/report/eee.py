@@ -20,7 +20,6 @@ whose ends are undefined is left out of its result. The records hold no personal
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.report.columns import slug
-from propme_metrics.report.compute import CorpusResult, MetricResult, Report
+from propme_metrics.report.compute import CorpusResult, MetricResult, Report, finite
 
 #: the schema version the records follow (tests validate them against the official schema files)
 SCHEMA_VERSION = "0.3.0"
@@ -53,7 +52,7 @@ class ShownInterval:
 
 
 def _defined(*values: float | None) -> bool:
-    return all(v is not None and not (isinstance(v, float) and math.isnan(v)) for v in values)
+    return all(finite(v) is not None for v in values)
 
 
 def _shown_interval(res: CorpusResult, setting: str, metric: str, mr: MetricResult) -> ShownInterval | None:
