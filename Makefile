@@ -6,13 +6,13 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 DEPS := $(VENV)/.propme-deps
 
-.PHONY: demo test test-fast lint install bench pictures clean
+.PHONY: demo test test-fast test-lmeval-oldest lint install bench pictures clean
 
 $(DEPS): setup.cfg setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q ".[lmeval,test,ray]"
+	$(BIN)/pip install -q ".[lmeval,test,ray]" $(LMEVAL_PIN)
 	touch $@
 
 install: $(DEPS)
@@ -29,6 +29,15 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# CI's second run: the oldest lm-eval release setup.cfg admits (its `lm-eval[hf]>=` bound), in a venv of its
+# own, on a smoke subset: one stock `lm_eval` run of the demo tasks and lm-eval's conformance checks
+LMEVAL_OLDEST := $(shell sed -n 's/^ *lm-eval\[hf\]>=\([0-9.]*\),.*/\1/p' setup.cfg)
+OLDEST_VENV := .venv-lmeval-$(LMEVAL_OLDEST)
+LMEVAL_SMOKE := tests/tasks/test_lmeval_conformance.py tests/tasks/test_tasks.py::test_end_to_end_through_stock_lm_eval
+test-lmeval-oldest:
+	$(MAKE) install VENV=$(OLDEST_VENV) LMEVAL_PIN="lm-eval[hf]==$(LMEVAL_OLDEST)"
+	$(OLDEST_VENV)/bin/python -m pytest $(LMEVAL_SMOKE) $(PYTEST_ARGS)
+
 # ruff (pyproject.toml) and the import layers (setup.cfg [importlinter]); CI runs it before the tests
 lint: $(DEPS)
 	$(BIN)/ruff check .
@@ -44,4 +53,4 @@ pictures: install
 	$(BIN)/python docs/pictures.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info propme-demo
+	rm -rf $(VENV) .venv-lmeval-* build *.egg-info propme-demo

@@ -63,7 +63,6 @@ def model_max_length(meta: dict[str, Any], tok) -> int | None:
     if not isinstance(name, str) or not name.strip():
         return None
     from lm_eval.models.huggingface import HFLM
-    from lm_eval.models.utils import resolve_max_length
     from transformers import AutoConfig
 
     try:
@@ -71,6 +70,14 @@ def model_max_length(meta: dict[str, Any], tok) -> int | None:
                                             trust_remote_code=bool(meta.get("trust_remote_code")))
     except (OSError, ValueError):
         return None  # lm-eval will say what is wrong with the model when it loads it
+    try:
+        from lm_eval.models.utils import resolve_max_length
+    except ImportError:  # lm-eval 0.4.12: HFLM.max_length reads the top-level config, then the tokenizer
+        from lm_eval.models.huggingface import TOKENIZER_INFINITY
+
+        found = [getattr(config, a) for a in ("n_positions", "max_position_embeddings", "n_ctx") if hasattr(config, a)]
+        limit = found[0] if found else getattr(tok, "model_max_length", None)
+        return HFLM._DEFAULT_MAX_LENGTH if limit in (None, TOKENIZER_INFINITY) else int(limit)
     return resolve_max_length(config, tok, default=HFLM._DEFAULT_MAX_LENGTH)
 
 
