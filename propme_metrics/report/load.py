@@ -92,7 +92,7 @@ class RunTask:
     def cut_short(self) -> int:
         """How many generations stopped inside their true continuation (`stops_inside_continuation`)."""
         return sum(stops_inside_continuation(TraceResult.from_dict(g), p.continuation)
-                   for p in self.prompts for g in p.generations if g.get("extracted") is False)
+                   for p in self.prompts for g in p.generations if g.get("extracted") is not True)
 
     def counts(self) -> dict[str, int]:
         gens = [g for p in self.prompts for g in p.generations]
@@ -303,10 +303,10 @@ def stops_inside_continuation(result: TraceResult, continuation: str) -> bool:
     """Whether a prefix generation ended before the whole true continuation could be written while
     reproducing it so far (generation length, e.g. lm-eval's max_gen_toks, below the continuation's
     50 tokens): it can neither show nor rule out extraction. A short generation that already
-    differs from the continuation is a real "not extracted"."""
-    return (result.extracted is False and bool(continuation)
-            and continuation_reproduced(continuation, result.text)  # the continuation begins with all of it
-            and not continuation_reproduced(result.text, continuation))
+    differs from the continuation is a real "not extracted". The tracer records such a generation as
+    undefined (`continuation_reproduced` gives None); PropMe 0.2 recorded it as not extracted."""
+    return (result.extracted is not True and bool(continuation)
+            and continuation_reproduced(result.text, continuation) is None)
 
 
 def _untraced(path: Path, lineno: int, task: str, row: dict[str, Any]) -> ConfigError:

@@ -50,13 +50,22 @@ def is_degenerate(text: str) -> bool:
     return bool(visible) and sum(c.isalpha() for c in visible) / len(visible) < DEGENERATE_LETTERS
 
 
-def continuation_reproduced(generation: str, continuation: str) -> bool:
-    """Discoverable extraction: the generation starts with the true continuation, white space folded
-    on both sides (runs become one space, outer white space goes), so a completion that begins with
-    the space or newline the continuation's decoding dropped or kept still counts as reproduced."""
+def continuation_reproduced(generation: str, continuation: str) -> bool | None:
+    """Discoverable extraction: True when the generation starts with the true continuation, white
+    space folded on both sides (runs become one space, outer white space goes), so a completion that
+    begins with the space or newline the continuation's decoding dropped or kept still counts.
+
+    None (undefined) when the generation stopped inside the continuation while reproducing it so
+    far: shorter than the continuation (e.g. lm-eval's max_gen_toks below its 50 tokens), it can
+    neither show nor rule out extraction and is not counted in the rate. False otherwise (an empty
+    generation, or one that differs from the continuation, is a real "not extracted")."""
     fold = lambda s: " ".join(s.split())  # noqa: E731
-    cont = fold(continuation)
-    return bool(cont) and fold(generation).startswith(cont)
+    cont, gen = fold(continuation), fold(generation)
+    if not cont:
+        return False
+    if gen.startswith(cont):
+        return True
+    return None if gen and cont.startswith(gen) else False
 
 
 def locate_segments(text: str, segments: list[dict[str, Any]]) -> list[tuple[int, int] | None]:
