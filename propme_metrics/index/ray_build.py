@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,6 +50,8 @@ class PartResult:
     tokens: int
     seconds: float
     node: str
+    #: documents left out per --exclude-sources source (every task reads the whole corpus: the totals)
+    excluded: dict[str, int] = field(default_factory=dict)
 
 
 def _build_part(source, part: str, sid: int, tokenizer: str, revision: str | None, num_shards: int, width: int,
@@ -64,7 +66,7 @@ def _build_part(source, part: str, sid: int, tokenizer: str, revision: str | Non
                            shard_ids=[sid], token_width=width, batch_size=batch_size, cpus=cpus,
                            mem_bytes=mem_bytes, check_space=check_space, progress=False, sa_builder=sa_builder)
     return PartResult(sid, manifest.total_documents, manifest.total_tokens, round(time.time() - started, 2),
-                      socket.gethostname())
+                      socket.gethostname(), dict(manifest.build.get("excluded_documents") or {}))
 
 
 def build_index_on_ray(source, out: str | Path, address: str | None = None, tokenizer: str | None = None,
@@ -94,7 +96,11 @@ def build_index_on_ray(source, out: str | Path, address: str | None = None, toke
         if reused is not None:
             return reused
         root = ray_parts_dir(plan.out)
-        info = _run_parts(plan, root, address, memory_per_task, retries)
+        try:
+            info = _run_parts(plan, root, address, memory_per_task, retries)
+        except ConfigError:  # a corpus problem (a misspelt --exclude-sources...): nothing worth resuming
+            shutil.rmtree(root, ignore_errors=True)
+            raise
         manifest = join_locked([root / f"shard-{sid}" for sid in range(num_shards)], plan.out, build_info=info,
                                replace=force)
         shutil.rmtree(root)
@@ -139,9 +145,11 @@ def _run_parts(plan: BuildPlan, root: Path, address: str | None, memory_per_task
             ray.cancel(ref, force=True)
         raise
     results.sort(key=lambda r: r.shard)
+    excluded = results[0].excluded  # the same in every part; the local build's key, so `index build` reports it
     return {"batch_size": plan.batch_size, "cpus": cpus_per_task,
             "ray": {"tasks": num_shards, "memory_per_task": memory, "nodes": sorted({r.node for r in results}),
                     "task_seconds": [r.seconds for r in results]},
+            **({"excluded_documents": excluded} if excluded else {}),
             "seconds_last_run": round(time.time() - started, 2)}
 
 

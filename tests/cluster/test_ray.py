@@ -28,20 +28,6 @@ SHARDS = 4
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'propme[ray]')")
-    import ray.cloudpickle  # noqa: F811 (the submodule must be imported to be an attribute of ray)
-
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    except Exception as exc:  # no shared memory, no free ports...: skip, saying why
-        pytest.skip(f"a local Ray cluster cannot start here: {exc}")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need DiesOnce below
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def corpus_and_local(tmp_path_factory, gpt2_dir):
     root = tmp_path_factory.mktemp("ray-corpus")
     records = list(generate_corpus(160, seed=23))
