@@ -38,3 +38,42 @@ def _watch_parent(parent_pid: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(PARENT_CHECK_SECONDS)
     os._exit(1)
+
+
+def in_child(fn, on_death):
+    """`fn()` in a forked child that dies with this process; its result or exception comes back
+    pickled. A child killed by a signal (a native library's abort: Rust's or C++'s allocation
+    failure under an address-space limit, which no Python handler can catch), or one that could not
+    send its outcome back, raises `on_death(what happened)` here instead of ending this process."""
+    import pickle
+
+    parent, (read_end, write_end) = os.getpid(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run, send back, leave at once (no cleanup of the parent's state)
+        os.close(read_end)
+        code = 0
+        try:
+            die_with_parent(parent)
+            try:
+                outcome = (True, fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+                outcome = (False, exc)
+            with os.fdopen(write_end, "wb") as fh:
+                pickle.dump(outcome, fh)
+        except BaseException:  # noqa: BLE001 - an unpicklable outcome: the parent reports the death
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as fh:
+            data = fh.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise on_death(f"was stopped by {signal.Signals(os.WTERMSIG(status)).name}")
+    if not data:  # it could not even send its outcome back (out of memory while pickling it)
+        raise on_death(f"ended without a result (exit status {os.WEXITSTATUS(status)})")
+    ok, value = pickle.loads(data)
+    if ok:
+        return value
+    raise value

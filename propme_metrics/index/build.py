@@ -25,7 +25,7 @@ from propme_metrics import __version__
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import ConfigError, IndexFormatError
 from propme_metrics.core.files import write_atomic
-from propme_metrics.core.memory import available_memory, total_memory
+from propme_metrics.core.memory import address_space_limit, available_memory, out_of_memory, total_memory
 from propme_metrics.core.progress import progress_bar
 from propme_metrics.index.format import (
     STATE_NAME,
@@ -176,7 +176,20 @@ def build_index(source: CorpusSource, out: str | Path, tokenizer: str = DEFAULT_
 
     `options` are those of `plan_build`. `announce(text)`, when given, receives the estimate of
     disk, memory and time before the build starts (from the corpus' file sizes) and again from the
-    exact counts before the suffix arrays; `on_phase(name, seconds)` the time of each phase."""
+    exact counts before the suffix arrays; `on_phase(name, seconds)` the time of each phase.
+
+    Under an address-space limit (`ulimit -v`, prlimit --as) the build runs in a child process (the
+    callbacks too): the tokenizer library aborts the process when an allocation fails there, which
+    no handler can catch, and the child's death is reported as out of memory instead."""
+    if address_space_limit() is None:
+        return _build(source, out, tokenizer, options)
+    from propme_metrics.core.lifetime import in_child
+
+    return in_child(lambda: _build(source, out, tokenizer, options),
+                    lambda died: out_of_memory(f"building the index (the build process {died})"))
+
+
+def _build(source: CorpusSource, out: str | Path, tokenizer: str, options: dict) -> IndexManifest:
     plan = plan_build(source, out, tokenizer, **options)
     with write_errors(plan.work), build_lock(plan.out):
         return _build_locked(plan)
