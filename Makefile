@@ -25,9 +25,11 @@ demo: install
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# the inner loop: every test but the slow ones (stock lm_eval runs, the demo model, Ray, Chromium)
+# the inner loop: every test but the slow ones (stock lm_eval runs, the demo model, Ray, Chromium), on two
+# processes (pytest-xdist; FAST_WORKERS=0 runs them in this one)
+FAST_WORKERS ?= 2
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(FAST_WORKERS) $(PYTEST_ARGS)
 
 # CI's second run: the oldest lm-eval release setup.cfg admits (its `lm-eval[hf]>=` bound), in a venv of its
 # own, on a smoke subset: one stock `lm_eval` run of the demo tasks and lm-eval's conformance checks

@@ -4,6 +4,7 @@ from __future__ import annotations
 import inspect
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,39 @@ def pytest_collection_modifyitems(config, items):
         if (SLOW_FIXTURES.intersection(item.fixturenames) or item.path.parent.name in SLOW_FOLDERS
                 or _runs_lm_eval(item)):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_setup(item):
+    index_module = sys.modules.get("lm_eval.tasks._index")  # imported by a test: lm-eval 0.4.12 or later
+    if index_module is not None and not getattr(index_module.TaskIndex.build, "index_once", False):
+        index_builtin_tasks_once(index_module)
+
+
+def index_builtin_tasks_once(index_module) -> None:
+    """lm-eval indexes its ~15k built-in task YAML files for every TaskManager that includes them
+    (`propme contamination`, `propme report --include-path`: about 6 s of CPU each). In this process
+    they are indexed once: each later index of that unchanged folder is a copy of the first (lm-eval
+    deep-copies a task's config when it builds the task); other folders are indexed as usual."""
+    builtin, original, cache = Path(index_module.__file__).parent, index_module.TaskIndex.build, {}
+
+    def build(paths, *, resolve_includes=True):
+        index = {}
+        for root in paths:  # lm-eval indexes each folder alone, then later folders override earlier ones
+            if Path(root) == builtin and resolve_includes:
+                if builtin not in cache:
+                    cache[builtin] = original([root])
+                part = dict(cache[builtin])
+            else:
+                part = original([root], resolve_includes=resolve_includes)
+            for name, entry in part.items():
+                if name in index:
+                    index_module.log.warning("Task '%s' from %s overrides existing task from %s", name,
+                                             entry.yaml_path, index[name].yaml_path)
+                index[name] = entry
+        return index
+
+    build.index_once = True
+    index_module.TaskIndex.build = staticmethod(build)
 
 
 @pytest.fixture(scope="session")
