@@ -41,39 +41,41 @@ def _items(args: argparse.Namespace) -> list:
 def cmd_contamination(args: argparse.Namespace) -> int:
     from rich.text import Text
 
+    from propme_metrics.contamination.assess import check_tasks
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.core.progress import terminal
     from propme_metrics.index.reader import open_index
-    from propme_metrics.report.contamination_views import check_and_write, contamination_lines
+    from propme_metrics.report.contamination_views import contamination_lines, write_outputs
 
     rule = _rule(args)
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, {"--index": args.index},
                   output_folders=("--out",))
     index = open_index(args.index)
     per_task = _items(args)
-    doc, _, written, seconds = check_and_write(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet,
-                                         Path(args.out))
+    result = check_tasks(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet)
+    written = write_outputs(Path(args.out), result)
     console = terminal()
-    for line in contamination_lines(doc):
+    for line in contamination_lines(result):
         console.print(Text(line), highlight=False)
     total = sum(len(items) for _, items in per_task)
-    console.print(Text(f"{total:,} items matched in {seconds:.1f} s; wrote {', '.join(p.name for p in written)} "
+    console.print(Text(f"{total:,} items matched in {result.seconds:.1f} s; wrote {', '.join(p.name for p in written)} "
                        f"into {args.out}"), highlight=False)
     return 0
 
 
-def report_contamination(args: argparse.Namespace, out: Path) -> tuple | None:
-    """`propme report`'s contamination section: (document, checks) when the runs hold benchmark
+def report_contamination(args: argparse.Namespace, out: Path):
+    """`propme report`'s contamination section: the `ContaminationResult` when the runs hold benchmark
     tasks besides PropMe's and an index is known (--index, else the one PropMe's tasks logged);
     the files go into `out`. None (and a line saying why) when there is nothing to check."""
     from rich.text import Text
 
+    from propme_metrics.contamination.assess import check_tasks
     from propme_metrics.contamination.rule import ContaminationRule
     from propme_metrics.contamination.runs import logged_index_path, read_runs
     from propme_metrics.core.errors import PropMeError
     from propme_metrics.core.progress import stderr_console
     from propme_metrics.index.reader import open_index
-    from propme_metrics.report.contamination_views import check_and_write
+    from propme_metrics.report.contamination_views import write_outputs
 
     try:
         logged = read_runs(args.runs)
@@ -94,8 +96,10 @@ def report_contamination(args: argparse.Namespace, out: Path) -> tuple | None:
         stderr_console.print(Text(f"no contamination section: {getattr(exc, 'message', exc)} (run `propme "
                                   "contamination` for the details)"), highlight=False)
         return None
-    doc, checks, _, _ = check_and_write(index, per_task, ContaminationRule(), 1, args.bootstrap, args.seed, True, out)
-    return doc, checks
+    result = check_tasks(index, per_task, ContaminationRule(), 1, args.bootstrap, args.seed,
+                         samples={t.task: t.samples_path for t in logged})
+    write_outputs(out, result)
+    return result
 
 
 def add_contamination_command(sub: argparse._SubParsersAction) -> None:

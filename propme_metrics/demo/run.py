@@ -261,8 +261,13 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     started = time.time()
     paths = prepare(out, size, progress=progress)
     run_lm_eval(paths, size)
+    from propme_metrics.demo.benchmark_task import run_benchmark_task
+    from propme_metrics.report.contamination_views import contamination_lines
+
+    contamination = run_benchmark_task(paths, progress=progress)  # demo_quiz: the report's contamination section
     t = time.time()
-    report = build_report([paths.run(r) for r in size.revisions], paths.report, bootstrap=size.bootstrap, seed=0)
+    report = build_report([paths.run(r) for r in size.revisions], paths.report, bootstrap=size.bootstrap, seed=0,
+                          contamination=contamination)
     _stage("report", False, t, str(paths.report))
     print_summary(report)
     result = report.results[-1]  # the final checkpoint
@@ -277,9 +282,7 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
         print(f"\n(n, p)-discoverable prefix documents (p = {lr.p:g}, {lr.n_documents} documents): {curve}\n"
               f"greedy extraction {lr.metrics['greedy_extraction'].value:.2f}, prefix FMR {fmr}, "
               f"median log10 P(z) {lr.metrics['log10_p_median'].value:.2f}")
-    from propme_metrics.demo.benchmark_task import run_benchmark_task
-
-    for line in run_benchmark_task(paths.root, paths.corpus, paths.model, paths.index, progress):
+    for line in contamination_lines(contamination):
         print(f"\ncontamination of the demo's other benchmark (propme contamination): {line}")
     print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv} and {report.out / 'leaderboard.html'}\n"
           f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")

@@ -151,7 +151,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
                  discoverable_p: float | None = None,
                  retraced_other_settings: bool = False, rare_max_count: int | None = None,
-                 pairing: str = "all", contamination: tuple | None = None) -> Report:
+                 pairing: str = "all", contamination: Any = None) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
@@ -166,8 +166,8 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     `metrics.leaks.RARE_MAX_COUNT`); every task of a report must share one. With two or more models
     on a corpus, `pairing` ("all" pairs, or "consecutive" revisions of each model) chooses the
     paired comparisons written to comparisons.json/.csv (`metrics.compare`; none when `bootstrap` is 0). `contamination`:
-    (contamination.json's document, the task checks) of the runs' other benchmarks, shown in
-    report.html (`report.contamination_views`).
+    the `contamination.assess.ContaminationResult` of the runs' other benchmarks, shown in report.html
+    (`report.contamination_views`) and the Every Eval Ever records (`report.eee`).
 
     Four steps: load the runs' tasks, compute each model's results per corpus, lay out the
     leaderboard's rows, write the files.
@@ -192,7 +192,8 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     if contamination is not None:
         from propme_metrics.report.contamination_views import html_section
 
-        report.contamination_html = html_section(*contamination)
+        report.contamination = contamination
+        report.contamination_html = html_section(contamination, html_docs_per_span, html_snippet_chars, show_pii)
     _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
            html_snippet_chars=html_snippet_chars, show_pii=show_pii)
     _raise_if_incomplete(report, computed)

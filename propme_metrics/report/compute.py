@@ -110,6 +110,7 @@ class Report:
     leaderboard_html: Path | None = None   #: the models' page (`report.leaderboard_page`)
     eee: list[Path] = field(default_factory=list)   #: Every Eval Ever records, one per model and revision
     contamination_html: str = ""   #: report.html's contamination section (report/contamination_views.py), or none
+    contamination: Any = None   #: contamination.assess.ContaminationResult of the runs' other benchmarks, or None
 
     @property
     def paths(self) -> list[Path]:

@@ -14,6 +14,13 @@ Each base metric of each setting and each PM is one `evaluation_result`:
   `num_bootstrap_samples` for a bootstrap interval;
 - `source_data` (a private data set): the index identity, prompt-set fingerprint and start token.
 
+With a contamination check of the runs' other benchmarks (`propme report --index`), the record of
+the model that ran a benchmark also holds, per task, `propme.contamination.<task>.contaminated_share`
+(Wilson interval over items) and, for every per-sample metric lm-eval logged,
+`propme.contamination.<task>.<metric>.{all,clean,contaminated}` with their intervals and
+`propme.contamination.<task>.<metric>.difference` (contaminated - clean, bootstrap interval); the
+rule is in each result's `metric_parameters`, the index identity in its `source_data`.
+
 An undefined value (None: nothing to compute it from) is left out, never written as 0; an interval
 whose ends are undefined is left out of its result. The records hold no personal data values.
 """
@@ -27,6 +34,7 @@ from typing import Any
 
 from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.pm import CONFIDENCE, WILSON
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.report.columns import slug
 from propme_metrics.report.compute import CorpusResult, MetricResult, Report, finite
@@ -149,6 +157,83 @@ def _pm_results(res: CorpusResult) -> list[dict[str, Any]]:
     return out
 
 
+def _contamination_source(result: Any, task: str) -> dict[str, Any]:
+    details = {"benchmark_task": task, "index_identity": result.index_identity, "index_path": result.index_path}
+    return {"dataset_name": task, "source_type": "other", "additional_details": details}
+
+
+def _contamination_results(result: Any, task: str, higher_is_better: dict[str, bool]) -> list[dict[str, Any]]:
+    """A benchmark task's contaminated share and its metrics on all, clean and contaminated items and
+    their difference (`contamination.summary.TaskSummary`), undefined ones left out."""
+    s = result.summaries[task]
+    rule = {f"rule_{k}": v for k, v in result.rule.to_dict().items()}
+    prefix = f"propme.contamination.{task}"
+    out = []
+
+    def add(metric_id: str, name: str, description: str, e: Any, lower_is_better: bool, bounds: tuple,
+            params: dict[str, Any], details: dict[str, Any]) -> None:
+        if not _defined(e.value):
+            return  # undefined: left out, never 0
+        interval = None
+        if e.method and _defined(e.low, e.high):
+            interval = ShownInterval(e.low, e.high, e.method, s.items if e.n is None else e.n, CONFIDENCE,
+                                     e.resamples or None)
+        config = {"evaluation_description": description, "metric_id": metric_id, "metric_name": name,
+                  "metric_kind": "contamination", "metric_unit": "proportion" if bounds == (0.0, 1.0) else "score",
+                  "lower_is_better": lower_is_better, "score_type": "continuous", "min_score": bounds[0],
+                  "max_score": bounds[1], "metric_parameters": {**params, **rule}}
+        out.append({"evaluation_result_id": metric_id, "evaluation_name": task,
+                    "source_data": _contamination_source(result, task), "metric_config": config,
+                    "score_details": _score(e.value, interval, details)})
+
+    counts = {"items": s.items, "contaminated": s.contaminated, "boilerplate_kgrams": s.boilerplate_kgrams}
+    add(f"{prefix}.contaminated_share", "contaminated share",
+        f"share of {task}'s items found in the training corpus by the contamination rule", s.share, True,
+        (0.0, 1.0), {}, counts)
+    for metric, m in s.metrics.items():
+        binary = m.all.method == WILSON   # 0/1 values (accuracy): the mean lies in [0, 1]
+        bounds = (0.0, 1.0) if binary else (None, None)
+        # a filtered metric is logged as `<metric>_<filter>`; lm-eval records the direction of `<metric>`
+        named = [k for k in higher_is_better if metric == k or metric.startswith(f"{k}_")]
+        higher = higher_is_better[max(named, key=len)] if named else True
+        for part in ("all", "clean", "contaminated"):
+            add(f"{prefix}.{metric}.{part}", f"{metric} ({part} items)", f"{metric} of {task} on its {part} items",
+                getattr(m, part), not higher, bounds, {"metric": metric, "subset": part}, counts)
+        add(f"{prefix}.{metric}.difference", f"{metric} contaminated - clean",
+            f"{metric} of {task} on contaminated items minus on clean items (a gain from seeing the items in "
+            "training; resampled per group)", m.difference, True, (-1.0, 1.0) if binary else (None, None),
+            {"metric": metric, "subset": "contaminated - clean"}, counts)
+    return out
+
+
+def _benchmark_run(samples: Path) -> tuple[tuple[str, str, str], dict[str, bool]] | None:
+    """The (model, revision, model_args) and the metrics' higher_is_better of the lm-eval run whose
+    samples file this is (its results file beside it); None when that cannot be read."""
+    from propme_metrics.core.errors import ConfigError
+    from propme_metrics.report.load import _model_identity, _read_json
+
+    task, date_id = samples.stem[len("samples_"):].rsplit("_", 1)
+    try:
+        data = _read_json(samples.parent / f"results_{date_id}.json")
+    except ConfigError:
+        return None
+    better = (data.get("higher_is_better") or {}).get(task) or {}
+    return _model_identity(data), {str(k): bool(v) for k, v in better.items()}
+
+
+def _contamination_by_model(report: Report) -> dict[tuple[str, str], tuple[str, list[dict[str, Any]]]]:
+    """(model, revision) -> (model_args, contamination results) of the models that ran the benchmarks."""
+    result = report.contamination
+    out: dict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = {}
+    for task in result.summaries if result is not None else ():
+        run = _benchmark_run(result.samples[task]) if task in result.samples else None
+        if run is None:
+            continue  # items without a model run: no model to attach them to
+        (model, revision, model_args), better = run
+        out.setdefault((model, revision), (model_args, []))[1].extend(_contamination_results(result, task, better))
+    return out
+
+
 def _model_info(model: str, revision: str, model_args: str) -> dict[str, Any]:
     details = {"deployment_type": "unknown", "model_availability": "unknown", "model_args": model_args}
     if revision:
@@ -167,11 +252,16 @@ def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dic
     by_model: dict[tuple[str, str], list[CorpusResult]] = {}
     for r in report.results:
         by_model.setdefault((r.model, r.revision), []).append(r)
+    contamination = _contamination_by_model(report)
+    for key in contamination:
+        by_model.setdefault(key, [])   # a model that ran only benchmarks: a record of its contamination figures
     out: dict[str, dict[str, Any]] = {}
     for (model, revision), results in by_model.items():
         who = model + (f"@{revision}" if revision else "")
-        first_task = next(iter(results[0].settings.values())).task
-        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r))]
+        model_args, checked = contamination.get((model, revision), ("", []))
+        if results:
+            model_args = next(iter(results[0].settings.values())).task.model_args
+        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r))] + checked
         record = {
             "schema_version": SCHEMA_VERSION, "evaluation_id": f"propme/{who}/{stamp}", "retrieved_timestamp": stamp,
             "source_metadata": {"source_name": "PropMe", "source_type": "evaluation_run",
@@ -181,7 +271,7 @@ def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dic
             "eval_library": {"name": "propme", "version": __version__,
                              "additional_details": {"generations_by": "lm_eval",
                                                     "pm_metrics": ",".join(report.pm_metrics)}},
-            "model_info": _model_info(model, revision, first_task.model_args),
+            "model_info": _model_info(model, revision, model_args),
             "evaluation_results": evaluation}
         name = f"{slug(who)}.json"
         while name in out:

@@ -196,7 +196,7 @@ def test_clean_and_contaminated_scores_recomputed_by_hand(planted, index):
     for it in items:
         it.metrics = {"acc": float(rng.random() < 0.5), "score": rng.random()}
     check = apply_rule("contam_mc", match_items(items, CorpusMatcher(index)), ContaminationRule())
-    s = task_summary(check, iters=500, seed=1)
+    s = task_summary(check, iters=500, seed=1).to_dict()
     flagged = [r.contaminated for r in check.items]
     assert s["items"] == len(items) and s["contaminated"] == sum(flagged)
     for metric in ("acc", "score"):
