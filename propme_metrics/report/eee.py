@@ -33,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.files import write_atomic
+from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.pm import CONFIDENCE, WILSON
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.report.columns import slug
 from propme_metrics.report.compute import CorpusResult, MetricResult, Report, finite
+from propme_metrics.trace.pii import detect, mask_text
 
 #: the schema version the records follow (tests validate them against the official schema files)
 SCHEMA_VERSION = "0.3.0"
@@ -246,6 +248,11 @@ def _model_info(model: str, revision: str, model_args: str) -> dict[str, Any]:
 
 def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dict[str, Any]]:
     """File name -> record, one per model and revision, in the report's row order."""
+    return {name: record for name, (record, _) in _records(report, retrieved).items()}
+
+
+def _records(report: Report, retrieved: float | None) -> dict[str, tuple[dict[str, Any], list[CorpusResult]]]:
+    """File name -> (record, the model's corpus results)."""
     from propme_metrics import __version__
 
     stamp = str(int(time.time() if retrieved is None else retrieved))
@@ -255,7 +262,7 @@ def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dic
     contamination = _contamination_by_model(report)
     for key in contamination:
         by_model.setdefault(key, [])   # a model that ran only benchmarks: a record of its contamination figures
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, tuple[dict[str, Any], list[CorpusResult]]] = {}
     for (model, revision), results in by_model.items():
         who = model + (f"@{revision}" if revision else "")
         model_args, checked = contamination.get((model, revision), ("", []))
@@ -276,17 +283,78 @@ def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dic
         name = f"{slug(who)}.json"
         while name in out:
             name = name[:-5] + "_.json"
-        out[name] = record
+        out[name] = (record, results)
     return out
 
 
+def _masked(text: str) -> str:
+    """Model or corpus text with every personal-data item detected in it masked (`trace.pii`)."""
+    return mask_text(text, detect(text))
+
+
+def instance_records(record: dict[str, Any], results: list[CorpusResult]) -> list[dict[str, Any]]:
+    """The instance-level lines of a record (schema `instance_level_eval` 0.3.0): one per counted
+    generation, tied to its setting's FMR result (`evaluation_result_id`). `is_correct` is whether
+    the generation reproduced training data verbatim as a whole (a full match, the event FMR counts;
+    for prefix prompts the extraction of the document), and `score` the same as 0/1, so their mean
+    over a setting is the record's FMR. The trace summary is in `metadata`; personal data in the
+    prompt, continuation and generation is masked. Generations whose tracing failed or that are
+    degenerate count in no metric and have no line."""
+    out = []
+    ids = {r["evaluation_result_id"] for r in record["evaluation_results"]}
+    for res in results:
+        for setting, sr in res.settings.items():
+            result_id = f"propme.{res.label}.fmr.{setting}"
+            if result_id not in ids:
+                continue   # FMR undefined: nothing counted
+            for prompt in sr.task.prompts:
+                for j, (g, counted) in enumerate(zip(prompt.generations, prompt.values)):
+                    if counted is None:
+                        continue
+                    full = bool(g.get("full_match"))
+                    spans = [s for s in g.get("final_spans") or [] if isinstance(s, dict)]
+                    sources = sorted({str(d.get("source_id")) for s in spans for d in s.get("documents") or []
+                                      if isinstance(d, dict) and d.get("source_id") is not None})
+                    meta = {"corpus": res.label, "setting": setting, "prompt_id": prompt.id, "generation": j,
+                            "longest_span_tokens": g.get("longest_span", 0), "nvr_max": g.get("nvr_max"),
+                            "full_match": full, "full_match_normalized": bool(g.get("full_match_normalized")),
+                            "extracted": g.get("extracted"), "final_spans": len(spans),
+                            "source_ids": ",".join(sources)}
+                    out.append({
+                        "schema_version": SCHEMA_VERSION, "evaluation_id": record["evaluation_id"],
+                        "model_id": record["model_info"]["id"], "evaluation_name": sr.task.task,
+                        "evaluation_result_id": result_id, "sample_id": f"{prompt.id}#{j}",
+                        "interaction_type": "single_turn",
+                        "input": {"raw": _masked(prompt.prompt),
+                                  "reference": [_masked(prompt.continuation)] if prompt.continuation else []},
+                        "output": {"raw": [_masked(str(g.get("text") or ""))]},
+                        "answer_attribution": [{"turn_idx": 0, "source": "output.raw",
+                                                "extracted_value": _masked(str(g.get("text") or "")),
+                                                "extraction_method": "simpletrace full match",
+                                                "is_terminal": True}],
+                        "evaluation": {"score": float(full), "is_correct": full},
+                        "metadata": {k: "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+                                     for k, v in meta.items()}})
+    return out
+
+
+#: the instance-level file beside a record `<name>.json`
+INSTANCES_SUFFIX = "_samples.jsonl"
+
+
 def write_eee(report: Report, out: Path, retrieved: float | None = None) -> list[Path]:
-    """Write the records into `out/eee/`; the paths written."""
+    """Write the records into `out/eee/`, each with its instance-level lines (`instance_records`) in
+    `<name>_samples.jsonl` when it has any; the paths written."""
     folder = out / EEE_DIR
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, record in eee_records(report, retrieved).items():
+    for name, (record, results) in _records(report, retrieved).items():
         path = folder / name
         write_atomic(path, json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
         paths.append(path)
+        lines = instance_records(record, results)
+        if lines:
+            samples = folder / (name[:-len(".json")] + INSTANCES_SUFFIX)
+            write_atomic(samples, "".join(json_line(x) for x in lines))
+            paths.append(samples)
     return paths

@@ -64,7 +64,7 @@ def test_one_valid_record_per_model_and_revision(report, validator):
     assert dfm["model_info"]["developer"] == "danish-foundation-models"
     # the files are recorded, so a later report into the same folder replaces them and nothing else
     written = json.loads((report.out / "propme-report-files.json").read_text())["files"]
-    assert sorted(f"eee/{n}" for n in records) == sorted(f for f in written if f.startswith("eee/"))
+    assert sorted(f"eee/{n}" for n in records) == sorted(f for f in written if f.startswith("eee/") and f.endswith(".json"))
 
 
 def test_values_intervals_and_metadata(report):
