@@ -222,8 +222,8 @@ def _flagged_item(item: FlaggedItem, task: str, field: str, block: dict[str, Any
     gid = str(len(block))
     title = f"{task} · doc {r.item.doc_id}"
     block[gid] = {"title": title, "spans": [
-        {"label": "span found in the corpus", "text": s.text, "start": s.match[0], "end": s.match[1],
-         "n_docs": s.count, "docs": [doc_json(d.to_dict(), snippet_chars, None if show_pii else ())
+        {"label": f"span found in the corpus ({s.count} occurrence(s))", "text": s.text, "start": s.match[0],
+         "end": s.match[1], "n_docs": len(s.documents), "docs": [doc_json(d.to_dict(), snippet_chars, None if show_pii else ())
                                      for d in s.documents[:max(1, docs_per_span)]]}
         for s in item.spans]}
     out, pos = [], 0

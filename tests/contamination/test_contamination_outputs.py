@@ -116,7 +116,8 @@ def test_html_spans_open_their_documents(world):
     for gid, k in marks:
         span, expected = block[gid]["spans"][k], flagged[gid].spans[k]
         assert block[gid]["title"] == f"quiz · doc {flagged[gid].result.item.doc_id}"
-        assert span["text"] == expected.text and span["n_docs"] == expected.count
+        assert span["text"] == expected.text and span["n_docs"] == len(expected.documents)
+        assert span["label"] == f"span found in the corpus ({expected.count} occurrence(s))"
         assert 1 <= len(span["docs"]) <= 2
         for d, want in zip(span["docs"], expected.documents):
             assert d["source_id"] == want.source_id
@@ -153,7 +154,7 @@ def test_eee_records_hold_the_contamination_figures(world, tmp_path, validator):
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
     rep = build_report([run], tmp_path / "report", bootstrap=100, plots=False, html=False,
                        contamination=world["result"])
-    (path,) = rep.eee
+    (path,) = [p for p in rep.eee if p.suffix == ".json"]
     record = json.loads(path.read_text(encoding="utf-8"))
     errors = sorted(validator.iter_errors(record), key=str)
     assert not errors, f"{errors[0].message} at {list(errors[0].absolute_path)}"
@@ -202,7 +203,7 @@ def test_a_benchmark_model_without_propme_runs_gets_its_own_record(world, tmp_pa
     other = dataclasses.replace(world["result"], samples={"quiz": bench / f"samples_quiz_{DATE1}.jsonl"})
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
     rep = build_report([run], tmp_path / "report", bootstrap=0, plots=False, html=False, contamination=other)
-    records = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in rep.eee}
+    records = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in rep.eee if p.suffix == ".json"}
     assert len(records) == 2
     for record in records.values():
         assert not list(validator.iter_errors(record))
@@ -233,7 +234,7 @@ def test_clicking_a_contaminated_span_opens_its_documents(world, tmp_path, chrom
     assert "hidden" not in panel[: panel.index(">")]
     first = world["result"].flagged["quiz"][0]
     span = first.spans[0]
-    assert "quiz · doc 0" in panel and "span found in the corpus, tokens" in panel
+    assert "quiz · doc 0" in panel and f"span found in the corpus ({span.count} occurrence(s)), tokens" in panel
     assert f"<span class=\"src\">{span.documents[0].source_id}</span>" in panel
     lo, hi = span.documents[0].snippet_span
     assert f"<mark>{html.escape(span.documents[0].snippet[lo:hi], quote=False)}</mark>" in panel  # text, not markup
