@@ -36,7 +36,7 @@ import numpy as np
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import metric_difference, pm_difference
-from propme_metrics.metrics.pm import bootstrap_metric, metric_interval, pm_interval, wilson_interval
+from propme_metrics.metrics.pm import IntervalSpec, bootstrap_metric, metric_interval, pm_interval, wilson_interval
 from propme_metrics.metrics.ratio import Ratio
 
 NS = (10, 100, 1000)
@@ -93,7 +93,7 @@ def _shares(rng: np.random.Generator, rates: np.ndarray) -> list[Ratio]:
 def ratio_coverage(n: int, rate: float, reps: int, resamples: int, seed: int) -> float:
     rng, truth, hit = np.random.default_rng(seed), rate * 0.6, 0
     for r in range(reps):
-        iv = bootstrap_metric(_nvr_prompts(rng, n, rate), resamples, seed=r, confidence=CONFIDENCE)
+        iv = bootstrap_metric(_nvr_prompts(rng, n, rate), IntervalSpec(resamples, r, CONFIDENCE))
         hit += iv.low <= truth <= iv.high
     return hit / reps
 
@@ -104,8 +104,9 @@ def pm_coverage(n: int, rate: float, reps: int, resamples: int, seed: int) -> tu
     hit = withheld = 0
     for r in range(reps):
         p, c = _shares(rng, np.full(n, rate)), _shares(rng, np.full(n, CAPABILITY_RATE))
-        sides = (metric_interval(FMR, p, resamples, r), metric_interval(FMR, c, resamples, r))
-        iv = pm_interval(p, c, resamples, r, sides, CONFIDENCE)
+        spec = IntervalSpec(resamples, r, CONFIDENCE)
+        sides = (metric_interval(FMR, p, spec), metric_interval(FMR, c, spec))
+        iv = pm_interval(p, c, spec, sides)
         hit += iv.low <= truth <= iv.high
         withheld += iv.withheld is not None
     return hit / reps, withheld / reps
@@ -126,9 +127,9 @@ def null_flags(n: int, rate: float, reps: int, resamples: int, seed: int) -> tup
         q, qc = _difficulty(rng, n, rate), _difficulty(rng, n, CAPABILITY_RATE)
         a, b = _shares(rng, q), _shares(rng, q)
         ca, cb = _shares(rng, qc), _shares(rng, qc)
-        iv = metric_difference(FMR, a, b, True, resamples, r, CONFIDENCE)
+        iv = metric_difference(FMR, a, b, True, IntervalSpec(resamples, r, CONFIDENCE))
         metric += iv.low is not None and iv.high is not None and (iv.low > 0 or iv.high < 0)
-        iv = pm_difference(FMR, (a, ca), (b, cb), True, resamples, r, CONFIDENCE)
+        iv = pm_difference(FMR, (a, ca), (b, cb), True, IntervalSpec(resamples, r, CONFIDENCE))
         pm_flags += iv.low is not None and iv.high is not None and (iv.low > 0 or iv.high < 0)
     return metric / reps, pm_flags / reps
 
