@@ -10,12 +10,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from propme_metrics.metrics.pm import Interval
 from propme_metrics.metrics.registry import LABELS, UNDEFINED
-
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.metrics.pm import Interval
 
 #: how a withheld PM reads in the tables (the reason is in the notes and leaderboard.json)
 WITHHELD = "withheld"

@@ -3,14 +3,11 @@ reproducible PNG write (no version string in the file: same inputs, same bytes).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
 
 from propme_metrics.core.files import atomic_output
-
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.metrics.results import CorpusResult
+from propme_metrics.metrics.results import CorpusResult
 
 _PNG_META = {"Software": None}
 
