@@ -177,7 +177,7 @@ def main() -> None:
             k = args.reps
             nvr = ratio_coverage(n, p, k, args.resamples, args.seed + n)
             pm_cov, withheld = pm_coverage(n, p, k, args.resamples, args.seed + 7 * n)
-            print(f"{n:>5} {p:>5} | {_cell(nvr, p > 0, k):>13} | {_cell(pm_cov, p > 0, k):>8} | "
+            print(f"{n:>5} {p:>5} | {_cell(nvr, p > 0, k):>13} | {_cell(pm_cov, p > 0 and withheld < 0.5, k):>13} | "
                   f"{100 * withheld:10.1f}% | {k}")
 
     print("\nPaired comparison on null pairs (same per-prompt rates): share flagged significant (goal <= 5%)")

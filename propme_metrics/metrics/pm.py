@@ -187,9 +187,10 @@ def _t_quantile(z: float, df: int) -> float:
 
 
 def informative_units(*aligned: Sequence[Ratio]) -> int:
-    """How many units carry an event (a numerator above 0) in any of the aligned unit lists: the
-    units a ratio's sampling spread comes from. With few events a ratio is as coarse as that many
-    units, however many zero units surround them, so the bootstrap's small-sample expansion counts these."""
+    """How many units carry an event (a numerator above 0) in any of the aligned unit lists. A
+    difference between models moves only with these units (where neither has an event it gains
+    nothing), so with few events it is as coarse as that many units however many zero units surround
+    them: the paired comparison's small-sample expansion (`expanded_alpha`) counts these."""
     return sum(any(s.numerator > 0 for s in unit) for unit in zip(*aligned))
 
 
@@ -234,7 +235,7 @@ def bootstrap_metric(stats: Sequence[Ratio], iters: int = DEFAULT_BOOTSTRAP, see
     if sum(s.denominator > 0 for s in stats) < 2:  # one unit has all the data: resampling cannot vary it
         return Interval(estimate, 0.0, unit_max, ONE_UNIT, confidence)
     samples = _resampled_ratios(stats, iters, np.random.default_rng(seed))
-    low, high = percentile_bounds(samples, confidence, informative_units(stats))
+    low, high = percentile_bounds(samples, confidence, len(stats))
     return Interval(estimate, low, high, PERCENTILE, confidence, iters)
 
 
@@ -268,8 +269,7 @@ def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio], 
     rng = np.random.default_rng(seed)
     p = _resampled_ratios(setting_stats, iters, rng)
     c = _resampled_ratios(prefix_stats, iters, rng)
-    units = min(informative_units(setting_stats), informative_units(prefix_stats))
-    low, high = percentile_bounds(pm_array(p, c), confidence, units)
+    low, high = percentile_bounds(pm_array(p, c), confidence, min(len(setting_stats), len(prefix_stats)))
     if low == high and sides is not None:
         lo, hi = propagated_pm(*sides)  # holds the estimate unless a side's value lies outside its own bounds
         return Interval(estimate, min(lo, estimate), max(hi, estimate), PROPAGATED, confidence)
