@@ -28,6 +28,7 @@ from propme_metrics.metrics.pm import (
     CONFIDENCE,
     Interval,
     IntervalSpec,
+    informative_units,
     joint_ratios,
     metric_interval,
     percentile_bounds,
@@ -135,7 +136,8 @@ def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Rat
         ra, rb = joint_ratios([a, b], iters, rng)
     else:
         (ra,), (rb,) = joint_ratios([a], iters, rng), joint_ratios([b], iters, rng)
-    return _finish(estimate, ra - rb, min(len(a), len(b)), intervals, PAIRED if paired else UNPAIRED,
+    units = informative_units(a, b) if paired else min(informative_units(a), informative_units(b))
+    return _finish(estimate, ra - rb, units, intervals, PAIRED if paired else UNPAIRED,
                    lambda: (metric_interval(spec, a, intervals), metric_interval(spec, b, intervals)))
 
 
@@ -157,7 +159,11 @@ def pm_difference(spec: registry.Metric, a: tuple[Sequence[Ratio], Sequence[Rati
     def sides(units: tuple[Sequence[Ratio], Sequence[Ratio]]) -> Interval:
         p, c = (metric_interval(spec, u, intervals) for u in units)
         return pm_interval(units[0], units[1], intervals, (p, c))
-    units = min(len(x) for x in (*a, *b))
+    prefix_units = informative_units(a[1], b[1])
+    if paired:
+        units = min(informative_units(a[0], b[0]), prefix_units)
+    else:
+        units = min(informative_units(a[0]), informative_units(b[0]), prefix_units)
     return _finish(estimate, pm_array(p_a, c_a) - pm_array(p_b, c_b), units, intervals,
                    PAIRED if paired else UNPAIRED, lambda: (sides(a), sides(b)))
 

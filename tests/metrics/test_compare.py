@@ -21,7 +21,7 @@ from propme_metrics.metrics.compare import (
     rank,
     select_pairs,
 )
-from propme_metrics.metrics.pm import IntervalSpec, metric_interval, resample_indices
+from propme_metrics.metrics.pm import IntervalSpec, expanded_alpha, joint_ratios, metric_interval, resample_indices
 from propme_metrics.metrics.ratio import Ratio
 
 FMR, NVR = registry.metric("fmr"), registry.metric("nvr")
@@ -122,3 +122,15 @@ def test_rank_counts_only_significant_differences():
     rows = [row("x", "y", -0.3, True), row("y", "z", 0.1, False), row("x", "z", -0.2, False)]
     rank(rows)
     assert [(r.rank_a, r.rank_b) for r in rows] == [(1, 2), (2, 1), (1, 1)]
+
+
+def test_comparison_expansion_counts_the_prompts_where_a_model_has_an_event():
+    # 100 shared prompts, events on 8 of them: the difference moves only with those 8 units
+    a = _shares([1, 1, 1, 1, 0, 0, 0, 0] + [0] * 92)
+    b = _shares([0, 0, 1, 0, 1, 1, 0, 0] + [0] * 92)
+    iv = metric_difference(FMR, a, b, True, IntervalSpec(2_000, 1))
+    ra, rb = joint_ratios([a, b], 2_000, np.random.default_rng(1))
+    tail = expanded_alpha(0.95, 6)  # prompts 0-5 carry an event in A or B
+    assert tail < expanded_alpha(0.95, 100) / 2
+    low, high = np.quantile(ra - rb, [tail, 1 - tail])
+    assert (iv.low, iv.high) == (pytest.approx(low), pytest.approx(high))

@@ -222,3 +222,29 @@ def test_interval_to_dict():
         "estimate": 0.5, "low": 0.25, "high": 0.75, "method": "bootstrap-percentile", "confidence": 0.95,
         "resamples": 100, "withheld": None}
     assert Interval(0.5, math.nan, None).to_dict()["low"] is None
+
+
+def test_informative_units_count_positions_with_an_event_in_any_list():
+    a = [PromptStat(0.0, 1.0), PromptStat(1.0, 1.0), PromptStat(0.0, 2.0), PromptStat(0.0, 0.0)]
+    b = [PromptStat(0.0, 1.0), PromptStat(0.0, 1.0), PromptStat(0.5, 2.0), PromptStat(0.0, 0.0)]
+    assert pm_module.informative_units(a) == 1
+    assert pm_module.informative_units(a, b) == 2
+
+
+def test_expanded_tail_matches_student_t_and_never_shrinks_below_two_units():
+    # t_(0.975, 9) = 2.262157 (tables): the tail is Phi(-sqrt(10 / 9) t)
+    from statistics import NormalDist
+    assert pm_module.expanded_alpha(0.95, 10) == pytest.approx(NormalDist().cdf(-math.sqrt(10 / 9) * 2.262157), abs=2e-4)
+    assert pm_module.expanded_alpha(0.95, 1) == pm_module.expanded_alpha(0.95, 2) < 1e-6
+
+
+
+def test_ratio_bootstrap_expansion_counts_the_prompts_with_an_event():
+    # 6 prompts of 100 carry an event: the interval's tails are those of 6 units, not 100
+    import numpy as np
+    stats = [PromptStat(0.5 * (i < 6), 3.0) for i in range(100)]
+    iv = bootstrap_metric(stats, IntervalSpec(2_000, 4))
+    samples = pm_module.joint_ratios([stats], 2_000, np.random.default_rng(4))[0]
+    tail = pm_module.expanded_alpha(0.95, 6)
+    assert tail < pm_module.expanded_alpha(0.95, 100) / 2
+    assert (iv.low, iv.high) == tuple(pytest.approx(float(q)) for q in np.quantile(samples, [tail, 1 - tail]))
