@@ -3,6 +3,7 @@ corpus k-grams cover, its longest part found in the corpus, located, with up to 
 documents and a snippet of each around the match (what report.html's span panel shows)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ import numpy as np
 
 from propme_metrics.contamination.check import ItemResult, TaskCheck
 from propme_metrics.contamination.match import CONTEXT_TOKENS, CorpusMatcher
+from propme_metrics.trace.result import TracedDocument
 from propme_metrics.trace.tracer import select_occurrences, source_id
 
 #: flagged items per task whose spans are located (the ones report.html lists)
@@ -30,11 +32,11 @@ class SpanDocument:
     snippet: str                     #: decoded window around the occurrence
     snippet_span: tuple[int, int]    #: the span's character range in `snippet`
 
-    def to_dict(self) -> dict[str, Any]:
-        """The document entry as the tracer writes one (`snippet`, `snippet_span`, ...), match "verbatim"."""
-        return {"source_id": self.source_id, "shard": self.shard, "doc_ix": self.doc_ix, "match": "verbatim",
-                "nv_recall": None, "metadata": self.metadata, "snippet": self.snippet,
-                "snippet_span": list(self.snippet_span)}
+    def traced(self) -> TracedDocument:
+        """The document as a tracer's document entry (what report.html's source panel shows): match
+        "verbatim", no NV-recall (NaN: undefined, a benchmark item is not a generation)."""
+        return TracedDocument(self.shard, self.doc_ix, self.source_id, self.metadata, "verbatim", math.nan, 0, 0, 0,
+                              self.snippet, self.snippet_span)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from propme_metrics.contamination.summary import CONFIDENCE, Estimate, TaskSumma
 from propme_metrics.core.files import atomic_output, write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics.registry import UNDEFINED
-from propme_metrics.report.cells import fmt_interval, fmt_value
+from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
-from propme_metrics.report.writers import _md_cell, write_csv
+from propme_metrics.report.writers import write_csv
 
 FORMAT = "propme-contamination/1"
 NORMALIZATION = ("texts are normalized before matching as the tracer's normalized match does: Unicode NFKC, "
@@ -95,7 +95,7 @@ def markdown(result: ContaminationResult) -> str:
         cells = [r["task"], r["items"], r["contaminated"], fmt_interval(r["share"], r["share_low"], r["share_high"]),
                  r.get("metric", UNDEFINED.table)]
         cells += [_interval(r, col) for _, col in PARTS]
-        lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -177,9 +177,9 @@ def html_section(result: ContaminationResult, docs_per_span: int = HTML_DOCS_PER
     """The contamination section of report.html: the table, then each task's flagged items with the
     spans found in the corpus highlighted. Each span is a `.seg` mark of report.html's generations
     section: clicking it opens the same source panel (report.js) on the documents that hold it,
-    carried in a JSON block of the same form as the generations' (`html._doc_json`, `script_json`);
+    carried in a JSON block of the same form as the generations' (`html.doc_json`, `script_json`);
     personal data in their snippets is masked unless `show_pii`."""
-    from propme_metrics.report.html import _doc_json, script_json
+    from propme_metrics.report.html import doc_json, script_json
 
     parts = ["<section id='contamination'><h2>Contamination of the benchmark items</h2>",
              f"<p>{html.escape(contamination_note(result))}</p>", "<table><tr><th>task</th><th>items</th>"
@@ -202,7 +202,7 @@ def html_section(result: ContaminationResult, docs_per_span: int = HTML_DOCS_PER
         parts.append(f"<h3>{html.escape(check.task)}: flagged items</h3><ol>")
         for item in flagged:
             parts.append(_flagged_item(item, check.task, check.rule.field, block, docs_per_span, snippet_chars,
-                                       show_pii, _doc_json))
+                                       show_pii, doc_json))
         more = check.contaminated - len(flagged)
         if more > 0:
             parts.append(f"<li>... {more} more in contamination_items.jsonl</li>")
@@ -223,7 +223,7 @@ def _flagged_item(item: FlaggedItem, task: str, field: str, block: dict[str, Any
     title = f"{task} · doc {r.item.doc_id}"
     block[gid] = {"title": title, "spans": [
         {"label": f"span found in the corpus ({s.count} occurrence(s))", "text": s.text, "start": s.match[0],
-         "end": s.match[1], "n_docs": len(s.documents), "docs": [doc_json(d.to_dict(), snippet_chars, None if show_pii else ())
+         "end": s.match[1], "n_docs": len(s.documents), "docs": [doc_json(d.traced(), snippet_chars, None if show_pii else ())
                                      for d in s.documents[:max(1, docs_per_span)]]}
         for s in item.spans]}
     out, pos = [], 0

@@ -36,9 +36,10 @@ from propme_metrics.core.files import write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.pm import CONFIDENCE, WILSON
+from propme_metrics.metrics.results import CorpusResult, MetricResult, finite
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
-from propme_metrics.report.columns import slug
-from propme_metrics.report.compute import CorpusResult, MetricResult, Report, finite
+from propme_metrics.report.cells import slug
+from propme_metrics.report.contents import Report
 from propme_metrics.trace.pii import detect, mask_text
 
 #: the schema version the records follow (tests validate them against the official schema files)
@@ -211,16 +212,17 @@ def _contamination_results(result: Any, task: str, higher_is_better: dict[str, b
 def _benchmark_run(samples: Path) -> tuple[tuple[str, str, str], dict[str, bool]] | None:
     """The (model, revision, model_args) and the metrics' higher_is_better of the lm-eval run whose
     samples file this is (its results file beside it); None when that cannot be read."""
-    from propme_metrics.core.errors import ConfigError
-    from propme_metrics.report.load import _model_identity, _read_json
+    from propme_metrics.report.load import model_identity
 
     task, date_id = samples.stem[len("samples_"):].rsplit("_", 1)
     try:
-        data = _read_json(samples.parent / f"results_{date_id}.json")
-    except ConfigError:
+        data = json.loads((samples.parent / f"results_{date_id}.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict):
         return None
     better = (data.get("higher_is_better") or {}).get(task) or {}
-    return _model_identity(data), {str(k): bool(v) for k, v in better.items()}
+    return model_identity(data), {str(k): bool(v) for k, v in better.items()}
 
 
 def _contamination_by_model(report: Report) -> dict[tuple[str, str], tuple[str, list[dict[str, Any]]]]:
@@ -274,7 +276,7 @@ def _records(report: Report, retrieved: float | None) -> dict[str, tuple[dict[st
             "source_metadata": {"source_name": "PropMe", "source_type": "evaluation_run",
                                 "source_organization_name": "", "evaluator_relationship": "other",
                                 "additional_details": {"corpora": ", ".join(r.label for r in results),
-                                                       "bootstrap_seed": str(report.seed)}},
+                                                       "bootstrap_seed": str(report.intervals.seed)}},
             "eval_library": {"name": "propme", "version": __version__,
                              "additional_details": {"generations_by": "lm_eval",
                                                     "pm_metrics": ",".join(report.pm_metrics)}},
@@ -311,14 +313,12 @@ def instance_records(record: dict[str, Any], results: list[CorpusResult]) -> lis
                 for j, (g, counted) in enumerate(zip(prompt.generations, prompt.values)):
                     if counted is None:
                         continue
-                    full = bool(g.get("full_match"))
-                    spans = [s for s in g.get("final_spans") or [] if isinstance(s, dict)]
-                    sources = sorted({str(d.get("source_id")) for s in spans for d in s.get("documents") or []
-                                      if isinstance(d, dict) and d.get("source_id") is not None})
+                    full = g.full_match
+                    sources = sorted({str(d.source_id) for d in g.documents if d.source_id is not None})
                     meta = {"corpus": res.label, "setting": setting, "prompt_id": prompt.id, "generation": j,
-                            "longest_span_tokens": g.get("longest_span", 0), "nvr_max": g.get("nvr_max"),
-                            "full_match": full, "full_match_normalized": bool(g.get("full_match_normalized")),
-                            "extracted": g.get("extracted"), "final_spans": len(spans),
+                            "longest_span_tokens": g.longest_span, "nvr_max": max(g.nv_recalls, default=None),
+                            "full_match": full, "full_match_normalized": g.full_match_normalized,
+                            "extracted": g.extracted, "final_spans": len(g.final_spans),
                             "source_ids": ",".join(sources)}
                     out.append({
                         "schema_version": SCHEMA_VERSION, "evaluation_id": record["evaluation_id"],
@@ -327,9 +327,9 @@ def instance_records(record: dict[str, Any], results: list[CorpusResult]) -> lis
                         "interaction_type": "single_turn",
                         "input": {"raw": _masked(prompt.prompt),
                                   "reference": [_masked(prompt.continuation)] if prompt.continuation else []},
-                        "output": {"raw": [_masked(str(g.get("text") or ""))]},
+                        "output": {"raw": [_masked(g.text)]},
                         "answer_attribution": [{"turn_idx": 0, "source": "output.raw",
-                                                "extracted_value": _masked(str(g.get("text") or "")),
+                                                "extracted_value": _masked(g.text),
                                                 "extraction_method": "simpletrace full match",
                                                 "is_terminal": True}],
                         "evaluation": {"score": float(full), "is_correct": full},

@@ -17,7 +17,7 @@ from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.rule import ContaminationRule
 from propme_metrics.index.reader import open_index
 from propme_metrics.metrics.pm import WILSON, wilson_interval
-from propme_metrics.report.build import build_report
+from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contamination_views import DATA_BLOCK, contamination_document, html_section
 from propme_metrics.trace.text_rules import normalize_text
 from support.corpora import make_index, write_jsonl

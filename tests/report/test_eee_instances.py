@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from propme_metrics.report.build import build_report
+from propme_metrics.report.assemble import build_report
 from support.runs import DFM, gen, setting_prompts, write_run
 
 SCHEMAS = Path(__file__).parent.parent / "data" / "every_eval_ever"
