@@ -40,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error (argparse printed it: BAD_INPUT), or --help / --version (OK)
+        return exc.code
     try:
         return args.func(args)
     except PropMeError as exc:
