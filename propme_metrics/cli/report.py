@@ -14,7 +14,7 @@ from propme_metrics.metrics import registry
 def cmd_report(args: argparse.Namespace) -> int:
     from propme_metrics import build_report
     from propme_metrics.core.outputs import check_outputs
-    from propme_metrics.report.compute import IncompleteReportError
+    from propme_metrics.report.contents import IncompleteReportError
     from propme_metrics.report.console import print_summary
 
     rule = rule_from(args)
