@@ -14,8 +14,8 @@ from propme_metrics.metrics import registry
 def cmd_report(args: argparse.Namespace) -> int:
     from propme_metrics import build_report
     from propme_metrics.core.outputs import check_outputs
-    from propme_metrics.report.contents import IncompleteReportError
     from propme_metrics.report.console import print_summary
+    from propme_metrics.report.contents import IncompleteReportError
 
     rule = rule_from(args)
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs} | {f"--retraced {r}": r for r in args.retraced},
