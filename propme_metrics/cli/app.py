@@ -230,7 +230,7 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
 
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import (
+    from propme_metrics.prompts.prompt_set import (
         SPAN_THRESHOLD,
         build_prompt_set,
         eligible_documents,
