@@ -123,7 +123,12 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     from propme_metrics.index.manifest import MANIFEST_NAME
     from propme_metrics.index.reader import open_index
     from propme_metrics.index.sources import CorpusSource
-    from propme_metrics.prompts.prompt_set import build_prompt_set, builtin_prompts, eligible_documents, write_prompt_set
+    from propme_metrics.prompts.prompt_set import (
+        build_prompt_set,
+        builtin_prompts,
+        eligible_documents,
+        write_prompt_set,
+    )
     from propme_metrics.prompts.settings import DEFAULT_PROMPT_SEED, PREFIX, PROMPTED_SETTINGS
 
     paths = DemoPaths(Path(root).absolute())
