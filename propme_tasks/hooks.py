@@ -43,8 +43,8 @@ BUILD_HINTS = {
 }
 
 
-def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
-    """A corpus-named setting (`<corpus>_index`, a prompt file) from metadata first, then
+def _corpus_option(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
+    """A corpus-named option (`<corpus>_index`, a prompt file) from metadata first, then
     PROPME_<KEY>; returns (value, where). Every other key is read by `schema.read_settings`."""
     env = f"PROPME_{key.upper()}"
     if meta.get(key) not in (None, ""):
@@ -56,10 +56,10 @@ def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, 
 
 def trace_backend(meta: dict[str, Any] | Settings) -> RayBackend | None:
     """The search backend the metadata asks for: None (local) or a Ray cluster."""
-    settings = meta if isinstance(meta, Settings) else read_settings(meta)
-    if settings["trace_backend"] == "local":
+    options = meta if isinstance(meta, Settings) else read_settings(meta)
+    if options["trace_backend"] == "local":
         return None
-    return RayBackend(settings["trace_ray_address"], settings["trace_ray_actors"] or None)
+    return RayBackend(options["trace_ray_address"], options["trace_ray_actors"] or None)
 
 
 def load_prompts(**meta: Any):
@@ -71,22 +71,22 @@ def load_prompts(**meta: Any):
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
         raise TaskConfigError("a PropMe task YAML must set metadata 'corpus' and 'setting'")
-    settings = read_settings(meta)  # every key checked once, before anything is opened or built
+    options = read_settings(meta)  # every key checked once, before anything is opened or built
     index_key = f"{corpus}_index"
-    index_path, where = _setting(meta, index_key)
+    index_path, where = _corpus_option(meta, index_key)
     if index_path is None:
         hint = BUILD_HINTS.get(corpus, "propme index build SOURCE --out DIR")
         raise TaskConfigError(
             f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
             f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
-    backend = trace_backend(settings)
+    backend = trace_backend(options)
     try:
         # the tracer opens the index and checks its tokenizer now: nothing may fail after generation
-        index = _tracer(str(Path(index_path).absolute()), settings.trace, backend).index
+        index = _tracer(str(Path(index_path).absolute()), options.trace, backend).index
     except PropMeError as exc:
         raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
-    start = start_token(meta, settings)
-    seed, max_tokens, repeats = settings["prompt_seed"], settings["max_prompt_tokens"], settings["generations_per_prompt"]
+    start = start_token(meta, options)
+    seed, max_tokens, repeats = options["prompt_seed"], options["max_prompt_tokens"], options["generations_per_prompt"]
     if setting in PROMPT_FREE_SETTINGS:
         if meta.get(f"{corpus}_{setting}_prompts"):
             raise TaskConfigError(f"{setting} is prompt-free: it takes no prompt file "
@@ -96,24 +96,24 @@ def load_prompts(**meta: Any):
                                   f"put before the prompts ({start.note}), so the prompt would be empty: "
                                   "use start_token auto or a literal")
         try:
-            records = prompt_free_records(setting, settings["prompt_free_generations"], seed, language)
+            records = prompt_free_records(setting, options["prompt_free_generations"], seed, language)
         except PropMeError as exc:
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         repeats = 1  # each record is one generation (the resampling unit of prompt-free settings)
     else:
         try:  # sized before the prompt set is built
-            check_generations_fit(settings["n_prompts"] * repeats,
+            check_generations_fit(options["n_prompts"] * repeats,
                                   "n_prompts x generations_per_prompt")
         except PropMeError as exc:
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
-        records = _prompt_set(meta, settings, index, corpus, setting, language).records
+        records = _prompt_set(meta, options, index, corpus, setting, language).records
     # fmr_rare's threshold is logged with every document so the report reads the run's value; whether
     # the prompt went through the model's chat template is set by `propme_tasks.task`
     shared = TaskDocument(corpus=corpus, setting=setting, index_path=str(index.path),
-                          index_identity=index.manifest.identity, trace=settings.trace, backend=backend,
-                          trace_workers=settings["trace_workers"], start_token=start.token,
+                          index_identity=index.manifest.identity, trace=options.trace, backend=backend,
+                          trace_workers=options["trace_workers"], start_token=start.token,
                           start_token_choice=start.choice, start_token_note=start.note,
-                          pii_show=settings["pii_show"], rare_max_count=settings[RARE_MAX_COUNT_KEY])
+                          pii_show=options["pii_show"], rare_max_count=options[RARE_MAX_COUNT_KEY])
     rows = []
     for rec in records:
         prompt = _truncated(index, rec.prompt, max_tokens)
@@ -126,15 +126,15 @@ def load_prompts(**meta: Any):
     return {"test": datasets.Dataset.from_list(rows)}
 
 
-def start_token(meta: dict[str, Any], settings: Settings | None = None):
+def start_token(meta: dict[str, Any], options: Settings | None = None):
     """The run's StartToken from `start_token` (metadata or PROPME_START_TOKEN; default auto)."""
     from propme_metrics.prompts.start import resolve_start_token
 
-    settings = settings or read_settings(meta)
+    options = options or read_settings(meta)
     try:
-        return resolve_start_token(settings["start_token"], meta)
+        return resolve_start_token(options["start_token"], meta)
     except PropMeError as exc:
-        where = settings.where("start_token") if settings["start_token"] is not None else "start_token (default auto)"
+        where = options.where("start_token") if options["start_token"] is not None else "start_token (default auto)"
         raise TaskConfigError(f"{where}: {exc}") from None
 
 
@@ -151,12 +151,12 @@ def _truncated(index, prompt: str, max_tokens: int) -> str:
     return index.decode(ids[whole_character_cut(index.decode, ids, len(ids) - max_tokens, forward=True):])
 
 
-def _prompt_set(meta: dict[str, Any], settings: Settings, index, corpus: str, setting: str, language: str | None):
+def _prompt_set(meta: dict[str, Any], options: Settings, index, corpus: str, setting: str, language: str | None):
     """The prompt set of a prompted setting: the configured file, the cache, or built and cached."""
     from propme_metrics.prompts.prompt_set import build_prompt_set, cache_tag, load_prompt_set, write_prompt_set
 
-    n, seed, cache_dir = settings["n_prompts"], settings["prompt_seed"], settings["cache_dir"]
-    prompt_file, pwhere = _setting(meta, f"{corpus}_{setting}_prompts")
+    n, seed, cache_dir = options["n_prompts"], options["prompt_seed"], options["cache_dir"]
+    prompt_file, pwhere = _corpus_option(meta, f"{corpus}_{setting}_prompts")
     cache = None
     try:
         if prompt_file is not None:

@@ -101,22 +101,22 @@ def check_fits(task: str, max_length: int | None, totals: list[int], targets: li
 
 def load_documents(**meta: Any):
     """`custom_dataset` hook: the prefix documents (one row each) with p, z's model-token count and the split."""
-    settings = read_settings(meta)
+    options = read_settings(meta)
     # the prefix setting's documents, once each: no repeats (a likelihood is not sampled)
     data = hooks.load_prompts(**dict(meta, setting=PREFIX, generations_per_prompt=1))["test"]
     tok = _model_tokenizer(meta)
     counts = [split_counts(tok, ctx, z) if tok is not None else (None, None)
               for ctx, z in zip(data["model_prompt"], data["continuation"])]
     if tok is not None:
-        added = 1 if hooks.start_token(meta, settings).added_by_tokenizer else 0
+        added = 1 if hooks.start_token(meta, options).added_by_tokenizer else 0
         totals = [len(tok.encode(ctx + z, add_special_tokens=False)) + added
                   for ctx, z in zip(data["model_prompt"], data["continuation"])]
         check_fits(task_name(str(meta.get("corpus")), SUBTASK_SUFFIX), model_max_length(meta, tok), totals,
                    [c[0] for c in counts])
     data = data.add_column("target_tokens", [c[0] for c in counts])
     data = data.add_column("boundary_clean", [c[1] for c in counts])
-    data = data.add_column(P_KEY, [settings[P_KEY]] * len(data))
-    return {"test": data.add_column(N_KEY, [list(settings[N_KEY])] * len(data))}
+    data = data.add_column(P_KEY, [options[P_KEY]] * len(data))
+    return {"test": data.add_column(N_KEY, [list(options[N_KEY])] * len(data))}
 
 
 def _document(doc: dict[str, Any], results: list[Any]) -> DocumentLikelihood:

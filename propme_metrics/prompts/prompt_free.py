@@ -21,7 +21,7 @@ from propme_metrics.prompts.settings import DEFAULT_PROMPT_SEED, PROMPT_FREE_SET
 
 CUE_WORDS = 100
 #: memory one generation of a prompt-free setting takes on its way to lm-eval (its record, the
-#: dataset row with the tracing settings, the logged sample and its trace), generously
+#: dataset row with the tracing parameters, the logged sample and its trace), generously
 BYTES_PER_GENERATION = 64 * 1024
 
 
