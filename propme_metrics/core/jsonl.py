@@ -14,6 +14,8 @@ from propme_metrics.core.errors import ConfigError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: a number orjson might read beyond 64 bits: it gives a float for such an integer, silently
+_LONG_DIGITS = re.compile(r"\d{19}")
 REPLACEMENT = "\ufffd"
 
 
@@ -81,19 +83,21 @@ def json_objects(lines: Iterable[str], where: str, hint: str | None = None,
                  on_scrub: Callable[[int], None] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (1-based line number, object) for each non-blank line; a bad line is a ConfigError.
 
-    Lines are read by `jsonlines` with orjson; what orjson refuses (NaN and Infinity, which the
-    report then names; integers beyond 64 bits; lone surrogates) and every invalid line go through
-    the standard library, whose messages name the fault. Lone surrogates (a "\\ud800" escape without
+    Lines are read by `jsonlines` with orjson; what orjson refuses or misreads (NaN and Infinity,
+    which the report then names; lone surrogates; integers beyond 64 bits, which orjson turns into
+    floats: any line with 19 digits in a row) and every invalid line go through the standard
+    library, whose messages name the fault. Lone surrogates (a "\\ud800" escape without
     its pair) are replaced by U+FFFD: such a string cannot be written as UTF-8 anywhere downstream;
     `on_scrub(lineno)` is told of each such line.
     """
     source, scrubbed = _Numbered(lines), []
 
     def loads(line: str) -> Any:
-        try:
-            return orjson.loads(line)
-        except orjson.JSONDecodeError:
-            pass
+        if not _LONG_DIGITS.search(line):
+            try:
+                return orjson.loads(line)
+            except orjson.JSONDecodeError:
+                pass
         try:
             value = json.loads(line)
         except RecursionError:
