@@ -14,8 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from filelock import lock_descriptor
-
 #: where PropMe caches what it computes once (prompt sets, per-source counts) unless `cache_dir` /
 #: PROPME_CACHE_DIR names another folder
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "propme"
@@ -78,6 +76,8 @@ def open_locked(path: Path, mode: str, busy: Exception) -> IO:
     keep it alive after its parent died: every child lets go of it as it starts
     (`_drop_inherited_locks`). filelock's `FileLock` keeps its descriptor private, so it could not
     be let go of in a child; the file locked is also the file written (a trace's journal)."""
+    from filelock import lock_descriptor  # about 35 ms: loaded by the first lock, not by importing PropMe
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
     try:

@@ -7,7 +7,6 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
-import jsonlines
 import orjson
 
 from propme_metrics.core.errors import ConfigError
@@ -90,6 +89,8 @@ def json_objects(lines: Iterable[str], where: str, hint: str | None = None,
     its pair) are replaced by U+FFFD: such a string cannot be written as UTF-8 anywhere downstream;
     `on_scrub(lineno)` is told of each such line.
     """
+    import jsonlines  # with attrs, about 50 ms: loaded by the first file read, not by importing PropMe
+
     source, scrubbed = _Numbered(lines), []
 
     def loads(line: str) -> Any:
@@ -125,5 +126,7 @@ def json_objects(lines: Iterable[str], where: str, hint: str | None = None,
 def write_json_lines(fh: IO, values: Iterable[Any], dumps: Callable[[Any], str] = json_line) -> None:
     """Write `values` to the open file `fh` (text or binary), one JSON line each, through `jsonlines`;
     `dumps` makes a line's text (default `json_line`: orjson, UTF-8 characters as they are)."""
+    import jsonlines
+
     with jsonlines.Writer(fh, dumps=lambda v: dumps(v).rstrip("\n")) as writer:
         writer.write_all(values)
