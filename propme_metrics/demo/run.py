@@ -169,7 +169,7 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     reused = all(paths.prompts(s).is_file() for s in PROMPTED_SETTINGS)
     if not reused:
         index = open_index(paths.index)
-        paths.prompts("generic").parent.mkdir(exist_ok=True)
+        paths.prompts(PREFIX).parent.mkdir(exist_ok=True)
         for setting in (s for s in PROMPTED_SETTINGS if s != PREFIX):
             # the demo corpus is bilingual: candidates are the built-in Danish and English prompts
             cands = paths.root / "prompts" / f"{setting}-candidates.jsonl"
