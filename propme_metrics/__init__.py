@@ -27,7 +27,7 @@ _API = {
     "METRICS": "propme_metrics.metrics.registry",
     "Metric": "propme_metrics.metrics.registry",
     "summarize": "propme_metrics.metrics.values",
-    "build_report": "propme_metrics.report.build",
+    "build_report": "propme_metrics.report.assemble",
 }
 
 __all__ = [  # the names of _API, spelled out for tools that read __all__ statically
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from propme_metrics.metrics.registry import METRICS, Metric
     from propme_metrics.metrics.values import summarize
     from propme_metrics.prompts.prompt_set import build_prompt_set, load_prompt_set, write_prompt_set
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
     from propme_metrics.trace.result import TraceConfig, TraceResult
     from propme_metrics.trace.tracer import Tracer
 

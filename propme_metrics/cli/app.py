@@ -330,9 +330,9 @@ def cmd_tasks_path(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from propme_metrics.core.outputs import check_outputs
-    from propme_metrics.report.build import build_report
-    from propme_metrics.report.compute import IncompleteReportError
+    from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_summary
+    from propme_metrics.report.contents import IncompleteReportError
 
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs} | {f"--retraced {r}": r for r in args.retraced},
                   output_folders=("--out",))

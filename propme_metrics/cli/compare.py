@@ -16,9 +16,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.core.progress import terminal
-    from propme_metrics.report.build import build_report
-    from propme_metrics.report.compute import IncompleteReportError
+    from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_comparisons
+    from propme_metrics.report.contents import IncompleteReportError
 
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, output_folders=("--out",))
     if args.bootstrap <= 0:

@@ -255,7 +255,7 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.core.progress import stderr_console
     from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_summary
 
     missing = [m for m in ("torch", "lm_eval") if importlib.util.find_spec(m) is None]

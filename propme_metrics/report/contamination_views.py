@@ -16,8 +16,8 @@ from propme_metrics.core.files import atomic_output, write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.index.reader import Index
 from propme_metrics.metrics.registry import UNDEFINED
-from propme_metrics.report.cells import fmt_interval, fmt_value
-from propme_metrics.report.writers import _md_cell, write_csv
+from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell
+from propme_metrics.report.writers import write_csv
 
 FORMAT = "propme-contamination/1"
 NORMALIZATION = ("texts are normalized before matching as the tracer's normalized match does: Unicode NFKC, "
@@ -90,7 +90,7 @@ def markdown(doc: dict[str, Any]) -> str:
         cells = [r["task"], r["items"], r["contaminated"], fmt_interval(r["share"], r["share_low"], r["share_high"]),
                  r.get("metric", UNDEFINED.table)]
         cells += [_interval(r, col) for _, col in PARTS]
-        lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -27,9 +27,10 @@ from typing import Any
 
 from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.results import CorpusResult, MetricResult, finite
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
-from propme_metrics.report.columns import slug
-from propme_metrics.report.compute import CorpusResult, MetricResult, Report, finite
+from propme_metrics.report.cells import slug
+from propme_metrics.report.contents import Report
 
 #: the schema version the records follow (tests validate them against the official schema files)
 SCHEMA_VERSION = "0.3.0"
@@ -177,7 +178,7 @@ def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dic
             "source_metadata": {"source_name": "PropMe", "source_type": "evaluation_run",
                                 "source_organization_name": "", "evaluator_relationship": "other",
                                 "additional_details": {"corpora": ", ".join(r.label for r in results),
-                                                       "bootstrap_seed": str(report.seed)}},
+                                                       "bootstrap_seed": str(report.intervals.seed)}},
             "eval_library": {"name": "propme", "version": __version__,
                              "additional_details": {"generations_by": "lm_eval",
                                                     "pm_metrics": ",".join(report.pm_metrics)}},

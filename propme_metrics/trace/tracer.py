@@ -311,7 +311,7 @@ class Tracer:
                     yield res
 
     def runner(self, texts: Sequence[str], keys: Sequence[str] | None = None,
-               continuations: Sequence[str | None] | None = None, workers: int = 1) -> _Runner:
+               continuations: Sequence[str | None] | None = None, workers: int = 1) -> TraceRunner:
         """What runs a batch: a context manager that iterates the results in input order, in this
         process or in `workers` forked processes, forked on entering (enter it before starting threads)."""
         keys = list(keys) if keys is not None else [str(i) for i in range(len(texts))]
@@ -320,9 +320,9 @@ class Tracer:
             raise ValueError("texts, keys and continuations must have the same length")
         return self._runner(list(zip(texts, keys, conts)), workers)
 
-    def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> _Runner:
+    def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> TraceRunner:
         """The runner of `runner` (the Ray tracer runs jobs in driver threads instead)."""
-        return _Runner(self, jobs, workers)
+        return TraceRunner(self, jobs, workers)
 
     def safe_trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
         """`trace_one` that records a failure in `error` instead of raising (one bad generation never loses a run)."""
@@ -544,7 +544,7 @@ def _work(job: tuple[str, str, str | None]) -> TraceResult:
     return _WORKER.safe_trace_one(*job)
 
 
-class _Runner:
+class TraceRunner:
     """Iterates the results of `jobs` in input order, in this process or in forked workers.
 
     Workers inherit the opened tracer (memory maps are shared, nothing is reopened); each result
@@ -554,7 +554,7 @@ class _Runner:
     def __init__(self, tracer: Tracer, jobs: list[tuple[str, str, str | None]], workers: int):
         self.tracer, self.jobs, self.workers, self.pool, self.results = tracer, jobs, workers, None, None
 
-    def __enter__(self) -> _Runner:
+    def __enter__(self) -> TraceRunner:
         if self.workers > 1 and len(self.jobs) > 1:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 MODULES = ("propme_metrics.index.reader", "propme_metrics.prompts.prompt_set", "propme_metrics.prompts.prompt_free",
-           "propme_metrics.trace.tracer", "propme_metrics.metrics.registry", "propme_metrics.report.build",
+           "propme_metrics.trace.tracer", "propme_metrics.metrics.registry", "propme_metrics.report.assemble",
            "propme_metrics.cli.app", "propme_tasks.hooks", "propme_tasks.likelihood")
 
 

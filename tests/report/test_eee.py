@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from propme_metrics.metrics.pm import PERCENTILE, WILSON, wilson_interval
-from propme_metrics.report.build import build_report
-from propme_metrics.report.compute import IncompleteReportError
+from propme_metrics.report.assemble import build_report
+from propme_metrics.report.contents import IncompleteReportError
 from support.runs import COMMA, DATE1, DATE2, DFM, gen, reference_settings, setting_prompts, stage1_settings, write_run
 
 SCHEMAS = Path(__file__).parent.parent / "data" / "every_eval_ever"

@@ -70,7 +70,7 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
 
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.index.manifest import IndexManifest
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
     from support.lmeval import run_lm_eval, samples_file
 
     root, records, tok = leak_world

@@ -103,7 +103,7 @@ def write_run(root: Path, model: str, revision: str, settings: dict[str, list[li
         task = task_name(corpus, setting)
         results["group_subtasks"][task_name(corpus)].append(task)
         all_gens = [g for gens in prompts for g in gens]
-        s = summarize(all_gens)
+        s = summarize([TraceResult.from_dict(g) for g in all_gens])
         results["results"][task] = {
             "alias": f" - {task}", "als,none": s.als, "als_stderr,none": "N/A", "fmr,none": s.fmr,
             "nvr,none": s.nvr, "trace,none": s.n_failed, "trace_stderr,none": "N/A"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import propme_metrics
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT_KEY
-from propme_metrics.report.build import build_report
+from propme_metrics.report.assemble import build_report
 from propme_metrics.trace.result import TraceConfig
 from propme_metrics.trace.task_document import CHAT_TEMPLATE_NOTE, RayBackend, TaskDocument
 from propme_tasks import hooks

@@ -265,7 +265,7 @@ def test_prefix_prompts_leak_the_planted_items_generic_do_not(pii_world, tmp_pat
     assert record["detected_by_type"]["cpr"] == 1 and record["leaked_by_type"]["cpr"] == 0
     assert record["leaked_by_type"]["iban"] == 1  # the IBAN beside it was copied
     # the report: PII with its PM against prefix, masked in the HTML unless asked
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
 
     rep = build_report([out], tmp_path / "report", bootstrap=200, plots=False, pm_metrics=("nvr", "pii"))
     row = rep.rows[0]
