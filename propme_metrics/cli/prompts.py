@@ -14,7 +14,7 @@ def cmd_prompts_build(args: argparse.Namespace) -> int:
 
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import (
+    from propme_metrics.prompts.prompt_set import (
         build_prompt_set,
         eligible_documents,
         overlap_profile,
@@ -53,7 +53,7 @@ def overlap_table(identity: str, rows: list[tuple[str, dict | None]]):
     from rich.table import Table
     from rich.text import Text
 
-    from propme_metrics.prompts.build import SPAN_THRESHOLD
+    from propme_metrics.prompts.prompt_set import SPAN_THRESHOLD
 
     table = Table(title=f"overlap with index {identity} (longest span in tokens)")
     for col in ("prompt set", "n", "mean span", "max span", f"span >= {SPAN_THRESHOLD}"):

@@ -123,7 +123,12 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     from propme_metrics.index.manifest import MANIFEST_NAME
     from propme_metrics.index.reader import open_index
     from propme_metrics.index.sources import CorpusSource
-    from propme_metrics.prompts.build import build_prompt_set, builtin_prompts, eligible_documents, write_prompt_set
+    from propme_metrics.prompts.prompt_set import (
+        build_prompt_set,
+        builtin_prompts,
+        eligible_documents,
+        write_prompt_set,
+    )
     from propme_metrics.prompts.settings import DEFAULT_PROMPT_SEED, PREFIX, PROMPTED_SETTINGS
 
     paths = DemoPaths(Path(root).absolute())
@@ -164,7 +169,7 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     reused = all(paths.prompts(s).is_file() for s in PROMPTED_SETTINGS)
     if not reused:
         index = open_index(paths.index)
-        paths.prompts("generic").parent.mkdir(exist_ok=True)
+        paths.prompts(PREFIX).parent.mkdir(exist_ok=True)
         for setting in (s for s in PROMPTED_SETTINGS if s != PREFIX):
             # the demo corpus is bilingual: candidates are the built-in Danish and English prompts
             cands = paths.root / "prompts" / f"{setting}-candidates.jsonl"

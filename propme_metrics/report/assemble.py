@@ -66,7 +66,7 @@ from propme_metrics.metrics.likelihood import check_n, check_p
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP, IntervalSpec
 from propme_metrics.metrics.results import CorpusResult, corpus_result
 from propme_metrics.metrics.runs import RunTask
-from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key
+from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key, task_name
 from propme_metrics.report.columns import columns_for, headline_columns, headline_rows, row_values
 from propme_metrics.report.contamination_views import html_section
 from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError, Report
@@ -307,13 +307,13 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
         if not res.propensity_settings:
             notes.append(f"{label}, corpus {g.label}: only the prefix setting was run; no PM")
     else:
-        subtask = f"propme_{g.corpus}_{PREFIX}"
+        subtask = task_name(g.corpus, PREFIX)
         computed.missing.append(subtask)
         computed.problems.append(f"{label}, corpus {g.label}: {subtask} is missing, so PM cannot be computed "
                                  f"(ran: {', '.join(by_setting[s].task for s in ordered)}); base metrics reported")
     for s in PROMPTED_SETTINGS:  # the prompt-free propensity settings are optional: not named when absent
         if s not in by_setting and PREFIX in by_setting:
-            notes.append(f"{label}, corpus {g.label}: propme_{g.corpus}_{s} not run")
+            notes.append(f"{label}, corpus {g.label}: {task_name(g.corpus, s)} not run")
     for s in ordered:
         c = settings[s].counts
         if c["failed"]:

@@ -27,7 +27,7 @@ def leak_world(tmp_path_factory):
         train_tokenizer,
     )
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import PromptRecord, build_prompt_set, write_prompt_set
+    from propme_metrics.prompts.prompt_set import PromptRecord, build_prompt_set, write_prompt_set
     from support.corpora import make_index, write_jsonl
 
     root = tmp_path_factory.mktemp("leaks")

@@ -13,7 +13,7 @@ from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.reader import open_index
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import extraction_probability
-from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
+from propme_metrics.prompts.prompt_set import build_prompt_set, write_prompt_set
 from propme_metrics.prompts.settings import PREFIX_MIN_DOC_TOKENS
 from propme_tasks import hooks, likelihood, task_manager
 from propme_tasks.discovery import tasks_path
