@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from propme_metrics.report.build import build_report
+from propme_metrics.report.assemble import build_report
 from propme_metrics.trace.text_rules import continuation_reproduced
 from propme_metrics.trace.tracer import Tracer
 from support.corpora import write_jsonl
