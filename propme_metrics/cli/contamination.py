@@ -51,8 +51,17 @@ def cmd_contamination(args: argparse.Namespace) -> int:
                   output_folders=("--out",))
     index = open_index(args.index)
     per_task = _items(args)
-    doc, _, written, seconds = check_and_write(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet,
-                                         Path(args.out))
+    search = None
+    if args.ray is not None:
+        from propme_metrics.trace.ray_search import ray_search
+
+        search = ray_search(index, address=args.ray or None, actors=args.actors)
+    try:
+        doc, _, written, seconds = check_and_write(index, per_task, rule, args.workers, args.bootstrap, args.seed,
+                                                   args.quiet, Path(args.out), search=search)
+    finally:
+        if search is not None:
+            search.close()
     console = terminal()
     for line in contamination_lines(doc):
         console.print(Text(line), highlight=False)
@@ -99,7 +108,7 @@ def report_contamination(args: argparse.Namespace, out: Path) -> tuple | None:
 
 
 def add_contamination_command(sub: argparse._SubParsersAction) -> None:
-    from propme_metrics.cli.app import _csv, _natural, _positive
+    from propme_metrics.cli.app import _add_ray_option, _csv, _natural, _positive
     from propme_metrics.contamination.rule import (
         DEFAULT_BOILERPLATE_SHARE,
         DEFAULT_K,
@@ -148,5 +157,9 @@ def add_contamination_command(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=_natural, default=0, help="bootstrap seed")
     c.add_argument("--workers", type=_positive, default=1, help="processes matching items in parallel (the "
                    "same results for any number)")
+    _add_ray_option(c, "search the shards")
+    c.add_argument("--actors", type=_positive, default=None, help="with --ray: actors holding the shards "
+                   "(default: one per free CPU of the cluster, at most one per shard); --workers then counts "
+                   "driver threads")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=cmd_contamination)

@@ -147,15 +147,16 @@ def curve_plot(doc: dict[str, Any], path: Path) -> Path:
 
 
 def check_and_write(index: Index, per_task: list, rule: ContaminationRule, workers: int, bootstrap: int, seed: int,
-                    quiet: bool, out: Path) -> tuple:
+                    quiet: bool, out: Path, search=None) -> tuple:
     """Match every task's items, apply the rule, summarize and write the outputs into `out`:
-    (contamination.json's document, the task checks, the files written, seconds spent matching)."""
+    (contamination.json's document, the task checks, the files written, seconds spent matching).
+    `search`: another search path than the index's own (its shards on Ray: `CorpusMatcher`)."""
     from propme_metrics.contamination.check import apply_rule, match_items
     from propme_metrics.contamination.match import CorpusMatcher
     from propme_metrics.contamination.summary import task_summary
     from propme_metrics.core.progress import progress_bar, rate
 
-    matcher = CorpusMatcher(index, workers=workers)
+    matcher = CorpusMatcher(index, workers=workers, search=search)
     total = sum(len(items) for _, items in per_task)
     started = time.time()
     checks = []
