@@ -16,6 +16,7 @@ import difflib
 import importlib.util
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def _frozen_blocks(checkout: Path):
     """The older checkout's `_matching_blocks` (numpy, on word ids), called as that checkout did."""
     spec = importlib.util.spec_from_file_location("frozen_nvrecall", checkout / "propme_metrics/trace/nvrecall.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
 
     def blocks(a: list[str], b: list[str]):
