@@ -23,9 +23,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
-sys.path.insert(0, str(Path(__file__).parent))
 from index_build import write_corpus  # noqa: E402
 
 import propme_metrics.index.reader as index_module  # noqa: E402
@@ -36,7 +34,7 @@ from propme_metrics.index.reader import open_index, verify_index  # noqa: E402
 from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
-from support.corpora import gpt2_tokenizer  # noqa: E402
+from propme_metrics.testing import gpt2_tokenizer  # noqa: E402
 
 
 def timed(fn, repeat: int = 3) -> float:

@@ -38,8 +38,6 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
-sys.path.insert(0, str(Path(__file__).parent))
 
 import numpy as np  # noqa: E402
 from _common import parse_size, size_name  # noqa: E402
@@ -174,7 +172,7 @@ def main() -> None:
                     help="also match with the shards on Ray (a local cluster without ADDRESS)")
     ap.add_argument("--actors", type=int, default=None, help="with --ray: actors holding the shards")
     args = ap.parse_args()
-    from support.corpora import gpt2_tokenizer
+    from propme_metrics.testing import gpt2_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
     tok_dir = args.work / "gpt2" if (args.work / "gpt2" / "tokenizer.json").is_file() else gpt2_tokenizer(args.work / "gpt2")

@@ -33,19 +33,17 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
-sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import maxrss_mib  # noqa: E402
 
 from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
 from propme_metrics.index.build import build_index, default_build_memory  # noqa: E402
-from propme_metrics.index.format import shard_file  # noqa: E402
+from propme_metrics.index.format import ShardFile, shard_file  # noqa: E402
 from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE  # noqa: E402
 from propme_metrics.index.sources import CorpusSource  # noqa: E402
 from propme_metrics.index.suffix_array import SA_BUILDERS, build_suffix_array  # noqa: E402
 from propme_metrics.index.tokenizer import load_tokenizer  # noqa: E402
-from support.corpora import gpt2_tokenizer  # noqa: E402
+from propme_metrics.testing import gpt2_tokenizer  # noqa: E402
 
 
 def write_corpus(path: Path, tok, target_tokens: int, seed: int, batch_size: int) -> tuple[int, int]:
@@ -159,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(scratch, ignore_errors=True)
                 scratch.mkdir()
                 t = time.perf_counter()
-                build_suffix_array(shard_file(out, "tokenized", sid), scratch / f"table.{sid}", manifest.token_width,
+                build_suffix_array(shard_file(out, ShardFile.TOKENIZED, sid), scratch / f"table.{sid}", manifest.token_width,
                                    cpus, mem_bytes, scratch / "tmp", builder=args.sa_builder)
                 seconds += time.perf_counter() - t
-                same = (scratch / f"table.{sid}").read_bytes() == shard_file(out, "table", sid).read_bytes()
+                same = (scratch / f"table.{sid}").read_bytes() == shard_file(out, ShardFile.TABLE, sid).read_bytes()
                 shutil.rmtree(scratch)
                 assert same, "the suffix array rebuilt alone differs from the build's"
             floor_sa = min(floor_sa, seconds)

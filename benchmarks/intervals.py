@@ -1,6 +1,6 @@
 """Coverage of PropMe's 95% intervals, and the false-flag rate of its paired comparisons (issue 33).
 
-    python benchmarks/intervals.py                  # a few minutes on two busy cores
+    python benchmarks/intervals.py                  # about half an hour on two busy cores
     python benchmarks/intervals.py --reps 2000 --resamples 2000
 
 Prompts are drawn from known rates, each interval is computed as `propme report` computes it, and
@@ -36,7 +36,7 @@ import numpy as np
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import metric_difference, pm_difference
-from propme_metrics.metrics.pm import bootstrap_metric, metric_interval, pm_interval, wilson_interval
+from propme_metrics.metrics.pm import IntervalSpec, bootstrap_metric, metric_interval, pm_interval, wilson_interval
 from propme_metrics.metrics.ratio import Ratio
 
 NS = (10, 100, 1000)
@@ -93,7 +93,7 @@ def _shares(rng: np.random.Generator, rates: np.ndarray) -> list[Ratio]:
 def ratio_coverage(n: int, rate: float, reps: int, resamples: int, seed: int) -> float:
     rng, truth, hit = np.random.default_rng(seed), rate * 0.6, 0
     for r in range(reps):
-        iv = bootstrap_metric(_nvr_prompts(rng, n, rate), resamples, seed=r, confidence=CONFIDENCE)
+        iv = bootstrap_metric(_nvr_prompts(rng, n, rate), IntervalSpec(resamples, r, CONFIDENCE))
         hit += iv.low <= truth <= iv.high
     return hit / reps
 
@@ -104,8 +104,9 @@ def pm_coverage(n: int, rate: float, reps: int, resamples: int, seed: int) -> tu
     hit = withheld = 0
     for r in range(reps):
         p, c = _shares(rng, np.full(n, rate)), _shares(rng, np.full(n, CAPABILITY_RATE))
-        sides = (metric_interval(FMR, p, resamples, r), metric_interval(FMR, c, resamples, r))
-        iv = pm_interval(p, c, resamples, r, sides, CONFIDENCE)
+        spec = IntervalSpec(resamples, r, CONFIDENCE)
+        sides = (metric_interval(FMR, p, spec), metric_interval(FMR, c, spec))
+        iv = pm_interval(p, c, spec, sides)
         hit += iv.low <= truth <= iv.high
         withheld += iv.withheld is not None
     return hit / reps, withheld / reps
@@ -126,21 +127,31 @@ def null_flags(n: int, rate: float, reps: int, resamples: int, seed: int) -> tup
         q, qc = _difficulty(rng, n, rate), _difficulty(rng, n, CAPABILITY_RATE)
         a, b = _shares(rng, q), _shares(rng, q)
         ca, cb = _shares(rng, qc), _shares(rng, qc)
-        iv = metric_difference(FMR, a, b, True, resamples, r, CONFIDENCE)
+        iv = metric_difference(FMR, a, b, True, IntervalSpec(resamples, r, CONFIDENCE))
         metric += iv.low is not None and iv.high is not None and (iv.low > 0 or iv.high < 0)
-        iv = pm_difference(FMR, (a, ca), (b, cb), True, resamples, r, CONFIDENCE)
+        iv = pm_difference(FMR, (a, ca), (b, cb), True, IntervalSpec(resamples, r, CONFIDENCE))
         pm_flags += iv.low is not None and iv.high is not None and (iv.low > 0 or iv.high < 0)
     return metric / reps, pm_flags / reps
 
 
-def _cell(v: float, claims: bool = True) -> str:
+def _cell(v: float, claims: bool = True, reps: int | None = None) -> str:
+    """A coverage as a percentage, marked * outside 93-97%; with `reps` (simulated) also its Monte
+    Carlo standard error, so that a cell a standard error or two off the goal reads as noise, not a miss."""
     mark = "" if not claims or 0.93 <= v <= 0.97 else " *"
-    return f"{100 * v:5.1f}%{mark}"
+    se = "" if reps is None else f" ±{100 * math.sqrt(max(v * (1 - v), 1e-12) / reps):.1f}"
+    return f"{100 * v:5.1f}%{se}{mark}"
+
+
+def _flag(v: float, reps: int) -> str:
+    """A null pair's flag rate with its Monte Carlo standard error, marked * above the 5% goal."""
+    se = math.sqrt(max(v * (1 - v), 1e-12) / reps)
+    return f"{100 * v:4.1f}% ±{100 * se:.1f}{' *' if v > 0.05 else ''}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=200, help="simulated data sets per cell")
+    ap.add_argument("--reps", type=int, default=1000,
+                    help="simulated data sets per cell (1,000: a Monte Carlo standard error of 0.7 points at 95%%)")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -161,22 +172,22 @@ def main() -> None:
             print(f"{n:>5} {p:>5} | {c[0]:>23} | {c[1]:>12} | {c[2]:>20}")
 
     print("\nRatio metric (NVR-like) and PM of a proportion (c at 0.1), simulated: coverage; PM withheld share")
-    print(f"{'n':>5} {'rate':>5} | {'NVR bootstrap':>13} | {'PM':>8} | {'PM withheld':>11} | reps")
+    print(f"{'n':>5} {'rate':>5} | {'NVR bootstrap':>13} | {'PM':>13} | {'PM withheld':>11} | reps")
     for n in NS:
         for p in RATES:
             k = args.reps
             nvr = ratio_coverage(n, p, k, args.resamples, args.seed + n)
             pm_cov, withheld = pm_coverage(n, p, k, args.resamples, args.seed + 7 * n)
-            print(f"{n:>5} {p:>5} | {_cell(nvr, p > 0):>13} | {_cell(pm_cov, p > 0):>8} | "
+            print(f"{n:>5} {p:>5} | {_cell(nvr, p > 0, k):>13} | {_cell(pm_cov, p > 0 and withheld < 0.5, k):>13} | "
                   f"{100 * withheld:10.1f}% | {k}")
 
     print("\nPaired comparison on null pairs (same per-prompt rates): share flagged significant (goal <= 5%)")
-    print(f"{'n':>5} {'rate':>5} | {'FMR diff':>8} | {'PM FMR diff':>11} | reps")
+    print(f"{'n':>5} {'rate':>5} | {'FMR diff':>13} | {'PM FMR diff':>13} | reps")
     for n in NS:
         for p in RATES:
             k = args.reps
             metric, pm_flag = null_flags(n, p, k, args.resamples, args.seed + 13 * n)
-            print(f"{n:>5} {p:>5} | {100 * metric:7.1f}% | {100 * pm_flag:10.1f}% | {k}")
+            print(f"{n:>5} {p:>5} | {_flag(metric, k):>13} | {_flag(pm_flag, k):>13} | {k}")
     print(f"\n{time.perf_counter() - start:.0f} s wall, {time.process_time() - cpu:.0f} s CPU; "
           f"load {os.getloadavg()[0]:.1f}")
 

@@ -73,6 +73,7 @@ def aggregations(task: str) -> dict:
 def replay_hooks(files: list[Path], workers: int) -> dict:
     """Every logged sample through `process_results`, then every task's aggregations, timed together
     with `trace_workers` = `workers`; returns the timings, the traces by key and the aggregated values."""
+    from propme_metrics.trace.task_document import TaskDocument
     from propme_tasks import hooks
 
     tasks = {task_name(f): [json.loads(line) for line in open(f, encoding="utf-8")] for f in files}
@@ -82,7 +83,7 @@ def replay_hooks(files: list[Path], workers: int) -> dict:
     aggregate = {task: aggregations(task) for task in tasks}
     first = next(iter(tasks.values()))[0]
     t0 = time.perf_counter()
-    hooks._doc_tracer(first["doc"]).trace_one(str(first["filtered_resps"][0]))  # opens the index (start-up)
+    hooks.document_tracer(TaskDocument.from_row(first["doc"])).trace_one(str(first["filtered_resps"][0]))  # opens the index (start-up)
     startup = time.perf_counter() - t0
     cpu0 = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     wall = time.perf_counter()

@@ -2,7 +2,7 @@
 
     python benchmarks/prompt_overlap.py [--tokens 2000000] [--work DIR] [--repeat 3]
 
-Every prompt candidate is checked for its longest span in the corpus (`prompts.build.longest_overlap`).
+Every prompt candidate is checked for its longest span in the corpus (`prompts.prompt_set.longest_overlap`).
 PropMe once did this with two pointers over the prompt and one infini-gram engine `count` per step
 (about 2L counts for L tokens); it now asks `IndexSearch.longest_match_bounds`, the longest match at every
 start in one vectorized search, as the tracer does. This script times both on the same prompts (the
@@ -22,7 +22,6 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 
 def _trace_benchmark():
@@ -55,7 +54,7 @@ def engine_longest_overlap(index, ids: list[int]) -> tuple[int, int, list[int]]:
 
 def candidates(index, n_corpus: int, seed: int) -> list[list[int]]:
     """Token ids of the built-in candidates and of corpus passages, copied and with words swapped."""
-    from propme_metrics.prompts.build import builtin_prompts
+    from propme_metrics.prompts.prompt_set import builtin_prompts
 
     texts = [r["prompt"] for lang in ("en", "da") for r in builtin_prompts(lang)]
     rng = random.Random(seed)
@@ -88,8 +87,8 @@ def main() -> None:
     args = p.parse_args()
 
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import longest_overlap
-    from support.corpora import gpt2_tokenizer
+    from propme_metrics.prompts.prompt_set import longest_overlap
+    from propme_metrics.testing import gpt2_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
     tok = args.work / "gpt2"

@@ -38,9 +38,7 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
-sys.path.insert(0, str(Path(__file__).parent))
 from ray_study import build_on_ray, driver_limit, print_driver_limit, project, ray_call_cost, timed_pass  # noqa: E402
 
 
@@ -80,9 +78,9 @@ def main() -> int:
     from propme_metrics.demo.synthetic import generate_corpus
     from propme_metrics.index.build import build_index
     from propme_metrics.index.sources import CorpusSource
+    from propme_metrics.testing import gpt2_tokenizer
     from propme_metrics.trace.ray_search import ray_tracer
     from propme_metrics.trace.tracer import Tracer
-    from support.corpora import gpt2_tokenizer
 
     work = Path(args.work or tempfile.mkdtemp(prefix="propme-ray-bench-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -50,9 +50,7 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
-sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     PhaseTimes,
     drop_mappings,
@@ -371,20 +369,20 @@ def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, pa
     """n texts of about 256 index tokens: copies of document stretches, edited copies, new text."""
     import numpy as np
 
-    from propme_metrics.index.format import shard_file, token_layout
+    from propme_metrics.index.format import ShardFile, shard_file, token_layout
     from propme_metrics.index.reader import open_index
     from propme_metrics.index.tokenizer import load_tokenizer
 
     index = open_index(index_dir)
     tok = load_tokenizer(str(tokenizer_dir))
     width = index.token_width
-    ds = np.memmap(shard_file(index_dir, "tokenized", 0), dtype=token_layout(width).dtype, mode="r")
-    offsets = np.fromfile(shard_file(index_dir, "offset", 0), dtype="<u8").astype(np.int64) // width
+    ds = np.memmap(shard_file(index_dir, ShardFile.TOKENIZED, 0), dtype=token_layout(width).dtype, mode="r")
+    offsets = np.fromfile(shard_file(index_dir, ShardFile.OFFSET, 0), dtype="<u8").astype(np.int64) // width
     ends = np.append(offsets[1:], len(ds))
     long_docs = np.flatnonzero(ends - offsets - 1 >= GEN_TOKENS + 30)
     rng = np.random.default_rng(seed)
     pick = rng.choice(long_docs, size=2 * (n // 3), replace=False)
-    bow = index.word_start_ids
+    bow = set(index.word_starts.tolist())
 
     def copied(doc: int) -> str:
         toks = ds[offsets[doc] + 1:ends[doc]].tolist()
@@ -415,7 +413,7 @@ def make_generations(index_dir: Path, tokenizer_dir: Path, n: int, seed: int, pa
 # -- tracing (own process) -------------------------------------------------------------------------
 
 def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Path) -> dict:
-    from propme_metrics.index.format import shard_file
+    from propme_metrics.index.format import ShardFile, shard_file
     from propme_metrics.index.search import ShardSearcher
     from propme_metrics.trace.tracer import Tracer
 
@@ -434,7 +432,7 @@ def measure_trace(index_dir: Path, gens: Path, search: str, cache: str, out: Pat
         if cache == "cold":
             evict(tracer)
             if i < 3:
-                residency.append(resident_fraction(shard_file(index_dir, "table", 0)))
+                residency.append(resident_fraction(shard_file(index_dir, ShardFile.TABLE, 0)))
         t0, c0, s0 = time.perf_counter(), time.process_time(), asdict(steps)
         res = tracer.trace_one(r["text"], r["key"])
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
@@ -763,7 +761,7 @@ def main() -> None:
         print(json.dumps(measure_ray_trace(Path(index), Path(gens), ray_address, actors, args._out)))
         return
 
-    from support.corpora import gpt2_tokenizer
+    from propme_metrics.testing import gpt2_tokenizer
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     if shards > 1 and max(sizes) > parse_size(args.tokenize_up_to):

@@ -22,7 +22,6 @@ from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
 
 
 def run_builder(ds: str, out: str, builder: str) -> None:
@@ -92,7 +91,7 @@ def main() -> None:
 
     from propme_metrics.demo.synthetic import generate_corpus
     from propme_metrics.index.tokenizer import load_tokenizer
-    from support.corpora import gpt2_tokenizer
+    from propme_metrics.testing import gpt2_tokenizer
 
     work = args.work or Path(tempfile.mkdtemp(prefix="propme-sa-"))
     work.mkdir(parents=True, exist_ok=True)

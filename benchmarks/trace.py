@@ -47,8 +47,6 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.corpora: the offline GPT-2 tokenizer
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import maxrss_mib, status_kb  # noqa: E402
 
 # -- the baseline -------------------------------------------------------------------------------
@@ -285,7 +283,7 @@ def make_generations(path: Path, index_dir: Path, n: int, gen_tokens: int, sourc
 
     index = open_index(index_dir)
     rng = random.Random(seed)
-    bow = index.word_start_ids
+    bow = set(index.word_starts.tolist())
     lengths = index.document_lengths[:source_docs]
     long_docs = [i for i, n_tok in enumerate(lengths) if n_tok >= gen_tokens + 20]
     rng.shuffle(long_docs)
@@ -431,7 +429,7 @@ def main() -> None:
         p.error("--frozen-only needs --frozen")
 
     from propme_metrics.index.reader import open_index
-    from support.corpora import gpt2_tokenizer
+    from propme_metrics.testing import gpt2_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
     tok = args.work / "gpt2"

@@ -13,12 +13,9 @@ import argparse
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def _timed(fn):
@@ -32,10 +29,10 @@ def main() -> None:
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
     from propme_metrics.report.trace_leaks import trace_leaks
+    from propme_metrics.testing import make_index, write_jsonl
     from propme_metrics.trace.inputs import TraceInput
     from propme_metrics.trace.result import TraceConfig
     from propme_metrics.trace.tracer import Tracer
-    from support.corpora import make_index, write_jsonl
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--generations", type=int, default=600)

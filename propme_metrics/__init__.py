@@ -18,16 +18,16 @@ _API = {
     "join_indexes": "propme_metrics.index.join",
     "open_index": "propme_metrics.index.reader",
     "verify_index": "propme_metrics.index.reader",
-    "build_prompt_set": "propme_metrics.prompts.build",
-    "load_prompt_set": "propme_metrics.prompts.build",
-    "write_prompt_set": "propme_metrics.prompts.build",
+    "build_prompt_set": "propme_metrics.prompts.prompt_set",
+    "load_prompt_set": "propme_metrics.prompts.prompt_set",
+    "write_prompt_set": "propme_metrics.prompts.prompt_set",
     "Tracer": "propme_metrics.trace.tracer",
     "TraceConfig": "propme_metrics.trace.result",
     "TraceResult": "propme_metrics.trace.result",
     "METRICS": "propme_metrics.metrics.registry",
     "Metric": "propme_metrics.metrics.registry",
     "summarize": "propme_metrics.metrics.values",
-    "build_report": "propme_metrics.report.build",
+    "build_report": "propme_metrics.report.assemble",
 }
 
 __all__ = [  # the names of _API, spelled out for tools that read __all__ statically
@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from propme_metrics.index.sources import CorpusSource
     from propme_metrics.metrics.registry import METRICS, Metric
     from propme_metrics.metrics.values import summarize
-    from propme_metrics.prompts.build import build_prompt_set, load_prompt_set, write_prompt_set
-    from propme_metrics.report.build import build_report
+    from propme_metrics.prompts.prompt_set import build_prompt_set, load_prompt_set, write_prompt_set
+    from propme_metrics.report.assemble import build_report
     from propme_metrics.trace.result import TraceConfig, TraceResult
     from propme_metrics.trace.tracer import Tracer
 

@@ -8,7 +8,7 @@ def task_manager(include_defaults: bool = False, metadata: dict | None = None, *
     """A TaskManager that knows PropMe's tasks, for `lm_eval.simple_evaluate(..., task_manager=...)`.
 
     With `include_defaults=False` lm-eval skips indexing its ~15k built-in tasks (about 6 s).
-    Pass index paths and other settings as `metadata`, e.g. {"dynaword_index": "/data/idx",
+    Pass index paths and other options as `metadata`, e.g. {"dynaword_index": "/data/idx",
     "tokenizer": "<the model's id or folder>"} (the tasks read the model's document-start token
     from it): `simple_evaluate(metadata=...)` and its `model_args` do not reach the tasks when a
     task manager is given.

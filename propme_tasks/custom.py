@@ -13,7 +13,7 @@ import yaml
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, SUBTASK_SUFFIX
-from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SETTINGS
+from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SETTINGS, task_name
 
 from .discovery import tasks_path
 
@@ -28,7 +28,7 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
     The index must open and the language have a built-in prompt set: a task that cannot run is
     refused here, not when lm-eval first loads it."""
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import available_languages
+    from propme_metrics.prompts.prompt_set import available_languages
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("dynaword", "common_pile", "demo"):
         raise ConfigError(f"corpus name {name!r} must be lower-case letters, digits and '_' "
@@ -38,22 +38,22 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
                           f"{', '.join(available_languages())}", "pass one of those")
     open_index(index)  # IndexFormatError (exit 3) naming what is missing or broken
     out = Path(out_dir)
-    group_path = out / f"propme_{name}.yaml"
+    group_path = out / f"{task_name(name)}.yaml"
     files: dict[Path, dict] = {group_path: {
-        "group": f"propme_{name}", "task": [f"propme_{name}_{s}" for s in SETTINGS],
+        "group": task_name(name), "task": [task_name(name, s) for s in SETTINGS],
         "metadata": {"version": TASK_VERSION}}}
     for setting in SETTINGS:
         # prompt-free settings sample (greedy decoding would repeat one generation)
         template = Path(tasks_path(), "_sampling_template_yaml" if setting in PROMPT_FREE_SETTINGS
                         else "_default_template_yaml")
-        files[out / f"propme_{name}_{setting}.yaml"] = {
-            "include": str(template), "task": f"propme_{name}_{setting}",
-            "metadata": {"version": TASK_VERSION, "corpus": name, "setting": setting,
+        files[out / f"{task_name(name, setting)}.yaml"] = {
+            "include": str(template), "task": task_name(name, setting),
+            "metadata": {"version": TASK_VERSION, "corpus": name, "setting": str(setting),
                          "language": language, f"{name}_index": str(Path(index).absolute())}}
-    likelihood = f"propme_{name}_{SUBTASK_SUFFIX}"  # the prefix documents scored by likelihood
+    likelihood = task_name(name, SUBTASK_SUFFIX)  # the prefix documents scored by likelihood
     files[out / f"{likelihood}.yaml"] = {
         "include": str(Path(tasks_path(), "_likelihood_template_yaml")), "task": likelihood,
-        "metadata": {"version": LIKELIHOOD_TASK_VERSION, "corpus": name, "setting": PREFIX,
+        "metadata": {"version": LIKELIHOOD_TASK_VERSION, "corpus": name, "setting": str(PREFIX),
                      MEASURE_KEY: LIKELIHOOD, "language": language, f"{name}_index": str(Path(index).absolute())}}
     files[group_path]["task"].append(likelihood)
     theirs = [p for p, data in files.items() if p.exists() and not _written_by_propme(p, data)]

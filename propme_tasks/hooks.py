@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,11 @@ from propme_metrics.core.errors import PropMeError
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
-from propme_metrics.prompts.settings import CHAT_TEMPLATE_KEY, PROMPT_FREE_SETTINGS
+from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, Setting
 from propme_metrics.trace.inputs import generation_key
 from propme_metrics.trace.pii import leaks
 from propme_metrics.trace.result import TraceConfig, TraceResult
+from propme_metrics.trace.task_document import RayBackend, TaskDocument
 from propme_metrics.trace.tracer import Tracer
 from propme_tasks import deferred
 from propme_tasks.schema import Settings, TaskConfigError, read_settings
@@ -41,8 +43,8 @@ BUILD_HINTS = {
 }
 
 
-def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
-    """A corpus-named setting (`<corpus>_index`, a prompt file) from metadata first, then
+def _corpus_option(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
+    """A corpus-named option (`<corpus>_index`, a prompt file) from metadata first, then
     PROPME_<KEY>; returns (value, where). Every other key is read by `schema.read_settings`."""
     env = f"PROPME_{key.upper()}"
     if meta.get(key) not in (None, ""):
@@ -52,13 +54,12 @@ def _setting(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, 
     return default, ""
 
 
-def trace_backend(meta: dict[str, Any] | Settings) -> str:
-    """The search backend: "" (local) or the JSON of {"backend": "ray", "address": ..., "actors": ...}."""
-    settings = meta if isinstance(meta, Settings) else read_settings(meta)
-    if settings["trace_backend"] == "local":
-        return ""
-    return json.dumps({"backend": "ray", "address": settings["trace_ray_address"],
-                       "actors": settings["trace_ray_actors"] or None}, sort_keys=True)
+def trace_backend(meta: dict[str, Any] | Settings) -> RayBackend | None:
+    """The search backend the metadata asks for: None (local) or a Ray cluster."""
+    options = meta if isinstance(meta, Settings) else read_settings(meta)
+    if options["trace_backend"] == "local":
+        return None
+    return RayBackend(options["trace_ray_address"], options["trace_ray_actors"] or None)
 
 
 def load_prompts(**meta: Any):
@@ -70,81 +71,77 @@ def load_prompts(**meta: Any):
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
         raise TaskConfigError("a PropMe task YAML must set metadata 'corpus' and 'setting'")
-    settings = read_settings(meta)  # every key checked once, before anything is opened or built
+    options = read_settings(meta)  # every key checked once, before anything is opened or built
     index_key = f"{corpus}_index"
-    index_path, where = _setting(meta, index_key)
+    index_path, where = _corpus_option(meta, index_key)
     if index_path is None:
         hint = BUILD_HINTS.get(corpus, "propme index build SOURCE --out DIR")
         raise TaskConfigError(
             f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
             f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
-    config_json = json.dumps(settings.trace.to_dict(), sort_keys=True)
-    backend_json = trace_backend(settings)
+    backend = trace_backend(options)
     try:
         # the tracer opens the index and checks its tokenizer now: nothing may fail after generation
-        index = _doc_tracer({"index_path": str(Path(index_path).absolute()), "trace_config": config_json,
-                             "trace_backend": backend_json}).index
+        index = _tracer(str(Path(index_path).absolute()), options.trace, backend).index
     except PropMeError as exc:
         raise TaskConfigError(f"the index given by {where} ({index_path}) cannot be used: {exc}") from None
-    start = start_token(meta, settings)
-    seed, max_tokens, repeats = settings["prompt_seed"], settings["max_prompt_tokens"], settings["generations_per_prompt"]
+    start = start_token(meta, options)
+    seed, max_tokens, repeats = options["prompt_seed"], options["max_prompt_tokens"], options["generations_per_prompt"]
     if setting in PROMPT_FREE_SETTINGS:
         if meta.get(f"{corpus}_{setting}_prompts"):
             raise TaskConfigError(f"{setting} is prompt-free: it takes no prompt file "
                                   f"({corpus}_{setting}_prompts); set prompt_free_generations instead")
-        if setting == "unconditional" and not start.token and not start.added_by_tokenizer:
+        if setting == Setting.UNCONDITIONAL and not start.token and not start.added_by_tokenizer:
             raise TaskConfigError(f"{corpus}/unconditional gives the model only the start token, but nothing is "
                                   f"put before the prompts ({start.note}), so the prompt would be empty: "
                                   "use start_token auto or a literal")
         try:
-            records = prompt_free_records(setting, settings["prompt_free_generations"], seed, language)
+            records = prompt_free_records(setting, options["prompt_free_generations"], seed, language)
         except PropMeError as exc:
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
         repeats = 1  # each record is one generation (the resampling unit of prompt-free settings)
     else:
         try:  # sized before the prompt set is built
-            check_generations_fit(settings["n_prompts"] * repeats,
+            check_generations_fit(options["n_prompts"] * repeats,
                                   "n_prompts x generations_per_prompt")
         except PropMeError as exc:
             raise TaskConfigError(f"{corpus}/{setting}: {exc}") from None
-        records = _prompt_set(meta, settings, index, corpus, setting, language).records
-    shared = {"corpus": corpus, "index_path": str(index.path), "index_identity": index.manifest.identity,
-              "trace_config": config_json, "trace_backend": backend_json, "trace_workers": settings["trace_workers"],
-              "start_token": start.token,
-              "start_token_choice": start.choice, "start_token_note": start.note,
-              "pii_show": settings["pii_show"],
-              # fmr_rare's threshold, logged with every document so the report reads the run's value
-              RARE_MAX_COUNT_KEY: settings[RARE_MAX_COUNT_KEY],
-              # whether the model got the prompt inside its chat template (set by `propme_tasks.task`)
-              CHAT_TEMPLATE_KEY: False}
+        records = _prompt_set(meta, options, index, corpus, setting, language).records
+    # fmr_rare's threshold is logged with every document so the report reads the run's value; whether
+    # the prompt went through the model's chat template is set by `propme_tasks.task`
+    shared = TaskDocument(corpus=corpus, setting=setting, index_path=str(index.path),
+                          index_identity=index.manifest.identity, trace=options.trace, backend=backend,
+                          trace_workers=options["trace_workers"], start_token=start.token,
+                          start_token_choice=start.choice, start_token_note=start.note,
+                          pii_show=options["pii_show"], rare_max_count=options[RARE_MAX_COUNT_KEY])
     rows = []
     for rec in records:
         prompt = _truncated(index, rec.prompt, max_tokens)
         for j in range(repeats):
-            rows.append({"id": rec.id, "sample_ix": j, "prompt": prompt, "model_prompt": start.apply(prompt),
-                         "setting": setting, "domain": rec.domain or "", "language": rec.language or "",
-                         "continuation": rec.continuation or "",
-                         "source_doc": json.dumps(rec.source_doc, ensure_ascii=False) if rec.source_doc else "",
-                         "prompt_longest_span": rec.longest_span, **shared})
+            rows.append(replace(
+                shared, id=rec.id, sample_ix=j, prompt=prompt, model_prompt=start.apply(prompt),
+                domain=rec.domain or "", language=rec.language or "", continuation=rec.continuation or "",
+                source_doc=json.dumps(rec.source_doc, ensure_ascii=False) if rec.source_doc else "",
+                prompt_longest_span=rec.longest_span).to_row())
     return {"test": datasets.Dataset.from_list(rows)}
 
 
-def start_token(meta: dict[str, Any], settings: Settings | None = None):
+def start_token(meta: dict[str, Any], options: Settings | None = None):
     """The run's StartToken from `start_token` (metadata or PROPME_START_TOKEN; default auto)."""
     from propme_metrics.prompts.start import resolve_start_token
 
-    settings = settings or read_settings(meta)
+    options = options or read_settings(meta)
     try:
-        return resolve_start_token(settings["start_token"], meta)
+        return resolve_start_token(options["start_token"], meta)
     except PropMeError as exc:
-        where = settings.where("start_token") if settings["start_token"] is not None else "start_token (default auto)"
+        where = options.where("start_token") if options["start_token"] is not None else "start_token (default auto)"
         raise TaskConfigError(f"{where}: {exc}") from None
 
 
 def _truncated(index, prompt: str, max_tokens: int) -> str:
     """The prompt cut to its last `max_tokens` index tokens (0: unchanged), like vLLM's truncate_prompt_tokens,
     starting on a whole character (a cut inside one moves forward: a token or three fewer)."""
-    from propme_metrics.prompts.build import whole_character_cut
+    from propme_metrics.prompts.prompt_set import whole_character_cut
 
     if not max_tokens:
         return prompt
@@ -154,12 +151,12 @@ def _truncated(index, prompt: str, max_tokens: int) -> str:
     return index.decode(ids[whole_character_cut(index.decode, ids, len(ids) - max_tokens, forward=True):])
 
 
-def _prompt_set(meta: dict[str, Any], settings: Settings, index, corpus: str, setting: str, language: str | None):
+def _prompt_set(meta: dict[str, Any], options: Settings, index, corpus: str, setting: str, language: str | None):
     """The prompt set of a prompted setting: the configured file, the cache, or built and cached."""
-    from propme_metrics.prompts.build import build_prompt_set, cache_tag, load_prompt_set, write_prompt_set
+    from propme_metrics.prompts.prompt_set import build_prompt_set, cache_tag, load_prompt_set, write_prompt_set
 
-    n, seed, cache_dir = settings["n_prompts"], settings["prompt_seed"], settings["cache_dir"]
-    prompt_file, pwhere = _setting(meta, f"{corpus}_{setting}_prompts")
+    n, seed, cache_dir = options["n_prompts"], options["prompt_seed"], options["cache_dir"]
+    prompt_file, pwhere = _corpus_option(meta, f"{corpus}_{setting}_prompts")
     cache = None
     try:
         if prompt_file is not None:
@@ -182,24 +179,19 @@ def _prompt_set(meta: dict[str, Any], settings: Settings, index, corpus: str, se
         raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
 
 
-def _doc_tracer(doc: dict[str, Any]) -> Tracer:
-    """The tracer a document names (local unless its `trace_backend` says otherwise)."""
-    backend = doc.get("trace_backend") or ""
-    if backend:
-        return _tracer(doc["index_path"], doc["trace_config"], backend)
-    return _tracer(doc["index_path"], doc["trace_config"])
+def document_tracer(doc: TaskDocument) -> Tracer:
+    """The tracer a document names (local unless its backend says otherwise)."""
+    return _tracer(doc.index_path, doc.trace or TraceConfig(), doc.backend)
 
 
 @lru_cache(maxsize=8)
-def _tracer(index_path: str, config_json: str, backend_json: str = "") -> Tracer:
+def _tracer(index_path: str, config: TraceConfig, backend: RayBackend | None = None) -> Tracer:
     """One tracer per process and configuration (each accelerate rank opens its own); with the Ray
     backend its shards are held by actors on the cluster."""
-    config = TraceConfig(**json.loads(config_json))
-    backend = json.loads(backend_json) if backend_json else {"backend": "local"}
-    if backend["backend"] == "ray":
+    if backend is not None:
         from propme_metrics.trace.ray_search import ray_tracer
 
-        return ray_tracer(index_path, config, address=backend.get("address"), actors=backend.get("actors"))
+        return ray_tracer(index_path, config, address=backend.address, actors=backend.actors)
     return Tracer(index_path, config)
 
 
@@ -212,37 +204,37 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     numbers as `propme trace` and `propme report`: sums divided once, never a mean of per-prompt means.
     """
     generations = results[0] if results and isinstance(results[0], list) else results
-    tracer = _doc_tracer(doc)
-    setting = doc.get("setting")
-    continuation = doc.get("continuation") or None if setting == "prefix" else None
-    jobs = [(str(text), generation_key(doc["id"], doc.get("sample_ix", 0), j, len(generations)), continuation)
+    document = TaskDocument.from_row(doc)
+    tracer = document_tracer(document)
+    continuation = document.continuation or None if document.setting == PREFIX else None
+    jobs = [(str(text), generation_key(document.id, document.sample_ix, j, len(generations)), continuation)
             for j, text in enumerate(generations)]
-    workers = doc.get("trace_workers") or deferred.default_trace_workers()
+    workers = document.trace_workers or deferred.default_trace_workers()
     if workers > 1 and not deferred.distributed():
-        names = ["trace", *(m.name for m in registry.for_setting(setting))]
-        return deferred.pending_items(tracer, jobs, partial(_items, doc), names, workers)
-    return _items(doc, [tracer.safe_trace_one(*job) for job in jobs])
+        names = ["trace", *(m.name for m in registry.for_setting(document.setting))]
+        return deferred.pending_items(tracer, jobs, partial(_items, document), names, workers)
+    return _items(document, [tracer.safe_trace_one(*job) for job in jobs])
 
 
-def _items(doc: dict[str, Any], traces: list[TraceResult]) -> dict[str, Any]:
+def _items(doc: TaskDocument, traces: list[TraceResult]) -> dict[str, Any]:
     """The items of one prompt from its generations' traces: `trace` (the full record) first, then
     the setting's metrics in registry order."""
-    setting = doc.get("setting")
+    setting = doc.setting or None
     personal = [leaks(t) for t in traces]
     records = []
     for t, p in zip(traces, personal):
         # personal data the generation reproduced from the corpus; values masked unless pii_show
-        records.append({**t.to_dict(), "pii": p.to_dict(show=bool(doc.get("pii_show")))})
+        records.append({**t.to_dict(), "pii": p.to_dict(show=doc.pii_show)})
     items: dict[str, Any] = {
         "trace": {
-            "prompt_id": doc["id"], "setting": setting, "index_identity": doc.get("index_identity"),
+            "prompt_id": doc.id, "setting": setting, "index_identity": doc.index_identity,
             "failed": sum(t.error is not None for t in traces),
             "top_sources": _top_sources(traces),
             "generations": records,
         },
     }
     metrics = registry.for_setting(setting)
-    rare = doc.get(RARE_MAX_COUNT_KEY) or RARE_MAX_COUNT
+    rare = doc.rare_max_count or RARE_MAX_COUNT
     counted = [contributions(t, metrics, p, rare) for t, p in zip(traces, personal) if counts_for_metrics(t)]
     for m in metrics:
         items[m.name] = m.aggregation.sample_item(pool(m, counted))

@@ -20,8 +20,16 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, N_KEY, P_KEY, DocumentLikelihood
-from propme_metrics.prompts.settings import CONTINUATION_TOKENS, PREFIX, PREFIX_TOKENS
+from propme_metrics.metrics.likelihood import (
+    DISCOVERABLE_N,
+    DISCOVERABLE_P,
+    N_KEY,
+    P_KEY,
+    SUBTASK_SUFFIX,
+    DocumentLikelihood,
+)
+from propme_metrics.prompts.settings import CONTINUATION_TOKENS, PREFIX, PREFIX_TOKENS, task_name
+from propme_metrics.trace.task_document import TaskDocument
 
 from . import hooks
 from .schema import Key, parse_value, read_settings
@@ -93,22 +101,22 @@ def check_fits(task: str, max_length: int | None, totals: list[int], targets: li
 
 def load_documents(**meta: Any):
     """`custom_dataset` hook: the prefix documents (one row each) with p, z's model-token count and the split."""
-    settings = read_settings(meta)
+    options = read_settings(meta)
     # the prefix setting's documents, once each: no repeats (a likelihood is not sampled)
     data = hooks.load_prompts(**dict(meta, setting=PREFIX, generations_per_prompt=1))["test"]
     tok = _model_tokenizer(meta)
     counts = [split_counts(tok, ctx, z) if tok is not None else (None, None)
               for ctx, z in zip(data["model_prompt"], data["continuation"])]
     if tok is not None:
-        added = 1 if hooks.start_token(meta, settings).added_by_tokenizer else 0
+        added = 1 if hooks.start_token(meta, options).added_by_tokenizer else 0
         totals = [len(tok.encode(ctx + z, add_special_tokens=False)) + added
                   for ctx, z in zip(data["model_prompt"], data["continuation"])]
-        check_fits(f"propme_{meta.get('corpus')}_prefix_likelihood", model_max_length(meta, tok), totals,
+        check_fits(task_name(str(meta.get("corpus")), SUBTASK_SUFFIX), model_max_length(meta, tok), totals,
                    [c[0] for c in counts])
     data = data.add_column("target_tokens", [c[0] for c in counts])
     data = data.add_column("boundary_clean", [c[1] for c in counts])
-    data = data.add_column(P_KEY, [settings[P_KEY]] * len(data))
-    return {"test": data.add_column(N_KEY, [list(settings[N_KEY])] * len(data))}
+    data = data.add_column(P_KEY, [options[P_KEY]] * len(data))
+    return {"test": data.add_column(N_KEY, [list(options[N_KEY])] * len(data))}
 
 
 def _document(doc: dict[str, Any], results: list[Any]) -> DocumentLikelihood:
@@ -125,7 +133,7 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     p = float(doc.get(P_KEY, DISCOVERABLE_P))
     items: dict[str, Any] = {m.name: m.value(record, p) for m in registry.LIKELIHOOD_METRICS}
     items[registry.LIKELIHOOD_DIAGNOSTIC[0]] = {**record.to_dict(), P_KEY: p, N_KEY: list(doc.get(N_KEY) or DISCOVERABLE_N),
-                                                "index_identity": doc.get("index_identity")}
+                                                "index_identity": TaskDocument.from_row(doc).index_identity}
     return items
 
 

@@ -5,9 +5,10 @@ lm-eval hands `load_prompts` one merged dict: the task YAML's `metadata:`, `--me
 that is missing), before any prompt is built: a value of the wrong type, out of its range (upper
 bounds too, so a huge integer is one message, never an OverflowError later) or a misspelt key (the
 nearest known key is suggested) stops the run with one `PropMe:` message. Integers are plain
-digits: `"3_0"`, `true`, `2.5` and NaN are refused. The tracing keys `trace_<field>` are derived
-from `TraceConfig`'s fields. A key that is neither PropMe's nor close to one of PropMe's is a
-model argument (lm-eval merges `--model_args` into the same dict) and is left alone.
+digits: `"3_0"`, `true`, `2.5` and NaN are refused. The tracing keys `trace_<field>` come from the
+table of tracing options (`propme_metrics/trace/options.py`), as `propme trace`'s options do. A
+key that is neither PropMe's nor close to one of PropMe's is a model argument (lm-eval merges
+`--model_args` into the same dict) and is left alone.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import difflib
 import math
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
@@ -24,12 +25,11 @@ from propme_metrics.core.switches import FALSE_WORDS, TRUE_WORDS, parse_bool
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY
 from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, N_KEY, P_KEY, check_n, check_p
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, SETTINGS
+from propme_metrics.trace.options import MAX_SEED, TRACE_OPTIONS
 from propme_metrics.trace.result import TraceConfig
 
 #: the largest count any setting may hold (exact as a float and in JSON; far beyond any real run)
 MAX_COUNT = 2 ** 53
-#: the largest seed (numpy's and Python's generators take it as it is)
-MAX_SEED = 2 ** 63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 _FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 #: metadata keys lm-eval itself adds to every task's metadata
@@ -60,26 +60,10 @@ class Key:
     choices: tuple[str, ...] = ()
 
 
-def _least(name: str) -> int:
-    """The smallest value TraceConfig takes for an integer field (its own check decides: 0 or 1)."""
-    try:
-        TraceConfig(**{name: 0})
-        return 0
-    except ValueError:
-        return 1
-
-
 def _trace_keys() -> list[Key]:
-    """`trace_<field>` for every TraceConfig field, typed by its default, with TraceConfig's own
-    minimum and an upper bound (no window or sample size beyond 10^9 tokens)."""
-    out = []
-    for f in fields(TraceConfig):
-        kind = type(f.default)
-        if kind is int:
-            out.append(Key(f"trace_{f.name}", int, None, _least(f.name), MAX_SEED if f.name == "seed" else 10 ** 9))
-        else:
-            out.append(Key(f"trace_{f.name}", kind))
-    return out
+    """`trace_<field>` for every tracing option, with its type and range (text: TraceConfig checks
+    the choices, so a bad one reads "bad tracing parameters")."""
+    return [Key(o.key, o.kind, None, o.minimum, o.maximum) for o in TRACE_OPTIONS]
 
 
 def _default_workers() -> int:
@@ -279,7 +263,7 @@ def read_settings(meta: dict[str, Any]) -> Settings:
     for key, value in meta.items():  # the corpus-named paths given in the metadata
         if isinstance(key, str) and any(p.fullmatch(key) for p in _PATTERN_KEYS) and value not in (None, ""):
             parse_value(Key(key, "path"), value, _where(key, False))
-    given = {f.name: values[f"trace_{f.name}"] for f in fields(TraceConfig) if values[f"trace_{f.name}"] is not None}
+    given = {o.name: values[o.key] for o in TRACE_OPTIONS if values[o.key] is not None}
     try:
         trace = TraceConfig(**given)
     except (TypeError, ValueError) as exc:

@@ -15,7 +15,7 @@ defines them (docs/method.md, chat models):
 * `--system_instruction` without a chat template would be pasted as text before the raw prompt:
   refused. With a chat template it is the system turn of the generic and specific prompts.
 
-Every logged document records whether the template was applied (`CHAT_TEMPLATE_KEY`).
+Every logged document records whether the template was applied (`TaskDocument.chat_template`).
 """
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ from typing import Any
 from lm_eval.api.task import ConfigurableTask
 
 from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY
-from propme_metrics.prompts.settings import CHAT_TEMPLATE_KEY
+from propme_metrics.prompts.settings import Setting, task_name
+from propme_metrics.trace.task_document import TaskDocument
 
 from .schema import TaskConfigError
 
 #: the settings that are questions a user could put to an assistant: defined under a chat template
-CHAT_SETTINGS = ("generic", "specific")
+CHAT_SETTINGS = (Setting.GENERIC, Setting.SPECIFIC)
 
 
 class PropMeTask(ConfigurableTask):
@@ -63,13 +64,11 @@ class PropMeTask(ConfigurableTask):
                     f"{name} is not defined under --apply_chat_template: the {setting} setting"
                     + (" scored by likelihood" if self._meta(MEASURE_KEY) == LIKELIHOOD else "")
                     + " gives the model raw text (a document's start or nothing), not a user message",
-                    f"make two runs: --apply_chat_template --tasks propme_{corpus}_generic,propme_{corpus}_specific, "
+                    f"make two runs: --apply_chat_template --tasks {','.join(task_name(corpus, s) for s in CHAT_SETTINGS)}, "
                     f"and the other subtasks without --apply_chat_template (docs/configuration.md, chat models)")
             split = self.config.test_split
             # the user turn holds the prompt alone: the chat template writes the model's own start
             self.dataset[split] = self.dataset[split].map(
-                lambda doc: {"model_prompt": doc["prompt"], CHAT_TEMPLATE_KEY: True, "start_token": "",
-                             "start_token_note": "chat template applied: the template writes the model's own "
-                                                 "start, PropMe puts nothing before the prompt"})
+                lambda doc: TaskDocument.from_row(doc).under_chat_template().to_row())
         super().build_all_requests(apply_chat_template=apply_chat_template, system_instruction=system_instruction,
                                    **kwargs)

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import argparse
 
+from propme_metrics.cli.arguments import csv, natural
+from propme_metrics.core.errors import ExitCode
 from propme_metrics.metrics import registry
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from propme_metrics import build_report
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.core.progress import terminal
-    from propme_metrics.report.build import build_report
-    from propme_metrics.report.compute import IncompleteReportError
     from propme_metrics.report.console import print_comparisons
+    from propme_metrics.report.contents import IncompleteReportError
 
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, output_folders=("--out",))
     if args.bootstrap <= 0:
@@ -37,11 +39,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "pass runs of two or more models or revisions made with one prompt set and one index")
     print_comparisons(report.comparisons, terminal(width=160))
     print(f"wrote {', '.join(p.name for p in report.paths)} to {report.out}")
-    return 0
+    return ExitCode.OK
 
 
-def add_compare_command(sub: argparse._SubParsersAction, natural, csv) -> None:
-    """Register `propme compare` (`natural`, `csv`: the CLI's argument parsers)."""
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `propme compare`."""
     from propme_metrics.metrics.compare import PAIRINGS
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 

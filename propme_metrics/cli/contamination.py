@@ -5,8 +5,30 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from propme_metrics.cli.arguments import add_ray_option, csv, natural, positive, share
+from propme_metrics.core.errors import ExitCode
 
-def _rule(args: argparse.Namespace):
+
+def add_rule_options(parser) -> None:
+    """The contamination rule's options (`propme contamination` and `propme report`), defined once."""
+    from propme_metrics.contamination.rule import (
+        DEFAULT_BOILERPLATE_SHARE,
+        DEFAULT_K,
+        DEFAULT_MIN_COVERAGE,
+        FIELDS,
+    )
+
+    parser.add_argument("--k", type=positive, default=DEFAULT_K, help="minimum tokens of a corpus span that counts")
+    parser.add_argument("--min-coverage", type=share, default=DEFAULT_MIN_COVERAGE,
+                        help="an item is contaminated when at least this share of its tokens lie in such spans")
+    parser.add_argument("--field", choices=FIELDS, default="joined", help="the item text the rule reads")
+    parser.add_argument("--boilerplate-share", type=share, default=DEFAULT_BOILERPLATE_SHARE,
+                        help="k-grams found in more than this share of a task's items (and in two or more) are "
+                             "boilerplate: they cover nothing and are left out of the share (1: none)")
+
+
+def rule_from(args: argparse.Namespace):
+    """The ContaminationRule of the options `add_rule_options` added; ConfigError when they do not make one."""
     from propme_metrics.contamination.rule import ContaminationRule
     from propme_metrics.core.errors import ConfigError
 
@@ -14,7 +36,7 @@ def _rule(args: argparse.Namespace):
         return ContaminationRule(k=args.k, min_coverage=args.min_coverage, field=args.field,
                                  boilerplate_share=args.boilerplate_share)
     except ValueError as exc:
-        raise ConfigError(f"bad contamination rule: {exc}", "see `propme contamination --help`") from None
+        raise ConfigError(f"bad contamination rule: {exc}", f"see `propme {args.command} --help`") from None
 
 
 def _items(args: argparse.Namespace) -> list:
@@ -41,12 +63,13 @@ def _items(args: argparse.Namespace) -> list:
 def cmd_contamination(args: argparse.Namespace) -> int:
     from rich.text import Text
 
+    from propme_metrics.contamination.assess import check_tasks
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.core.progress import terminal
     from propme_metrics.index.reader import open_index
-    from propme_metrics.report.contamination_views import check_and_write, contamination_lines
+    from propme_metrics.report.contamination_views import contamination_lines, write_outputs
 
-    rule = _rule(args)
+    rule = rule_from(args)
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, {"--index": args.index},
                   output_folders=("--out",))
     index = open_index(args.index)
@@ -57,32 +80,32 @@ def cmd_contamination(args: argparse.Namespace) -> int:
 
         search = ray_search(index, address=args.ray or None, actors=args.actors)
     try:
-        doc, _, written, seconds = check_and_write(index, per_task, rule, args.workers, args.bootstrap, args.seed,
-                                                   args.quiet, Path(args.out), search=search)
+        result = check_tasks(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet, search=search)
     finally:
         if search is not None:
             search.close()
+    written = write_outputs(Path(args.out), result)
     console = terminal()
-    for line in contamination_lines(doc):
+    for line in contamination_lines(result):
         console.print(Text(line), highlight=False)
     total = sum(len(items) for _, items in per_task)
-    console.print(Text(f"{total:,} items matched in {seconds:.1f} s; wrote {', '.join(p.name for p in written)} "
+    console.print(Text(f"{total:,} items matched in {result.seconds:.1f} s; wrote {', '.join(p.name for p in written)} "
                        f"into {args.out}"), highlight=False)
-    return 0
+    return ExitCode.OK
 
 
-def report_contamination(args: argparse.Namespace, out: Path) -> tuple | None:
-    """`propme report`'s contamination section: (document, checks) when the runs hold benchmark
-    tasks besides PropMe's and an index is known (--index, else the one PropMe's tasks logged);
-    the files go into `out`. None (and a line saying why) when there is nothing to check."""
+def report_contamination(args: argparse.Namespace, rule, out: Path):
+    """`propme report`'s contamination section: the `ContaminationResult` by `rule` when the runs hold
+    benchmark tasks besides PropMe's and an index is known (--index, else the one PropMe's tasks
+    logged); the files go into `out`. None (and a line saying why) when there is nothing to check."""
     from rich.text import Text
 
-    from propme_metrics.contamination.rule import ContaminationRule
+    from propme_metrics.contamination.assess import check_tasks
     from propme_metrics.contamination.runs import logged_index_path, read_runs
     from propme_metrics.core.errors import PropMeError
     from propme_metrics.core.progress import stderr_console
     from propme_metrics.index.reader import open_index
-    from propme_metrics.report.contamination_views import check_and_write
+    from propme_metrics.report.contamination_views import write_outputs
 
     try:
         logged = read_runs(args.runs)
@@ -103,28 +126,15 @@ def report_contamination(args: argparse.Namespace, out: Path) -> tuple | None:
         stderr_console.print(Text(f"no contamination section: {getattr(exc, 'message', exc)} (run `propme "
                                   "contamination` for the details)"), highlight=False)
         return None
-    doc, checks, _, _ = check_and_write(index, per_task, ContaminationRule(), 1, args.bootstrap, args.seed, True, out)
-    return doc, checks
+    result = check_tasks(index, per_task, rule, 1, args.bootstrap, args.seed,
+                         samples={t.task: t.samples_path for t in logged})
+    write_outputs(out, result)
+    return result
 
 
-def add_contamination_command(sub: argparse._SubParsersAction) -> None:
-    from propme_metrics.cli.app import _add_ray_option, _csv, _natural, _positive
-    from propme_metrics.contamination.rule import (
-        DEFAULT_BOILERPLATE_SHARE,
-        DEFAULT_K,
-        DEFAULT_MIN_COVERAGE,
-        FIELDS,
-    )
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `propme contamination`."""
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
-
-    def share(value: str) -> float:
-        try:
-            x = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}") from None
-        if not 0 < x <= 1:
-            raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}")
-        return x
 
     c = sub.add_parser(
         "contamination", help="are the benchmark items of a run in the training corpus, and do they score higher?",
@@ -140,25 +150,19 @@ def add_contamination_command(sub: argparse._SubParsersAction) -> None:
     c.add_argument("runs", nargs="*", metavar="RUN", help="lm-eval --output_path folder or results_*.json file")
     c.add_argument("--index", required=True, help="index folder of the model's training corpus")
     c.add_argument("--out", required=True, help="folder to write")
-    c.add_argument("--tasks", type=_csv, default=(),
+    c.add_argument("--tasks", type=csv, default=(),
                    help="comma-separated tasks (with RUN: only these of the runs' tasks; without: the tasks whose "
                         "documents lm-eval loads, groups and tags expanded)")
     c.add_argument("--include-path", default=None, help="folder of local lm-eval task YAML (lm-eval's --include_path)")
-    c.add_argument("--limit", type=_positive, default=None, help="without RUN: the first N documents of each task")
-    c.add_argument("--k", type=_positive, default=DEFAULT_K, help="minimum tokens of a corpus span that counts")
-    c.add_argument("--min-coverage", type=share, default=DEFAULT_MIN_COVERAGE,
-                   help="an item is contaminated when at least this share of its tokens lie in such spans")
-    c.add_argument("--field", choices=FIELDS, default="joined", help="the item text the rule reads")
-    c.add_argument("--boilerplate-share", type=share, default=DEFAULT_BOILERPLATE_SHARE,
-                   help="k-grams found in more than this share of a task's items (and in two or more) are "
-                        "boilerplate: they cover nothing and are left out of the share (1: none)")
-    c.add_argument("--bootstrap", type=_natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the "
+    c.add_argument("--limit", type=positive, default=None, help="without RUN: the first N documents of each task")
+    add_rule_options(c)
+    c.add_argument("--bootstrap", type=natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the "
                    "non-0/1 metrics' intervals and of the differences (0: none)")
-    c.add_argument("--seed", type=_natural, default=0, help="bootstrap seed")
-    c.add_argument("--workers", type=_positive, default=1, help="processes matching items in parallel (the "
+    c.add_argument("--seed", type=natural, default=0, help="bootstrap seed")
+    c.add_argument("--workers", type=positive, default=1, help="processes matching items in parallel (the "
                    "same results for any number)")
-    _add_ray_option(c, "search the shards")
-    c.add_argument("--actors", type=_positive, default=None, help="with --ray: actors holding the shards "
+    add_ray_option(c, "search the shards")
+    c.add_argument("--actors", type=positive, default=None, help="with --ray: actors holding the shards "
                    "(default: one per free CPU of the cluster, at most one per shard); --workers then counts "
                    "driver threads")
     c.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -5,20 +5,91 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from propme_metrics.contamination.check import TaskCheck, coverage_values
-from propme_metrics.contamination.rule import CURVE_COVERAGE, CURVE_K
+from propme_metrics.contamination.rule import CURVE_COVERAGE, CURVE_K, ContaminationRule
 from propme_metrics.metrics.pm import (
     CONFIDENCE,
     DEFAULT_BOOTSTRAP,
+    WILSON,
     percentile_bounds,
     resample_indices,
     wilson_interval,
 )
+
+#: the interval of a non-0/1 metric's mean and of a difference: the plain percentile bootstrap
+BOOTSTRAP_PERCENTILE = "bootstrap-percentile"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure with its interval (every part None when undefined), how the interval was made and
+    the items behind it (`n`: None for a difference, which has two groups)."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+    method: str | None = None   #: WILSON or BOOTSTRAP_PERCENTILE; None when there is no interval
+    n: int | None = None
+    resamples: int = 0          #: bootstrap resamples behind the interval (0: not a bootstrap)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form in contamination.json."""
+        out: dict[str, Any] = {"value": self.value, "low": self.low, "high": self.high, "method": self.method}
+        if self.n is not None:
+            out["n"] = self.n
+        return out
+
+
+@dataclass(frozen=True)
+class MetricSplit:
+    """One per-sample metric on all, clean and contaminated items, and contaminated - clean."""
+
+    all: Estimate
+    clean: Estimate
+    contaminated: Estimate
+    difference: Estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {part: getattr(self, part).to_dict() for part in ("all", "clean", "contaminated", "difference")}
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The contaminated share and each metric's clean score under the rule at (k, min_coverage)."""
+
+    k: int
+    min_coverage: float
+    contaminated: int
+    share: float | None
+    clean: dict[str, float | None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"k": self.k, "min_coverage": self.min_coverage, "contaminated": self.contaminated,
+                "share": self.share, "clean": self.clean}
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """A task's figures under one rule (its entry of contamination.json)."""
+
+    items: int
+    contaminated: int
+    share: Estimate
+    boilerplate_kgrams: int
+    rule: ContaminationRule
+    metrics: dict[str, MetricSplit]
+    curve: list[CurvePoint]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": self.items, "contaminated": self.contaminated, "share": self.share.to_dict(),
+                "boilerplate_kgrams": self.boilerplate_kgrams, "rule": self.rule.to_dict(),
+                "metrics": {name: m.to_dict() for name, m in self.metrics.items()},
+                "curve": [p.to_dict() for p in self.curve]}
 
 
 def _finite(x: float | None) -> float | None:
@@ -34,34 +105,34 @@ def _resampled_means(values: np.ndarray, iters: int, rng: np.random.Generator) -
     return np.concatenate([values[idx].mean(axis=1) for idx in resample_indices(len(values), iters, rng)])
 
 
-def mean_with_interval(values: np.ndarray, iters: int, seed: int) -> dict[str, Any]:
-    """{"value", "low", "high", "n"}: the mean with a Wilson interval for 0/1 values (accuracy),
-    a percentile bootstrap otherwise; every figure None (undefined) when there are no values."""
+def mean_with_interval(values: np.ndarray, iters: int, seed: int) -> Estimate:
+    """The mean with a Wilson interval for 0/1 values (accuracy), a percentile bootstrap otherwise;
+    undefined when there are no values."""
     n = len(values)
     if n == 0:
-        return {"value": None, "low": None, "high": None, "n": 0}
+        return Estimate(None, n=0)
     mean = float(values.mean())
     if _is_binary(values):
         low, high = wilson_interval(int(values.sum()), n, CONFIDENCE)
-    elif iters > 0:
+        return Estimate(mean, _finite(low), _finite(high), WILSON, n)
+    if iters > 0:
         low, high = percentile_bounds(_resampled_means(values, iters, np.random.default_rng(seed)), CONFIDENCE)
-    else:
-        low = high = None
-    return {"value": mean, "low": _finite(low), "high": _finite(high), "n": n}
+        return Estimate(mean, _finite(low), _finite(high), BOOTSTRAP_PERCENTILE, n, iters)
+    return Estimate(mean, n=n)
 
 
-def difference(contaminated: np.ndarray, clean: np.ndarray, iters: int, seed: int) -> dict[str, Any]:
+def difference(contaminated: np.ndarray, clean: np.ndarray, iters: int, seed: int) -> Estimate:
     """contaminated - clean, with a percentile-bootstrap interval (each group resampled on its
     own, with its own size); undefined when either group is empty."""
     if not len(contaminated) or not len(clean):
-        return {"value": None, "low": None, "high": None}
+        return Estimate(None)
     value = float(contaminated.mean() - clean.mean())
     if iters <= 0:
-        return {"value": value, "low": None, "high": None}
+        return Estimate(value)
     rng = np.random.default_rng(seed)
     samples = _resampled_means(contaminated, iters, rng) - _resampled_means(clean, iters, rng)
     low, high = percentile_bounds(samples, CONFIDENCE)
-    return {"value": value, "low": low, "high": high}
+    return Estimate(value, low, high, BOOTSTRAP_PERCENTILE, resamples=iters)
 
 
 def metric_names(check: TaskCheck) -> list[str]:
@@ -74,27 +145,23 @@ def _values(check: TaskCheck, metric: str, mask: np.ndarray) -> np.ndarray:
                      if m and metric in r.item.metrics], dtype=float)
 
 
-def task_summary(check: TaskCheck, iters: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict[str, Any]:
-    """The task's entry of `contamination.json`."""
+def task_summary(check: TaskCheck, iters: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> TaskSummary:
+    """The task's figures: share, each metric split into clean and contaminated items, the curve."""
     n, k = len(check.items), check.contaminated
     low, high = wilson_interval(k, n, CONFIDENCE)
     flagged = np.array([r.contaminated for r in check.items], dtype=bool)
-    metrics = {}
-    for name in metric_names(check):
-        every = np.ones(n, dtype=bool)
-        metrics[name] = {
-            "all": mean_with_interval(_values(check, name, every), iters, seed),
-            "clean": mean_with_interval(_values(check, name, ~flagged), iters, seed),
-            "contaminated": mean_with_interval(_values(check, name, flagged), iters, seed),
-            "difference": difference(_values(check, name, flagged), _values(check, name, ~flagged), iters, seed),
-        }
-    return {"items": n, "contaminated": k,
-            "share": {"value": k / n if n else None, "low": _finite(low), "high": _finite(high)},
-            "boilerplate_kgrams": check.boilerplate_kgrams, "rule": check.rule.to_dict(),
-            "metrics": metrics, "curve": curve(check)}
+    every = np.ones(n, dtype=bool)
+    metrics = {name: MetricSplit(
+        all=mean_with_interval(_values(check, name, every), iters, seed),
+        clean=mean_with_interval(_values(check, name, ~flagged), iters, seed),
+        contaminated=mean_with_interval(_values(check, name, flagged), iters, seed),
+        difference=difference(_values(check, name, flagged), _values(check, name, ~flagged), iters, seed))
+        for name in metric_names(check)}
+    share = Estimate(k / n if n else None, _finite(low), _finite(high), WILSON if n else None, n)
+    return TaskSummary(n, k, share, check.boilerplate_kgrams, check.rule, metrics, curve(check))
 
 
-def curve(check: TaskCheck, ks: Sequence[int] = CURVE_K, coverages: Sequence[float] = CURVE_COVERAGE) -> list[dict[str, Any]]:
+def curve(check: TaskCheck, ks: Sequence[int] = CURVE_K, coverages: Sequence[float] = CURVE_COVERAGE) -> list[CurvePoint]:
     """Contaminated share and clean score (every metric) for each (k, coverage threshold), the
     rule's other settings kept: how the choice of rule moves the figures."""
     names = metric_names(check)
@@ -105,8 +172,7 @@ def curve(check: TaskCheck, ks: Sequence[int] = CURVE_K, coverages: Sequence[flo
             flagged = values >= cov
             n = len(flagged)
             clean = {name: _mean_or_none(_values(check, name, ~flagged)) for name in names}
-            rows.append({"k": k, "min_coverage": cov, "contaminated": int(flagged.sum()),
-                         "share": float(flagged.mean()) if n else None, "clean": clean})
+            rows.append(CurvePoint(k, cov, int(flagged.sum()), float(flagged.mean()) if n else None, clean))
     return rows
 
 

@@ -32,6 +32,6 @@ def connect(address: str | None = None):
     return ray
 
 
-def _cause(exc: BaseException) -> BaseException:
+def unwrap_ray_error(exc: BaseException) -> BaseException:
     """The exception a Ray task or actor raised, unwrapped from Ray's error."""
     return getattr(exc, "cause", None) or exc

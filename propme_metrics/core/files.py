@@ -5,7 +5,6 @@ written in place, as a stream: renaming a file over it would replace the device 
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import stat
 import tempfile
@@ -71,16 +70,24 @@ def open_locked(path: Path, mode: str, busy: Exception) -> IO:
     """`path` opened (created if needed; text as UTF-8) and locked for this process alone, without
     waiting; `busy` is raised when another process holds the lock.
 
-    The lock (flock) is released by the kernel when the file is closed or its process ends, however
-    it ends (a SIGKILL included). A forked child (a tracing worker) would share it and keep it alive
-    after its parent died: every child lets go of it as it starts (`_drop_inherited_locks`)."""
+    The lock is `filelock`'s native lock on the file's own descriptor (flock on Unix), released by
+    the kernel when the file is closed or its process ends, however it ends (a SIGKILL included): a
+    lock left by a dead process is free again. A forked child (a tracing worker) would share it and
+    keep it alive after its parent died: every child lets go of it as it starts
+    (`_drop_inherited_locks`). filelock's `FileLock` keeps its descriptor private, so it could not
+    be let go of in a child; the file locked is also the file written (a trace's journal)."""
+    from filelock import lock_descriptor  # about 35 ms: loaded by the first lock, not by importing PropMe
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
     try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        locked = lock_descriptor(fh.fileno(), blocking=False)
+    except BaseException:
         fh.close()
-        raise busy from None
+        raise
+    if not locked:
+        fh.close()
+        raise busy
     _HELD_LOCKS.add(fh)
     return fh
 

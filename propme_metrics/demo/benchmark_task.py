@@ -6,7 +6,6 @@ known, and the model that memorized its training data should score higher on it.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -50,32 +49,38 @@ def write_task(corpus: Path, folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def run_benchmark_task(root: Path, corpus: Path, model: Path, index: Path, progress: bool = False) -> list[str]:
-    """Run `demo_quiz` through lm-eval on the demo model (reused when done), check its items against
-    the index into `root/contamination`, and return the contamination lines."""
+def run_benchmark_task(paths, root: Path | None = None, progress: bool = False):
+    """Run `demo_quiz` through lm-eval on the demo model's final checkpoint (`DemoPaths` `paths`, the
+    same model id and revision as its PropMe run; reused when done), check its items against the
+    index and write the outputs into `root/contamination` (`root`: the demo folder by default).
+    Returns the `ContaminationResult` (its terminal lines: `contamination_views.contamination_lines`)."""
+    from propme_metrics.contamination.assess import check_tasks
     from propme_metrics.contamination.rule import ContaminationRule
     from propme_metrics.contamination.runs import read_runs
     from propme_metrics.core.errors import BuildError
+    from propme_metrics.demo.run import DEMO_MODEL, FINAL, lm_eval_env
     from propme_metrics.index.reader import open_index
-    from propme_metrics.report.contamination_views import check_and_write, contamination_lines
+    from propme_metrics.report.contamination_views import write_outputs
     from propme_tasks.benchmark_docs import items_from_docs, load_tasks
 
-    folder = write_task(corpus, root / "benchmark-task")
+    root = paths.root if root is None else Path(root)
+    folder = write_task(paths.corpus, root / "benchmark-task")
     runs = root / "benchmark-runs"
     if not (runs.exists() and any(runs.rglob("results_*.json"))):
-        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         log = root / "benchmark-lm-eval.log"
         with open(log, "w") as fh:
             proc = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
-                                   f"pretrained={model},dtype=float32", "--device", "cpu", "--batch_size", "8",
-                                   "--tasks", TASK, "--include_path", str(folder), "--log_samples",
-                                   "--output_path", str(runs)], env=env, stdout=fh, stderr=subprocess.STDOUT)
+                                   f"pretrained={DEMO_MODEL},revision={FINAL},dtype=float32", "--device", "cpu",
+                                   "--batch_size", "8", "--tasks", TASK, "--include_path", str(folder),
+                                   "--log_samples", "--output_path", str(runs)],
+                                  env=lm_eval_env(paths), stdout=fh, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             raise BuildError(f"lm-eval failed on {TASK} (exit {proc.returncode}); see {log}",
                              "fix the cause and run `propme demo` again: finished stages are reused")
     logged = read_runs([runs], (TASK,))
     task = load_tasks([TASK], str(folder))[TASK]
     per_task = [(TASK, items_from_docs(TASK, task, logged[0].docs))]
-    doc, _, _, _ = check_and_write(open_index(index), per_task, ContaminationRule(), 1, 1000, 0, not progress,
-                                   root / "contamination")
-    return contamination_lines(doc)
+    result = check_tasks(open_index(paths.index), per_task, ContaminationRule(), 1, 1000, 0, not progress,
+                         samples={TASK: logged[0].samples_path})
+    write_outputs(root / "contamination", result)
+    return result

@@ -123,7 +123,12 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     from propme_metrics.index.manifest import MANIFEST_NAME
     from propme_metrics.index.reader import open_index
     from propme_metrics.index.sources import CorpusSource
-    from propme_metrics.prompts.build import build_prompt_set, builtin_prompts, eligible_documents, write_prompt_set
+    from propme_metrics.prompts.prompt_set import (
+        build_prompt_set,
+        builtin_prompts,
+        eligible_documents,
+        write_prompt_set,
+    )
     from propme_metrics.prompts.settings import DEFAULT_PROMPT_SEED, PREFIX, PROMPTED_SETTINGS
 
     paths = DemoPaths(Path(root).absolute())
@@ -164,7 +169,7 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     reused = all(paths.prompts(s).is_file() for s in PROMPTED_SETTINGS)
     if not reused:
         index = open_index(paths.index)
-        paths.prompts("generic").parent.mkdir(exist_ok=True)
+        paths.prompts(PREFIX).parent.mkdir(exist_ok=True)
         for setting in (s for s in PROMPTED_SETTINGS if s != PREFIX):
             # the demo corpus is bilingual: candidates are the built-in Danish and English prompts
             cands = paths.root / "prompts" / f"{setting}-candidates.jsonl"
@@ -250,7 +255,7 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.core.progress import stderr_console
     from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_summary
 
     missing = [m for m in ("torch", "lm_eval") if importlib.util.find_spec(m) is None]
@@ -261,8 +266,13 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     started = time.time()
     paths = prepare(out, size, progress=progress)
     run_lm_eval(paths, size)
+    from propme_metrics.demo.benchmark_task import run_benchmark_task
+    from propme_metrics.report.contamination_views import contamination_lines
+
+    contamination = run_benchmark_task(paths, progress=progress)  # demo_quiz: the report's contamination section
     t = time.time()
-    report = build_report([paths.run(r) for r in size.revisions], paths.report, bootstrap=size.bootstrap, seed=0)
+    report = build_report([paths.run(r) for r in size.revisions], paths.report, bootstrap=size.bootstrap, seed=0,
+                          contamination=contamination)
     _stage("report", False, t, str(paths.report))
     print_summary(report)
     result = report.results[-1]  # the final checkpoint
@@ -277,9 +287,7 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
         print(f"\n(n, p)-discoverable prefix documents (p = {lr.p:g}, {lr.n_documents} documents): {curve}\n"
               f"greedy extraction {lr.metrics['greedy_extraction'].value:.2f}, prefix FMR {fmr}, "
               f"median log10 P(z) {lr.metrics['log10_p_median'].value:.2f}")
-    from propme_metrics.demo.benchmark_task import run_benchmark_task
-
-    for line in run_benchmark_task(paths.root, paths.corpus, paths.model, paths.index, progress):
+    for line in contamination_lines(contamination):
         print(f"\ncontamination of the demo's other benchmark (propme contamination): {line}")
     print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv} and {report.out / 'leaderboard.html'}\n"
           f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")

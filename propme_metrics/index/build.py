@@ -31,6 +31,7 @@ from propme_metrics.index.format import (
     STATE_NAME,
     TOKENIZER_DIRNAME,
     WORD_STARTS_NAME,
+    ShardFile,
     index_file_names,
     is_build_temp,
     sa_temp_dir,
@@ -219,8 +220,8 @@ def _build_locked(plan: BuildPlan) -> IndexManifest:
     t = time.perf_counter()
     shards = [
         ShardInfo(id=sid, documents=counts[str(sid)]["documents"], tokens=counts[str(sid)]["tokens"],
-                  ds_bytes=shard_file(work, "tokenized", sid).stat().st_size,
-                  sa_bytes=shard_file(work, "table", sid).stat().st_size)
+                  ds_bytes=shard_file(work, ShardFile.TOKENIZED, sid).stat().st_size,
+                  sa_bytes=shard_file(work, ShardFile.TABLE, sid).stat().st_size)
         for sid in plan.shard_ids
     ]
     tok = plan.tok
@@ -290,12 +291,12 @@ def _run_steps(plan: BuildPlan, state: dict[str, Any]) -> dict[str, dict[str, in
         for sid in plan.shard_ids:
             if sid in state["suffix_arrays"]:
                 continue
-            ds_path = shard_file(work, "tokenized", sid)
+            ds_path = shard_file(work, ShardFile.TOKENIZED, sid)
             if plan.check_space:
                 _check_disk_space(work, None, plan.width, ds_bytes=ds_path.stat().st_size)
             task = bar.add_task(f"suffix array, shard {sid}", total=3, rate="")
             t = time.perf_counter()
-            build_suffix_array(ds_path, shard_file(work, "table", sid), plan.width, plan.cpus, plan.mem_bytes,
+            build_suffix_array(ds_path, shard_file(work, ShardFile.TABLE, sid), plan.width, plan.cpus, plan.mem_bytes,
                                sa_temp_dir(work, sid), on_step=lambda step: bar.update(task, advance=1, rate=step),
                                builder=plan.sa_builder)
             plan.phase_done("suffix_array", t)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from propme_metrics.core.names import StrEnum
 from propme_metrics.core.outputs import MANIFEST_NAME  # noqa: F401 (the file that marks an index folder, named here too)
 
 # --- file names ------------------------------------------------------------------------------------
@@ -31,11 +32,23 @@ STATE_NAME = "propme-build-state.json"
 SOURCE_COUNTS_NAME = "propme-source-counts.json"
 #: the suffix-array builders' temporary files in the staging folder (`table.N.partial`, `tmp-N/`)
 SA_TEMP_SUFFIX = ".partial"
-#: the infini-gram files of one shard, `KIND.N`
-SHARD_FILES = ("tokenized", "table", "offset", "metadata", "metaoff", "unigram")
 
 
-def shard_file(folder: str | Path, kind: str, shard_id: int) -> Path:
+class ShardFile(StrEnum):
+    """The infini-gram files of one shard, `KIND.N` (docs/index-format.md)."""
+
+    TOKENIZED = "tokenized"   #: token ids, each document after a separator
+    TABLE = "table"           #: the suffix array: one pointer per token
+    OFFSET = "offset"         #: byte offset of each document in `tokenized`
+    METADATA = "metadata"     #: one metadata line per document
+    METAOFF = "metaoff"       #: byte offset of each document's line in `metadata`
+    UNIGRAM = "unigram"       #: (token id, count) rows
+
+
+SHARD_FILES = tuple(ShardFile)
+
+
+def shard_file(folder: str | Path, kind: ShardFile, shard_id: int) -> Path:
     """Path of one infini-gram shard file, e.g. `tokenized.0`."""
     return Path(folder) / f"{kind}.{shard_id}"
 

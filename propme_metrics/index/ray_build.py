@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from propme_metrics.core.cluster import _cause, connect
+from propme_metrics.core.cluster import connect, unwrap_ray_error
 from propme_metrics.core.errors import BuildError, ConfigError, PropMeError
 from propme_metrics.index.format import ray_parts_dir
 from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE
@@ -146,7 +146,7 @@ def _run_parts(plan: BuildPlan, root: Path, address: str | None, memory_per_task
 
 
 def _part_error(sid: int, exc: BaseException, retries: int) -> PropMeError:
-    cause = _cause(exc)
+    cause = unwrap_ray_error(exc)
     if isinstance(cause, PropMeError):
         cause.message = f"shard {sid}: {cause.message}"
         return cause

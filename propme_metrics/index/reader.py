@@ -22,6 +22,7 @@ from propme_metrics.index.format import (
     SHARD_FILES,
     TOKENIZER_DIRNAME,
     WORD_STARTS_NAME,
+    ShardFile,
     document_lengths,
     pointer_size,
     pointers,
@@ -85,28 +86,15 @@ class Index:
         return np.unique(np.array([int(x) for x in (self.path / WORD_STARTS_NAME).read_text().split()], dtype=np.int64))
 
     @cached_property
-    def word_start_ids(self) -> frozenset[int]:
-        return frozenset(self.word_starts.tolist())
-
-    @cached_property
     def unigram_table(self) -> np.ndarray:
-        """Count of every token id over all shards, by id, the separator left out (an array: what
-        tracing reads, at a fraction of the memory of `unigram_counts`)."""
-        rows = np.concatenate([read_unigrams(shard_file(self.path, "unigram", sid)) for sid in self.manifest.shard_ids]
+        """Count of every token id over all shards, by id, the separator left out (an array: a few
+        bytes per id, where a dict took about a hundred)."""
+        rows = np.concatenate([read_unigrams(shard_file(self.path, ShardFile.UNIGRAM, sid)) for sid in self.manifest.shard_ids]
                               + [np.zeros((0, 2), dtype=np.int64)])
         rows = rows[rows[:, 0] != self.separator]
         table = np.zeros(int(rows[:, 0].max(initial=-1)) + 1, dtype=np.int64)
         np.add.at(table, rows[:, 0], rows[:, 1])
         return table
-
-    @cached_property
-    def unigram_counts(self) -> dict[int, int]:
-        """Token id -> count over all shards, separator included (from the unigram files)."""
-        counts: dict[int, int] = {}
-        for sid in self.manifest.shard_ids:
-            for tid, cnt in read_unigrams(shard_file(self.path, "unigram", sid)).tolist():
-                counts[tid] = counts.get(tid, 0) + cnt
-        return counts
 
     @property
     def total_positions(self) -> int:
@@ -184,8 +172,8 @@ class Index:
                                        "the index is incomplete or was moved partly; rebuild it")
             sizes = {kind: p.stat().st_size for kind, p in paths.items()}
             ptr_size = pointer_size(s.ds_bytes)
-            expected = {"tokenized": s.ds_bytes, "table": (s.ds_bytes // m.token_width) * ptr_size,
-                        "offset": 8 * s.documents, "metaoff": 8 * s.documents}
+            expected = {ShardFile.TOKENIZED: s.ds_bytes, ShardFile.TABLE: (s.ds_bytes // m.token_width) * ptr_size,
+                        ShardFile.OFFSET: 8 * s.documents, ShardFile.METAOFF: 8 * s.documents}
             for kind, size in expected.items():
                 if sizes[kind] != size:
                     raise IndexFormatError(
@@ -304,8 +292,8 @@ def verify_index(path: str | Path, samples: int = VERIFY_SAMPLES, seed: int = 0,
     bad_order = 0
     checked = 0
     for s in index.manifest.shards:
-        ds = np.memmap(shard_file(index.path, "tokenized", s.id), dtype=np.uint8, mode="r")
-        sa = np.memmap(shard_file(index.path, "table", s.id), dtype=np.uint8, mode="r")
+        ds = np.memmap(shard_file(index.path, ShardFile.TOKENIZED, s.id), dtype=np.uint8, mode="r")
+        sa = np.memmap(shard_file(index.path, ShardFile.TABLE, s.id), dtype=np.uint8, mode="r")
         ptr_size = pointer_size(s.ds_bytes)
         n = s.ds_bytes // width
 
@@ -335,13 +323,15 @@ def verify_index(path: str | Path, samples: int = VERIFY_SAMPLES, seed: int = 0,
     report.checks.append(Check("documents decode", not failures,
                                f"{min(samples // 10 + 1, n_docs)} sampled documents"
                                + (f", failed: {failures[:10]}" if failures else "")))
-    counts = index.unigram_counts
-    total = sum(counts.values())
+    # every row of the unigram files (the separator's included) against the positions of the suffix arrays
+    total = sum(int(read_unigrams(shard_file(index.path, ShardFile.UNIGRAM, sid))[:, 1].sum())
+                for sid in index.manifest.shard_ids)
     ok = total == index.total_positions
-    probe = rng.choice(sorted(counts), size=min(20, len(counts)), replace=False)
+    table = index.unigram_table
+    present = np.flatnonzero(table)
+    probe = rng.choice(present, size=min(20, len(present)), replace=False)
     # recounted by infini-gram's engine: an independent reader of the same files
-    mismatched = [int(t) for t in probe if int(t) != index.separator
-                  and index.engine.count(input_ids=[int(t)])["count"] != counts[int(t)]]
+    mismatched = [int(t) for t in probe if index.engine.count(input_ids=[int(t)])["count"] != int(table[t])]
     report.checks.append(Check("unigram counts", ok and not mismatched,
                                f"sum {total:,} vs {index.total_positions:,} positions; "
                                f"{len(probe)} ids recounted through the engine"

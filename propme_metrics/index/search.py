@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from propme_metrics.index.format import (
+    ShardFile,
     document_bounds,
     metadata_line,
     parse_metadata,
@@ -138,19 +139,19 @@ class ShardSearcher:
         self.id = sid
         self.width = width
         self.dtype = token_layout(width).dtype
-        ds_path, sa_path = shard_file(folder, "tokenized", sid), shard_file(folder, "table", sid)
+        ds_path, sa_path = shard_file(folder, ShardFile.TOKENIZED, sid), shard_file(folder, ShardFile.TABLE, sid)
         self.ds = _map(ds_path, self.dtype, accelerate)
         self.n = len(self.ds)  # suffixes (token positions, separators included)
         self.ptr_size = pointer_size(self.n * width)
         self.sa = _map(sa_path, np.uint8, accelerate)
         self._weights = pointer_weights(self.ptr_size)
         self._ptr_cols = np.arange(self.ptr_size, dtype=np.int64)
-        self.offsets = _map(shard_file(folder, "offset", sid), np.dtype("<u8"), accelerate)
-        self.metaoff = _map(shard_file(folder, "metaoff", sid), np.dtype("<u8"), accelerate)
-        self.meta = _map(shard_file(folder, "metadata", sid), np.uint8, accelerate)
+        self.offsets = _map(shard_file(folder, ShardFile.OFFSET, sid), np.dtype("<u8"), accelerate)
+        self.metaoff = _map(shard_file(folder, ShardFile.METAOFF, sid), np.dtype("<u8"), accelerate)
+        self.meta = _map(shard_file(folder, ShardFile.METADATA, sid), np.uint8, accelerate)
         self.doc_base = doc_base
         self.native = native_bounds(self.ds, self.sa, self.ptr_size) if accelerate and native else None
-        self.blocks = self._first_token_blocks(shard_file(folder, "unigram", sid))
+        self.blocks = self._first_token_blocks(shard_file(folder, ShardFile.UNIGRAM, sid))
         self.use_toplevel(None)
         self._fetch_sa = self._fetch_ds = None
         self._reading_disk = True  # whether the last step read from the disk (then the next prefetches)

@@ -20,14 +20,14 @@ import numpy as np
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.progress import rate
-from propme_metrics.index.format import TokenLayout, shard_file, token_layout, unwrap_metadata
+from propme_metrics.index.format import ShardFile, TokenLayout, shard_file, token_layout, unwrap_metadata
 from propme_metrics.index.source_counts import source_of
 from propme_metrics.index.sources import CorpusSource
 
 #: documents per tokenizer call (the build's --batch-size)
 DEFAULT_BATCH_SIZE = 1024
 #: the shard files the writer streams (the suffix array `table.N` comes later, `unigram.N` at the end)
-STREAMED_FILES = ("tokenized", "offset", "metadata", "metaoff")
+STREAMED_FILES = (ShardFile.TOKENIZED, ShardFile.OFFSET, ShardFile.METADATA, ShardFile.METAOFF)
 
 
 @dataclass
@@ -88,10 +88,10 @@ class ShardWriter:
         lines = [(text + "\n").encode("utf-8") for text in texts]
         line_lengths = np.array([len(x) for x in lines], dtype=np.uint64)
         f, pos = self._files[sid], self._pos[sid]
-        f["offset"].write((pos[0] + starts.astype(np.uint64) * width).astype(np.uint64).tobytes())
-        f["tokenized"].write(flat.tobytes())
-        f["metaoff"].write((pos[1] + np.concatenate(([0], np.cumsum(line_lengths)[:-1]))).astype(np.uint64).tobytes())
-        f["metadata"].write(b"".join(lines))
+        f[ShardFile.OFFSET].write((pos[0] + starts.astype(np.uint64) * width).astype(np.uint64).tobytes())
+        f[ShardFile.TOKENIZED].write(flat.tobytes())
+        f[ShardFile.METAOFF].write((pos[1] + np.concatenate(([0], np.cumsum(line_lengths)[:-1]))).astype(np.uint64).tobytes())
+        f[ShardFile.METADATA].write(b"".join(lines))
         pos[0] += flat.nbytes
         pos[1] += int(line_lengths.sum())
         self._unigrams[sid] += np.bincount(body, minlength=self.vocab_len)[:self.vocab_len] if len(body) else 0
@@ -119,7 +119,7 @@ class ShardWriter:
         self.close_files()
         for sid in self.shard_ids:
             unigrams = self._unigrams[sid]
-            with open(shard_file(self.folder, "unigram", sid), "w") as fh:
+            with open(shard_file(self.folder, ShardFile.UNIGRAM, sid), "w") as fh:
                 for tid in np.flatnonzero(unigrams):
                     fh.write(f"{tid} {unigrams[tid]}\n")
                 fh.write(f"{self.layout.separator} {self._counts[sid]['documents']}\n")

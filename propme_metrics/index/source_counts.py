@@ -23,6 +23,7 @@ from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.core.files import cache_dir, write_atomic
 from propme_metrics.index.format import (
     SOURCE_COUNTS_NAME,
+    ShardFile,
     document_lengths,
     metadata_line,
     parse_metadata,
@@ -66,10 +67,10 @@ def count_sources(folder: str | Path, shard_ids: Iterable[int], width: int, fiel
     """{source: {documents, tokens}} over the shards of an index folder, read from its offset and metadata files."""
     out: dict[str, dict[str, int]] = {}
     for sid in shard_ids:
-        offsets = np.fromfile(shard_file(folder, "offset", sid), dtype="<u8")
-        metaoff = np.fromfile(shard_file(folder, "metaoff", sid), dtype="<u8")
-        meta = np.fromfile(shard_file(folder, "metadata", sid), dtype=np.uint8)
-        lengths = document_lengths(offsets, shard_file(folder, "tokenized", sid).stat().st_size, width)
+        offsets = np.fromfile(shard_file(folder, ShardFile.OFFSET, sid), dtype="<u8")
+        metaoff = np.fromfile(shard_file(folder, ShardFile.METAOFF, sid), dtype="<u8")
+        meta = np.fromfile(shard_file(folder, ShardFile.METADATA, sid), dtype=np.uint8)
+        lengths = document_lengths(offsets, shard_file(folder, ShardFile.TOKENIZED, sid).stat().st_size, width)
         for doc, n_tokens in enumerate(lengths.tolist()):
             src = source_of(parse_metadata(metadata_line(metaoff, meta, doc), unwrap=True), field)
             entry = out.setdefault(src, {"documents": 0, "tokens": 0})

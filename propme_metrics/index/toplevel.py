@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from propme_metrics.index.format import pointer_size, pointers, shard_file, token_layout, toplevel_path
+from propme_metrics.index.format import ShardFile, pointer_size, pointers, shard_file, token_layout, toplevel_path
 
 STRIDE = 1024        #: ranks between two samples
 TOKENS = 8           #: tokens kept per sample
@@ -50,7 +50,7 @@ class TopLevel:
 def build_toplevel(folder: str | Path, sid: int, width: int, stride: int = STRIDE,
                    tokens: int = TOKENS) -> TopLevel:
     """Sample shard `sid` of the index in `folder`, reading its two big files front to back once."""
-    ds_path, sa_path = shard_file(folder, "tokenized", sid), shard_file(folder, "table", sid)
+    ds_path, sa_path = shard_file(folder, ShardFile.TOKENIZED, sid), shard_file(folder, ShardFile.TABLE, sid)
     ds_bytes = ds_path.stat().st_size
     n = ds_bytes // width
     ptr_size = pointer_size(ds_bytes) if ds_bytes else 1
@@ -87,7 +87,7 @@ def build_toplevel(folder: str | Path, sid: int, width: int, stride: int = STRID
 
 def write_toplevel(folder: str | Path, sid: int, width: int) -> None:
     """Build and save the samples of shard `sid`, whose suffix array has just been written."""
-    n = shard_file(folder, "tokenized", sid).stat().st_size // width
+    n = shard_file(folder, ShardFile.TOKENIZED, sid).stat().st_size // width
     save_toplevel(build_toplevel(folder, sid, width), toplevel_path(folder, sid), n, width)
 
 

@@ -27,6 +27,8 @@ from propme_metrics.metrics import registry
 from propme_metrics.metrics.pm import (
     CONFIDENCE,
     Interval,
+    IntervalSpec,
+    informative_units,
     joint_ratios,
     metric_interval,
     percentile_bounds,
@@ -36,6 +38,7 @@ from propme_metrics.metrics.pm import (
     ratio,
 )
 from propme_metrics.metrics.ratio import Ratio
+from propme_metrics.metrics.results import CorpusResult
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 
 #: the interval methods of a difference
@@ -103,50 +106,50 @@ class Comparisons:
     rows: list[ComparisonRow] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     pairing: str = "all"
+    confidence: float = CONFIDENCE   #: of every row's interval
 
 
 # --- the paired bootstrap -------------------------------------------------------------------------
 
-def _finish(estimate: float, samples: np.ndarray, units: int, confidence: float, iters: int, method: str,
+def _finish(estimate: float, samples: np.ndarray, units: int, intervals: IntervalSpec, method: str,
             bounds: Any) -> Interval:
     """The percentile interval of the difference, or `bounds()` (the sides' intervals' difference)
     when every resample gives one value."""
-    low, high = percentile_bounds(samples, confidence, units)
+    low, high = percentile_bounds(samples, intervals.confidence, units)
     if low == high or low != low:
         a, b = bounds()
         lo = None if a.low is None or b.high is None else a.low - b.high
         hi = None if a.high is None or b.low is None else a.high - b.low
-        return Interval(estimate, lo, hi, BOUNDS, confidence)
-    return Interval(estimate, low, high, method, confidence, iters)
+        return Interval(estimate, lo, hi, BOUNDS, intervals.confidence)
+    return Interval(estimate, low, high, method, intervals.confidence, intervals.resamples)
 
 
 def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Ratio], paired: bool,
-                      iters: int, seed: int, confidence: float = CONFIDENCE) -> Interval:
+                      intervals: IntervalSpec) -> Interval:
     """A - B of one metric over units (aligned by position when `paired`)."""
     va, vb = ratio(a), ratio(b)
     if va is None or vb is None:
         return Interval(None)
     estimate = va - vb
-    rng = np.random.default_rng(seed)
+    iters, rng = intervals.resamples, np.random.default_rng(intervals.seed)
     if paired:
         ra, rb = joint_ratios([a, b], iters, rng)
     else:
         (ra,), (rb,) = joint_ratios([a], iters, rng), joint_ratios([b], iters, rng)
-    return _finish(estimate, ra - rb, min(len(a), len(b)), confidence, iters, PAIRED if paired else UNPAIRED,
-                   lambda: (metric_interval(spec, a, iters, seed, confidence),
-                            metric_interval(spec, b, iters, seed, confidence)))
+    units = informative_units(a, b) if paired else min(informative_units(a), informative_units(b))
+    return _finish(estimate, ra - rb, units, intervals, PAIRED if paired else UNPAIRED,
+                   lambda: (metric_interval(spec, a, intervals), metric_interval(spec, b, intervals)))
 
 
 def pm_difference(spec: registry.Metric, a: tuple[Sequence[Ratio], Sequence[Ratio]],
-                  b: tuple[Sequence[Ratio], Sequence[Ratio]], paired: bool, iters: int, seed: int,
-                  confidence: float = CONFIDENCE) -> Interval:
+                  b: tuple[Sequence[Ratio], Sequence[Ratio]], paired: bool, intervals: IntervalSpec) -> Interval:
     """PM(A) - PM(B); `a` and `b` are (propensity units, prefix units). The propensity units are
     resampled together across the models when `paired`, the prefix units always are."""
     pa, pb = pm(ratio(a[0]), ratio(a[1])), pm(ratio(b[0]), ratio(b[1]))
     if pa is None or pb is None:
         return Interval(None)
     estimate = pa - pb
-    rng = np.random.default_rng(seed)
+    iters, rng = intervals.resamples, np.random.default_rng(intervals.seed)
     if paired:
         p_a, p_b = joint_ratios([a[0], b[0]], iters, rng)
     else:
@@ -154,10 +157,14 @@ def pm_difference(spec: registry.Metric, a: tuple[Sequence[Ratio], Sequence[Rati
     c_a, c_b = joint_ratios([a[1], b[1]], iters, rng)
 
     def sides(units: tuple[Sequence[Ratio], Sequence[Ratio]]) -> Interval:
-        p, c = (metric_interval(spec, u, iters, seed, confidence) for u in units)
-        return pm_interval(units[0], units[1], iters, seed, (p, c), confidence)
-    units = min(len(x) for x in (*a, *b))
-    return _finish(estimate, pm_array(p_a, c_a) - pm_array(p_b, c_b), units, confidence, iters,
+        p, c = (metric_interval(spec, u, intervals) for u in units)
+        return pm_interval(units[0], units[1], intervals, (p, c))
+    prefix_units = informative_units(a[1], b[1])
+    if paired:
+        units = min(informative_units(a[0], b[0]), prefix_units)
+    else:
+        units = min(informative_units(a[0]), informative_units(b[0]), prefix_units)
+    return _finish(estimate, pm_array(p_a, c_a) - pm_array(p_b, c_b), units, intervals,
                    PAIRED if paired else UNPAIRED, lambda: (sides(a), sides(b)))
 
 
@@ -200,8 +207,7 @@ def _joined(a: Arm, b: Arm, setting: str, metric: str) -> tuple[list[Ratio], lis
     return [u[metric] for _, u in a.units[setting]], [by_id[i][metric] for i, _ in a.units[setting]], True
 
 
-def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], iters: int, seed: int,
-                 confidence: float = CONFIDENCE) -> list[ComparisonRow]:
+def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], intervals: IntervalSpec) -> list[ComparisonRow]:
     """Every metric and PM of two pairable arms (`pairing_problem` is None)."""
     rows = []
     settings = [s for s in a.units if s in b.units]
@@ -210,7 +216,8 @@ def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], iters: int, seed: in
         lo, hi = iv.low, iv.high
         significant = lo is not None and hi is not None and (lo > 0 or hi < 0)
         return ComparisonRow(a.model, a.revision, b.model, b.revision, a.corpus, setting, metric, va, vb,
-                             iv.estimate, lo, hi, significant, iv.method, paired, units, confidence, iv.resamples)
+                             iv.estimate, lo, hi, significant, iv.method, paired, units, intervals.confidence,
+                             iv.resamples)
 
     for s in settings:
         for spec in registry.for_setting(s):
@@ -219,7 +226,7 @@ def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], iters: int, seed: in
             xa, xb, paired = _joined(a, b, s, spec.name)
             if not xa or not xb:
                 continue
-            iv = metric_difference(spec, xa, xb, paired, iters, seed, confidence)
+            iv = metric_difference(spec, xa, xb, paired, intervals)
             rows.append(row(s, spec.name, ratio(xa), ratio(xb), iv, paired, len(xa)))
     if PREFIX in settings:
         for s in (x for x in settings if x != PREFIX):
@@ -229,7 +236,7 @@ def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], iters: int, seed: in
                 ca, cb, _ = _joined(a, b, PREFIX, m)
                 if not (pa and pb and ca and cb):
                     continue
-                iv = pm_difference(spec, (pa, ca), (pb, cb), paired, iters, seed, confidence)
+                iv = pm_difference(spec, (pa, ca), (pb, cb), paired, intervals)
                 rows.append(row(s, f"pm_{m}", pm(ratio(pa), ratio(ca)), pm(ratio(pb), ratio(cb)), iv, paired,
                                 len(pa)))
     return rows
@@ -252,15 +259,54 @@ def rank(rows: Sequence[ComparisonRow]) -> None:
         r.rank_b = 1 + counts[(r.model_b, r.revision_b)]
 
 
-def compare_arms(arms: Sequence[Arm], pm_metrics: Sequence[str], iters: int, seed: int,
-                 pairing: str = "all", confidence: float = CONFIDENCE) -> Comparisons:
+def compare_arms(arms: Sequence[Arm], pm_metrics: Sequence[str], intervals: IntervalSpec,
+                 pairing: str = "all") -> Comparisons:
     """Every selected pair of arms of one corpus label compared; pairs that cannot be paired refused."""
-    out = Comparisons(pairing=pairing)
+    out = Comparisons(pairing=pairing, confidence=intervals.confidence)
     for a, b in select_pairs(arms, pairing):
         why = pairing_problem(a, b)
         if why:
             out.refused.append(why)
             continue
-        out.rows += compare_pair(a, b, pm_metrics, iters, seed, confidence)
+        out.rows += compare_pair(a, b, pm_metrics, intervals)
     rank(out.rows)
     return out
+
+
+# --- the report's models, compared per corpus label ------------------------------------------------
+
+def arm(result: CorpusResult) -> Arm:
+    """A model's result on a corpus as the comparisons read it: per setting, each unit's pair per
+    metric with an interval (prompts; generations, `<prompt id>#<k>`, in the prompt-free settings)."""
+    units: dict[str, list[tuple[str, dict]]] = {}
+    for s, sr in result.settings.items():
+        names = [m.name for m in registry.for_setting(s) if m.has_interval]
+        if s in PROMPT_FREE_SETTINGS:
+            units[s] = []
+            for p in sr.task.prompts:
+                per_metric = {m: p.generation_stats(m) for m in names}
+                units[s] += [(f"{p.id}#{k}", {m: per_metric[m][k] for m in names})
+                             for k in range(len(per_metric[names[0]]))]
+        else:
+            units[s] = [(p.id, {m: p.stat(m) for m in names}) for p in sr.task.prompts]
+    return Arm(result.model, result.revision, result.corpus, result.index_identity, units)
+
+
+def compare_results(results: Sequence[CorpusResult], pm_metrics: Sequence[str], intervals: IntervalSpec,
+                    pairing: str = "all") -> Comparisons | None:
+    """Paired comparisons of the models of each corpus label (`compare_arms`); runs of one corpus
+    reported apart (`--separate`) are refused for pairing, with why. None: nothing to compare."""
+    out = Comparisons(pairing=pairing, confidence=intervals.confidence)
+    labels = list(dict.fromkeys(r.label for r in results))
+    for label in labels:
+        done = compare_arms([arm(r) for r in results if r.label == label], pm_metrics, intervals, pairing)
+        for row in done.rows:
+            row.corpus = label
+        out.rows += done.rows
+        out.refused += done.refused
+    for x, y in combinations(labels, 2):
+        rx, ry = (next(r for r in results if r.label == lab) for lab in (x, y))
+        if rx.corpus == ry.corpus:
+            why = pairing_problem(arm(rx), arm(ry)) or "they are reported apart"
+            out.refused.append(f"runs of {x} and {y} are not compared on shared prompts: {why}")
+    return out if out.rows or out.refused else None

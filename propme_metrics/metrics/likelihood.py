@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.metrics.pm import percentile_bounds, resample_indices
+from propme_metrics.metrics.pm import IntervalSpec, percentile_bounds, resample_indices
 
 #: the sample counts n of the `discoverable@n` metrics, and the probability p they are computed at
 DISCOVERABLE_N = (1, 10, 100, 1_000, 10_000)
@@ -132,22 +132,23 @@ class Estimate:
 
 
 def bootstrap_documents(columns: Mapping[str, Sequence[float]], statistics: Mapping[str, Callable[..., Any]],
-                        iters: int, seed: int = 0, confidence: float = 0.95) -> dict[str, Estimate]:
+                        intervals: IntervalSpec) -> dict[str, Estimate]:
     """Each column's statistic (`statistics[name]`: np.mean or np.median, called with axis=) over the
     documents, with a percentile-bootstrap interval: the documents are resampled with replacement
-    (numpy default_rng(seed)), the same resamples for every column. `iters=0`: no interval."""
+    (numpy default_rng(seed)), the same resamples for every column. No resamples: no interval."""
     data = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
     sizes = {len(v) for v in data.values()}
     if len(sizes) != 1 or not next(iter(sizes)):
         raise ValueError("bootstrap_documents needs columns of one non-zero length")
     n = sizes.pop()
     point = {k: float(statistics[k](v)) for k, v in data.items()}
+    iters = intervals.resamples
     if not iters:
         return {k: Estimate(v) for k, v in point.items()}
     samples = {k: np.empty(iters) for k in data}
     start = 0
-    for idx in resample_indices(n, iters, np.random.default_rng(seed)):
+    for idx in resample_indices(n, iters, np.random.default_rng(intervals.seed)):
         for k, v in data.items():
             samples[k][start:start + len(idx)] = statistics[k](v[idx], axis=1)
         start += len(idx)
-    return {k: Estimate(point[k], *percentile_bounds(s, confidence)) for k, s in samples.items()}
+    return {k: Estimate(point[k], *percentile_bounds(s, intervals.confidence)) for k, s in samples.items()}

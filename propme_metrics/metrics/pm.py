@@ -49,6 +49,31 @@ ONE_UNIT = "one-unit-bound"
 PROPAGATED = "bounds-propagated"
 
 
+@dataclass(frozen=True)
+class IntervalSpec:
+    """How every interval of a computation is made: bootstrap resamples (0: no bootstrap interval),
+    the seed of numpy's `default_rng`, and the confidence level (which labels are written from)."""
+
+    resamples: int = DEFAULT_BOOTSTRAP
+    seed: int = 0
+    confidence: float = CONFIDENCE
+
+    @property
+    def bootstrap(self) -> bool:
+        """Whether bootstrap intervals are made at all (`resamples` > 0)."""
+        return self.resamples > 0
+
+    @property
+    def percent(self) -> str:
+        """The confidence level as labels write it, e.g. "95%"."""
+        return percent(self.confidence)
+
+
+def percent(confidence: float) -> str:
+    """A confidence level as labels write it: 0.95 -> "95%", 0.9 -> "90%", 0.995 -> "99.5%"."""
+    return f"{round(confidence * 100, 6):g}%"
+
+
 def pm(p: float | None, c: float | None) -> float | None:
     """PM = p / (p + c) for a metric p under a propensity setting and c under the prefix setting.
 
@@ -186,13 +211,23 @@ def _t_quantile(z: float, df: int) -> float:
             + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
 
 
+def informative_units(*aligned: Sequence[Ratio]) -> int:
+    """How many units carry an event (a numerator above 0) in any of the aligned unit lists. A
+    difference between models moves only with these units (where neither has an event it gains
+    nothing), and a ratio metric's resamples likewise, so with few events either is as coarse as that
+    many units however many zero units surround them: their small-sample expansion (`expanded_alpha`)
+    counts these. (PM resamples two independent unit sets; its expansion counts their sizes, which
+    `benchmarks/intervals.py` measured to cover; counting events there over-covers, 99%.)"""
+    return sum(any(s.numerator > 0 for s in unit) for unit in zip(*aligned))
+
+
 def expanded_alpha(confidence: float, units: int) -> float:
     """The tail share of the expanded percentile interval (Hesterberg 2015): the percentile bootstrap
     is too narrow in small samples (it divides by n, not n - 1, and uses z, not t), so its tails are
-    taken at Phi(-sqrt(n / (n - 1)) t_(n-1)) instead of (1 - confidence) / 2 (n = 10: 0.85%, n = 100: 2.3%)."""
+    taken at Phi(-sqrt(n / (n - 1)) t_(n-1)) instead of (1 - confidence) / 2 (n = 10: 0.85%, n = 100: 2.3%).
+    Fewer than 2 units are taken as 2 (the widest expansion)."""
     half = (1 - confidence) / 2
-    if units < 2:
-        return half
+    units = max(units, 2)
     z = NormalDist().inv_cdf(1 - half)
     return NormalDist().cdf(-math.sqrt(units / (units - 1)) * _t_quantile(z, units - 1))
 
@@ -209,8 +244,8 @@ def percentile_bounds(samples: np.ndarray, confidence: float, units: int | None 
     return float(low), float(high)
 
 
-def bootstrap_metric(stats: Sequence[Ratio], iters: int = DEFAULT_BOOTSTRAP, seed: int = 0,
-                     confidence: float = CONFIDENCE, unit_max: float | None = 1.0) -> Interval:
+def bootstrap_metric(stats: Sequence[Ratio], intervals: IntervalSpec = IntervalSpec(),
+                     unit_max: float | None = 1.0) -> Interval:
     """Interval of a ratio metric over prompts; the estimate is ratio(stats).
 
     Percentile bootstrap; with no event (every numerator 0) the bootstrap cannot move off 0, so
@@ -221,14 +256,15 @@ def bootstrap_metric(stats: Sequence[Ratio], iters: int = DEFAULT_BOOTSTRAP, see
     estimate = ratio(stats)
     if estimate is None:
         return Interval(None)
+    confidence = intervals.confidence
     if not events(stats):
         high = None if unit_max is None else unit_max * zero_events_upper(len(stats), confidence)
         return Interval(estimate, 0.0, high, ZERO_EVENTS, confidence)
     if sum(s.denominator > 0 for s in stats) < 2:  # one unit has all the data: resampling cannot vary it
         return Interval(estimate, 0.0, unit_max, ONE_UNIT, confidence)
-    samples = _resampled_ratios(stats, iters, np.random.default_rng(seed))
-    low, high = percentile_bounds(samples, confidence, len(stats))
-    return Interval(estimate, low, high, PERCENTILE, confidence, iters)
+    samples = _resampled_ratios(stats, intervals.resamples, np.random.default_rng(intervals.seed))
+    low, high = percentile_bounds(samples, confidence, informative_units(stats))
+    return Interval(estimate, low, high, PERCENTILE, confidence, intervals.resamples)
 
 
 def pm_array(p: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -246,8 +282,8 @@ def propagated_pm(p: Interval, c: Interval) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio], iters: int = DEFAULT_BOOTSTRAP,
-                 seed: int = 0, confidence: float = CONFIDENCE, sides: tuple[Interval, Interval] | None = None
+def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio],
+                 intervals: IntervalSpec = IntervalSpec(), sides: tuple[Interval, Interval] | None = None
                  ) -> Interval:
     """Interval of PM(setting, prefix); undefined when either side's metric is.
 
@@ -258,30 +294,30 @@ def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio], 
     estimate = pm(ratio(setting_stats), ratio(prefix_stats))
     if estimate is None:
         return Interval(None)
-    rng = np.random.default_rng(seed)
-    p = _resampled_ratios(setting_stats, iters, rng)
-    c = _resampled_ratios(prefix_stats, iters, rng)
+    rng = np.random.default_rng(intervals.seed)
+    p = _resampled_ratios(setting_stats, intervals.resamples, rng)
+    c = _resampled_ratios(prefix_stats, intervals.resamples, rng)
+    confidence = intervals.confidence
     low, high = percentile_bounds(pm_array(p, c), confidence, min(len(setting_stats), len(prefix_stats)))
     if low == high and sides is not None:
         lo, hi = propagated_pm(*sides)  # holds the estimate unless a side's value lies outside its own bounds
         return Interval(estimate, min(lo, estimate), max(hi, estimate), PROPAGATED, confidence)
-    return Interval(estimate, low, high, PERCENTILE, confidence, iters)
+    return Interval(estimate, low, high, PERCENTILE, confidence, intervals.resamples)
 
 
-def metric_interval(spec: Metric, stats: Sequence[Ratio], bootstrap: int, seed: int,
-                    confidence: float = CONFIDENCE) -> Interval:
+def metric_interval(spec: Metric, stats: Sequence[Ratio], intervals: IntervalSpec) -> Interval:
     """A base metric over prompts with its interval: modified Wilson over the counted generations
-    for a proportion, `bootstrap_metric` for a ratio metric (none when `bootstrap` is 0)."""
+    for a proportion, `bootstrap_metric` for a ratio metric (none without resamples)."""
     pooled = pool_ratios(stats)
     if pooled.value is None:
         return Interval(None)
     if spec.proportion:
         n = int(round(pooled.denominator))
-        low, high = wilson_interval(min(int(round(pooled.numerator)), n), n, confidence)
-        return Interval(pooled.value, low, high, WILSON, confidence)
-    if bootstrap <= 0:
+        low, high = wilson_interval(min(int(round(pooled.numerator)), n), n, intervals.confidence)
+        return Interval(pooled.value, low, high, WILSON, intervals.confidence)
+    if not intervals.bootstrap:
         return Interval(pooled.value)
-    return bootstrap_metric(stats, bootstrap, seed, confidence, spec.unit_max)
+    return bootstrap_metric(stats, intervals, spec.unit_max)
 
 
 def pm_withheld(capability: Sequence[Ratio]) -> str | None:
@@ -294,15 +330,15 @@ def pm_withheld(capability: Sequence[Ratio]) -> str | None:
             f"{PM_MIN_CAPABILITY_EVENTS}: too few to carry a ratio")
 
 
-def pm_interval(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio], bootstrap: int, seed: int,
-                sides: tuple[Interval, Interval] | None = None, confidence: float = CONFIDENCE) -> Interval:
-    """PM of a propensity setting vs prefix with its interval (`bootstrap_pm`; none when `bootstrap`
-    is 0) and, where the capability side is too small, why it is withheld (`pm_withheld`)."""
+def pm_interval(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio], intervals: IntervalSpec,
+                sides: tuple[Interval, Interval] | None = None) -> Interval:
+    """PM of a propensity setting vs prefix with its interval (`bootstrap_pm`; none without
+    resamples) and, where the capability side is too small, why it is withheld (`pm_withheld`)."""
     estimate = pm(ratio(setting_stats), ratio(prefix_stats))
     if estimate is None:
         return Interval(None)
-    if bootstrap > 0:
-        iv = bootstrap_pm(setting_stats, prefix_stats, bootstrap, seed, confidence, sides)
+    if intervals.bootstrap:
+        iv = bootstrap_pm(setting_stats, prefix_stats, intervals, sides)
     else:
-        iv = Interval(estimate, confidence=confidence)
+        iv = Interval(estimate, confidence=intervals.confidence)
     return replace(iv, withheld=pm_withheld(prefix_stats))

@@ -116,7 +116,7 @@ class Metric:
     name: str
     label: str                       #: short label for tables and plots
     description: str                 #: one line for docs/method.md, the YAML and `--help`
-    value: Callable[[Generation], Contribution]
+    contribution: Callable[[Generation], Contribution]   #: what one generation adds: (numerator, denominator)
     aggregation: Pooling = RATIO     #: RATIO (pooled sums) or MAXIMUM (largest per-generation value)
     proportion: bool = False         #: a share of generations: Wilson intervals as well
     settings: tuple[str, ...] = ()   #: settings that have it (empty: every setting)

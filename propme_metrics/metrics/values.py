@@ -18,22 +18,17 @@ from propme_metrics.trace.result import TraceResult
 Contributions = dict[str, Contribution]
 
 
-def as_result(r: TraceResult | dict[str, Any]) -> TraceResult:
-    return r if isinstance(r, TraceResult) else TraceResult.from_dict(r)
-
-
 def counts_for_metrics(r: TraceResult) -> bool:
     """A generation counts unless its tracing failed or it is degenerate (dropped from every setting)."""
     return r.error is None and not r.degenerate
 
 
-def contributions(r: TraceResult | dict[str, Any], metrics: Iterable[Metric] = METRICS,
+def contributions(r: TraceResult, metrics: Iterable[Metric] = METRICS,
                   pii: PIILeaks | None = None, rare_max_count: int = RARE_MAX_COUNT) -> Contributions:
     """What one generation adds to each metric: its (numerator, denominator). `pii`: its leaks, if
     known; `rare_max_count`: `fmr_rare`'s threshold."""
-    r = as_result(r)
     g = Generation(r, leaks(r) if pii is None else pii, rare_max_count)
-    return {m.name: m.value(g) for m in metrics}
+    return {m.name: m.contribution(g) for m in metrics}
 
 
 def pool(metric: Metric, counted: Iterable[Contributions]) -> tuple[float, float]:
@@ -66,11 +61,11 @@ class Summary:
                 "n_degenerate": self.n_degenerate, "n_failed": self.n_failed, **self.metrics}
 
 
-def summarize(results: Iterable[TraceResult | dict[str, Any]], drop_degenerate: bool = True,
+def summarize(results: Iterable[TraceResult], drop_degenerate: bool = True,
               pii: Sequence[PIILeaks] | None = None, rare_max_count: int = RARE_MAX_COUNT) -> Summary:
     """Pool every registry metric over the counted generations (degenerate ones dropped by default).
     `pii`: the generations' leaks when already computed (one per result); `rare_max_count`: `fmr_rare`'s threshold."""
-    results = [as_result(r) for r in results]
+    results = list(results)
     pii = [None] * len(results) if pii is None else list(pii)
     failed = sum(r.error is not None for r in results)
     degenerate = sum(r.error is None and r.degenerate for r in results)

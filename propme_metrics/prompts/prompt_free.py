@@ -16,12 +16,12 @@ import numpy as np
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.memory import available_memory
-from propme_metrics.prompts.build import PromptRecord
-from propme_metrics.prompts.settings import DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS
+from propme_metrics.prompts.prompt_set import PromptRecord
+from propme_metrics.prompts.settings import DEFAULT_PROMPT_SEED, PROMPT_FREE_SETTINGS, Setting
 
 CUE_WORDS = 100
 #: memory one generation of a prompt-free setting takes on its way to lm-eval (its record, the
-#: dataset row with the tracing settings, the logged sample and its trace), generously
+#: dataset row with the tracing parameters, the logged sample and its trace), generously
 BYTES_PER_GENERATION = 64 * 1024
 
 
@@ -61,13 +61,13 @@ def prompt_free_records(setting: str, n: int, seed: int = DEFAULT_PROMPT_SEED, l
         raise ConfigError(f"a prompt-free setting needs at least one generation, not {n}")
     check_generations_fit(n, "prompt_free_generations")
     width = len(str(n - 1))
-    if setting == "unconditional":
-        return [PromptRecord(id=f"unconditional-{k:0{width}d}", prompt="", setting=setting, language=language)
+    if setting == Setting.UNCONDITIONAL:
+        return [PromptRecord(id=f"{Setting.UNCONDITIONAL}-{k:0{width}d}", prompt="", setting=setting, language=language)
                 for k in range(n)]
     if not language:
         raise ConfigError("minimal_cue needs the corpus language (task metadata 'language') for its word list")
     words = cue_words(language)
     freq = np.array([f for _, f in words], dtype=float)
     drawn = np.random.default_rng(seed).choice(len(words), size=n, p=freq / freq.sum())
-    return [PromptRecord(id=f"minimal_cue-{k:0{width}d}", prompt=words[i][0][:1].upper() + words[i][0][1:],
+    return [PromptRecord(id=f"{Setting.MINIMAL_CUE}-{k:0{width}d}", prompt=words[i][0][:1].upper() + words[i][0][1:],
                          setting=setting, language=language) for k, i in enumerate(drawn)]

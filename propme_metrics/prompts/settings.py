@@ -1,11 +1,25 @@
-"""The settings PropMe runs, defined once: prompted ones first, then the prompt-free ones."""
+"""The settings PropMe runs, defined once: prompted ones first, then the prompt-free ones, and the
+name of each lm-eval task (`task_name`)."""
 from __future__ import annotations
 
-PREFIX = "prefix"
+from propme_metrics.core.names import StrEnum
+
+
+class Setting(StrEnum):
+    """A prompt condition; the value is the name in task names, samples, tables and files."""
+
+    GENERIC = "generic"
+    SPECIFIC = "specific"
+    PREFIX = "prefix"
+    UNCONDITIONAL = "unconditional"
+    MINIMAL_CUE = "minimal_cue"
+
+
+PREFIX = Setting.PREFIX
 #: settings with a prompt set (built against the index or read from a file)
-PROMPTED_SETTINGS = ("generic", "specific", PREFIX)
+PROMPTED_SETTINGS = (Setting.GENERIC, Setting.SPECIFIC, PREFIX)
 #: settings without a prompt: the model gets only the start token, or a one-word cue
-PROMPT_FREE_SETTINGS = ("unconditional", "minimal_cue")
+PROMPT_FREE_SETTINGS = (Setting.UNCONDITIONAL, Setting.MINIMAL_CUE)
 #: every setting, in the order of tables, columns and task groups; the propensity settings are all but prefix
 SETTINGS = (*PROMPTED_SETTINGS, *PROMPT_FREE_SETTINGS)
 #: prompts per prompted setting and generations per prompt-free setting, and the seed that draws them
@@ -16,9 +30,14 @@ DEFAULT_PROMPT_SEED = 42
 PREFIX_TOKENS = 50
 CONTINUATION_TOKENS = 50
 PREFIX_MIN_DOC_TOKENS = 100
-#: the key of every logged document (lm-eval samples) that says whether the model got its prompt
-#: inside the model's chat template (`lm_eval --apply_chat_template`) or as raw text
-CHAT_TEMPLATE_KEY = "chat_template"
+#: what every PropMe task name starts with: `propme_<corpus>` (group), `propme_<corpus>_<setting>`
+TASK_PREFIX = "propme_"
+
+
+def task_name(corpus: str, setting: str | None = None) -> str:
+    """The lm-eval task of a corpus's setting (`propme_dynaword_prefix`), or its group without one;
+    `setting` may also be a subtask suffix such as the likelihood subtask's `prefix_likelihood`."""
+    return f"{TASK_PREFIX}{corpus}" + (f"_{setting}" if setting else "")
 
 
 def setting_sort_key(setting: str) -> tuple[int, str]:

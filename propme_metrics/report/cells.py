@@ -8,13 +8,12 @@ small reads `withheld`. The Markdown, terminal and HTML tables lay the same `Sho
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-from propme_metrics.metrics.registry import UNDEFINED
-
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.metrics.pm import Interval
+from propme_metrics.metrics.pm import Interval
+from propme_metrics.metrics.registry import LABELS, UNDEFINED
 
 #: how a withheld PM reads in the tables (the reason is in the notes and leaderboard.json)
 WITHHELD = "withheld"
@@ -64,8 +63,6 @@ def fmt_interval(value: float | None, low: float | None, high: float | None, met
 
 def withheld_notes(results) -> list[str]:
     """One line per model and reason: which PM values are withheld (`pm.pm_withheld`) and why."""
-    from propme_metrics.metrics.registry import LABELS
-
     lines = []
     for r in results:
         by_reason: dict[str, list[str]] = {}
@@ -75,3 +72,20 @@ def withheld_notes(results) -> list[str]:
         who = r.model + (f" @ {r.revision}" if r.revision else "")
         lines += [f"{who}: {', '.join(names)}: {why}" for why, names in by_reason.items()]
     return lines
+
+
+def md_cell(text: Any) -> str:
+    """Text shown as written in a Markdown table cell or list item: no column breaks, no raw HTML
+    (renderers pass it through), and no inline markup (emphasis, code, links, images, strikethrough)."""
+    text = _MD_INLINE.sub(r"\\\g<0>", str(text)).replace("\r", " ").replace("\n", " ")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+#: the characters that start Markdown inline markup in a cell (a backslash shows each as written);
+#: an underscore between letters or digits never does (`propme_dynaword_prefix` stays readable)
+_MD_INLINE = re.compile(r"[\\`*\[\]~|]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def slug(text: str) -> str:
+    """A name (corpus label, model) as a file-name part: runs of other characters become '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[-60:] or "model"

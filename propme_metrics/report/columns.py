@@ -1,17 +1,26 @@
 """The leaderboard's columns: their names, their meaning and their values."""
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.pm import PERCENTILE, PM_MIN_CAPABILITY_EVENTS, PROPAGATED, WILSON, ZERO_EVENTS
+from propme_metrics.metrics.pm import (
+    CONFIDENCE,
+    PERCENTILE,
+    PM_MIN_CAPABILITY_EVENTS,
+    PROPAGATED,
+    WILSON,
+    ZERO_EVENTS,
+    percent,
+)
+from propme_metrics.metrics.results import CorpusResult, finite
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
-from propme_metrics.report.compute import CorpusResult, finite
+from propme_metrics.report.contents import Report
+from propme_metrics.report.extraction_views import column_docs
 
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.report.compute import Report
+#: the confidence level as the column docs write it
+_LEVEL = percent(CONFIDENCE)
 
 #: the metrics without a bootstrap interval (a maximum)
 _NO_INTERVAL = ", ".join(f"`{m.name}`" for m in registry.METRICS if not m.has_interval)
@@ -24,8 +33,8 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_start_token_choice", "`auto`, `none` or `literal` (the run's `start_token` setting)"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p (every setting but `prefix`) vs prefix c"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>_low",
-     f"lower end of its 95% interval (`{PERCENTILE}`, or `{PROPAGATED}` when every resample gives one value)"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", "upper end of its 95% interval"),
+     f"lower end of its {_LEVEL} interval (`{PERCENTILE}`, or `{PROPAGATED}` when every resample gives one value)"),
+    ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", f"upper end of its {_LEVEL} interval"),
     ("propme_<corpus>_pm_<pm_metric>_<propensity>_withheld",
      f"why PM cannot be read on its own (fewer than {PM_MIN_CAPABILITY_EVENTS} prefix prompts with an event); "
      "empty when it can"),
@@ -35,10 +44,10 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_failed_<setting>", "generations whose tracing failed (excluded; 0 is healthy)"),
     ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
     ("propme_<corpus>_<setting>_<metric>_low",
-     f"lower end of its 95% interval: `{WILSON}` for the proportions ("
+     f"lower end of its {_LEVEL} interval: `{WILSON}` for the proportions ("
      + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + f"), `{PERCENTILE}` (or `{ZERO_EVENTS}` with no event) "
      "for the other metrics; none for " + _NO_INTERVAL),
-    ("propme_<corpus>_<setting>_<metric>_high", "upper end of its 95% interval (not for " + _NO_INTERVAL + ")"),
+    ("propme_<corpus>_<setting>_<metric>_high", f"upper end of its {_LEVEL} interval (not for " + _NO_INTERVAL + ")"),
 )
 
 
@@ -49,8 +58,6 @@ def leaderboard_columns() -> list[tuple[str, str]]:
     `<corpus>` is the corpus label (`<corpus>_set<k>` with `--separate`, `<corpus>_limit<N>` for
     `--limit` runs), `<setting>` every setting run, `<propensity>` every setting but `prefix`,
     `<metric>` a registry metric the setting has, `<pm_metric>` one of `--pm-metrics`."""
-    from propme_metrics.report.likelihood import column_docs
-
     return list(_COLUMN_DOCS) + column_docs()
 
 
@@ -120,8 +127,8 @@ def headline_column_docs() -> list[tuple[str, str]]:
         ("model", "the model"), ("revision", "its revision (empty when none)"),
         ("propme_<corpus>_prefix_<m>", "capability: the metric under the prefix setting"),
         ("propme_<corpus>_pm_<m>_<propensity>", "PM of the metric, propensity setting vs prefix; empty where withheld"),
-        ("propme_<corpus>_pm_<m>_<propensity>_low", "lower end of its 95% interval"),
-        ("propme_<corpus>_pm_<m>_<propensity>_high", "upper end of its 95% interval"),
+        ("propme_<corpus>_pm_<m>_<propensity>_low", f"lower end of its {_LEVEL} interval"),
+        ("propme_<corpus>_pm_<m>_<propensity>_high", f"upper end of its {_LEVEL} interval"),
         ("propme_<corpus>_<propensity>_<m>", "propensity: the metric under the propensity setting"),
         *((f"propme_<corpus>_prefix_{m}", f"{registry.LABELS[m]} under prefix, with `_low` and `_high`")
           for m in HEADLINE_PREFIX_METRICS),
@@ -181,7 +188,3 @@ def headline_rows(report: Report) -> list[dict[str, Any]]:
             row[f"{p}_pm_withheld"] = "; ".join(
                 ", ".join(f"PM {m} {s}" for m, s, w in notes if w == why) + ": " + why for why in reasons)
     return rows
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[-60:] or "model"

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import sys
 
+from rich.table import Table
 from rich.text import Text
 
 from propme_metrics.core.progress import terminal
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.pm import percent
 from propme_metrics.report.cells import Shown, pm_text, shown, withheld_notes
-from propme_metrics.report.compute import Report
+from propme_metrics.report.contents import Report
 from propme_metrics.report.leak_views import print_leaks
+from propme_metrics.report.writers import comparison_cells, comparison_heads, shown_comparisons
 
 
 def _lines(cell: Shown) -> str:
@@ -27,17 +30,15 @@ def _model(r) -> Text:
 
 
 def print_summary(report: Report, console=None) -> None:
-    """Rich tables per corpus: PM with 95% intervals per model and setting, then the base metrics."""
-    from rich.table import Table
-
+    """Rich tables per corpus: PM with intervals per model and setting, then the base metrics."""
     # a log or pipe gets the full table, not 80 columns
     console = console or terminal(width=None if sys.stdout.isatty() else 160)
     for label in report.labels:
         results = [r for r in report.results if r.label == label]
         idents = ", ".join(sorted({str(r.index_identity) for r in results}))
         if any(r.pm for r in results):
-            table = Table(title=Text(f"PM on {label} (index {idents}); 95% intervals (docs/method.md), "
-                                     f"B={report.bootstrap:,}"), show_lines=True)
+            table = Table(title=Text(f"PM on {label} (index {idents}); {report.intervals.percent} intervals "
+                                     f"(docs/method.md), B={report.intervals.resamples:,}"), show_lines=True)
             table.add_column("model", overflow="fold", min_width=20, max_width=34)
             table.add_column("setting\nvs prefix")
             for m in report.pm_metrics:
@@ -78,16 +79,13 @@ def print_summary(report: Report, console=None) -> None:
 
 def print_comparisons(comparisons, console) -> None:
     """The headline comparisons (`writers.shown_comparisons`) as a rich table, then the pairs refused."""
-    from rich.table import Table
-
-    from propme_metrics.report.writers import COMPARISON_HEADS, comparison_cells, shown_comparisons
-
     if comparisons is None:
         return
     shown = shown_comparisons(comparisons)
     if shown:
-        table = Table(title=Text("Paired comparisons (A - B, 95% paired bootstrap; every metric in comparisons.csv)"))
-        for h in COMPARISON_HEADS:
+        table = Table(title=Text(f"Paired comparisons (A - B, {percent(comparisons.confidence)} paired bootstrap; "
+                                 "every metric in comparisons.csv)"))
+        for h in comparison_heads(comparisons):
             table.add_column(h, overflow="fold", justify="left" if h.startswith("model") else "right")
         for r in shown:
             cells = comparison_cells(r)

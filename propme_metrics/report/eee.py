@@ -14,6 +14,13 @@ Each base metric of each setting and each PM is one `evaluation_result`:
   `num_bootstrap_samples` for a bootstrap interval;
 - `source_data` (a private data set): the index identity, prompt-set fingerprint and start token.
 
+With a contamination check of the runs' other benchmarks (`propme report --index`), the record of
+the model that ran a benchmark also holds, per task, `propme.contamination.<task>.contaminated_share`
+(Wilson interval over items) and, for every per-sample metric lm-eval logged,
+`propme.contamination.<task>.<metric>.{all,clean,contaminated}` with their intervals and
+`propme.contamination.<task>.<metric>.difference` (contaminated - clean, bootstrap interval); the
+rule is in each result's `metric_parameters`, the index identity in its `source_data`.
+
 An undefined value (None: nothing to compute it from) is left out, never written as 0; an interval
 whose ends are undefined is left out of its result. The records hold no personal data values.
 """
@@ -26,10 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.files import write_atomic
+from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.pm import CONFIDENCE, WILSON
+from propme_metrics.metrics.results import CorpusResult, MetricResult, finite
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
-from propme_metrics.report.columns import slug
-from propme_metrics.report.compute import CorpusResult, MetricResult, Report, finite
+from propme_metrics.report.cells import slug
+from propme_metrics.report.contents import Report
+from propme_metrics.trace.pii import detect, mask_text
 
 #: the schema version the records follow (tests validate them against the official schema files)
 SCHEMA_VERSION = "0.3.0"
@@ -149,6 +160,84 @@ def _pm_results(res: CorpusResult) -> list[dict[str, Any]]:
     return out
 
 
+def _contamination_source(result: Any, task: str) -> dict[str, Any]:
+    details = {"benchmark_task": task, "index_identity": result.index_identity, "index_path": result.index_path}
+    return {"dataset_name": task, "source_type": "other", "additional_details": details}
+
+
+def _contamination_results(result: Any, task: str, higher_is_better: dict[str, bool]) -> list[dict[str, Any]]:
+    """A benchmark task's contaminated share and its metrics on all, clean and contaminated items and
+    their difference (`contamination.summary.TaskSummary`), undefined ones left out."""
+    s = result.summaries[task]
+    rule = {f"rule_{k}": v for k, v in result.rule.to_dict().items()}
+    prefix = f"propme.contamination.{task}"
+    out = []
+
+    def add(metric_id: str, name: str, description: str, e: Any, lower_is_better: bool, bounds: tuple,
+            params: dict[str, Any], details: dict[str, Any]) -> None:
+        if not _defined(e.value):
+            return  # undefined: left out, never 0
+        interval = None
+        if e.method and _defined(e.low, e.high):
+            interval = ShownInterval(e.low, e.high, e.method, s.items if e.n is None else e.n, CONFIDENCE,
+                                     e.resamples or None)
+        config = {"evaluation_description": description, "metric_id": metric_id, "metric_name": name,
+                  "metric_kind": "contamination", "metric_unit": "proportion" if bounds == (0.0, 1.0) else "score",
+                  "lower_is_better": lower_is_better, "score_type": "continuous", "min_score": bounds[0],
+                  "max_score": bounds[1], "metric_parameters": {**params, **rule}}
+        out.append({"evaluation_result_id": metric_id, "evaluation_name": task,
+                    "source_data": _contamination_source(result, task), "metric_config": config,
+                    "score_details": _score(e.value, interval, details)})
+
+    counts = {"items": s.items, "contaminated": s.contaminated, "boilerplate_kgrams": s.boilerplate_kgrams}
+    add(f"{prefix}.contaminated_share", "contaminated share",
+        f"share of {task}'s items found in the training corpus by the contamination rule", s.share, True,
+        (0.0, 1.0), {}, counts)
+    for metric, m in s.metrics.items():
+        binary = m.all.method == WILSON   # 0/1 values (accuracy): the mean lies in [0, 1]
+        bounds = (0.0, 1.0) if binary else (None, None)
+        # a filtered metric is logged as `<metric>_<filter>`; lm-eval records the direction of `<metric>`
+        named = [k for k in higher_is_better if metric == k or metric.startswith(f"{k}_")]
+        higher = higher_is_better[max(named, key=len)] if named else True
+        for part in ("all", "clean", "contaminated"):
+            add(f"{prefix}.{metric}.{part}", f"{metric} ({part} items)", f"{metric} of {task} on its {part} items",
+                getattr(m, part), not higher, bounds, {"metric": metric, "subset": part}, counts)
+        add(f"{prefix}.{metric}.difference", f"{metric} contaminated - clean",
+            f"{metric} of {task} on contaminated items minus on clean items (a gain from seeing the items in "
+            "training; resampled per group)", m.difference, True, (-1.0, 1.0) if binary else (None, None),
+            {"metric": metric, "subset": "contaminated - clean"}, counts)
+    return out
+
+
+def _benchmark_run(samples: Path) -> tuple[tuple[str, str, str], dict[str, bool]] | None:
+    """The (model, revision, model_args) and the metrics' higher_is_better of the lm-eval run whose
+    samples file this is (its results file beside it); None when that cannot be read."""
+    from propme_metrics.report.load import model_identity
+
+    task, date_id = samples.stem[len("samples_"):].rsplit("_", 1)
+    try:
+        data = json.loads((samples.parent / f"results_{date_id}.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    better = (data.get("higher_is_better") or {}).get(task) or {}
+    return model_identity(data), {str(k): bool(v) for k, v in better.items()}
+
+
+def _contamination_by_model(report: Report) -> dict[tuple[str, str], tuple[str, list[dict[str, Any]]]]:
+    """(model, revision) -> (model_args, contamination results) of the models that ran the benchmarks."""
+    result = report.contamination
+    out: dict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = {}
+    for task in result.summaries if result is not None else ():
+        run = _benchmark_run(result.samples[task]) if task in result.samples else None
+        if run is None:
+            continue  # items without a model run: no model to attach them to
+        (model, revision, model_args), better = run
+        out.setdefault((model, revision), (model_args, []))[1].extend(_contamination_results(result, task, better))
+    return out
+
+
 def _model_info(model: str, revision: str, model_args: str) -> dict[str, Any]:
     details = {"deployment_type": "unknown", "model_availability": "unknown", "model_args": model_args}
     if revision:
@@ -161,42 +250,111 @@ def _model_info(model: str, revision: str, model_args: str) -> dict[str, Any]:
 
 def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dict[str, Any]]:
     """File name -> record, one per model and revision, in the report's row order."""
+    return {name: record for name, (record, _) in _records(report, retrieved).items()}
+
+
+def _records(report: Report, retrieved: float | None) -> dict[str, tuple[dict[str, Any], list[CorpusResult]]]:
+    """File name -> (record, the model's corpus results)."""
     from propme_metrics import __version__
 
     stamp = str(int(time.time() if retrieved is None else retrieved))
     by_model: dict[tuple[str, str], list[CorpusResult]] = {}
     for r in report.results:
         by_model.setdefault((r.model, r.revision), []).append(r)
-    out: dict[str, dict[str, Any]] = {}
+    contamination = _contamination_by_model(report)
+    for key in contamination:
+        by_model.setdefault(key, [])   # a model that ran only benchmarks: a record of its contamination figures
+    out: dict[str, tuple[dict[str, Any], list[CorpusResult]]] = {}
     for (model, revision), results in by_model.items():
         who = model + (f"@{revision}" if revision else "")
-        first_task = next(iter(results[0].settings.values())).task
-        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r))]
+        model_args, checked = contamination.get((model, revision), ("", []))
+        if results:
+            model_args = next(iter(results[0].settings.values())).task.model_args
+        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r))] + checked
         record = {
             "schema_version": SCHEMA_VERSION, "evaluation_id": f"propme/{who}/{stamp}", "retrieved_timestamp": stamp,
             "source_metadata": {"source_name": "PropMe", "source_type": "evaluation_run",
                                 "source_organization_name": "", "evaluator_relationship": "other",
                                 "additional_details": {"corpora": ", ".join(r.label for r in results),
-                                                       "bootstrap_seed": str(report.seed)}},
+                                                       "bootstrap_seed": str(report.intervals.seed)}},
             "eval_library": {"name": "propme", "version": __version__,
                              "additional_details": {"generations_by": "lm_eval",
                                                     "pm_metrics": ",".join(report.pm_metrics)}},
-            "model_info": _model_info(model, revision, first_task.model_args),
+            "model_info": _model_info(model, revision, model_args),
             "evaluation_results": evaluation}
         name = f"{slug(who)}.json"
         while name in out:
             name = name[:-5] + "_.json"
-        out[name] = record
+        out[name] = (record, results)
     return out
 
 
+def _masked(text: str) -> str:
+    """Model or corpus text with every personal-data item detected in it masked (`trace.pii`)."""
+    return mask_text(text, detect(text))
+
+
+def instance_records(record: dict[str, Any], results: list[CorpusResult]) -> list[dict[str, Any]]:
+    """The instance-level lines of a record (schema `instance_level_eval` 0.3.0): one per counted
+    generation, tied to its setting's FMR result (`evaluation_result_id`). `is_correct` is whether
+    the generation reproduced training data verbatim as a whole (a full match, the event FMR counts;
+    for prefix prompts the extraction of the document), and `score` the same as 0/1, so their mean
+    over a setting is the record's FMR. The trace summary is in `metadata`; personal data in the
+    prompt, continuation and generation is masked. Generations whose tracing failed or that are
+    degenerate count in no metric and have no line."""
+    out = []
+    ids = {r["evaluation_result_id"] for r in record["evaluation_results"]}
+    for res in results:
+        for setting, sr in res.settings.items():
+            result_id = f"propme.{res.label}.fmr.{setting}"
+            if result_id not in ids:
+                continue   # FMR undefined: nothing counted
+            for prompt in sr.task.prompts:
+                for j, (g, counted) in enumerate(zip(prompt.generations, prompt.values)):
+                    if counted is None:
+                        continue
+                    full = g.full_match
+                    sources = sorted({str(d.source_id) for d in g.documents if d.source_id is not None})
+                    meta = {"corpus": res.label, "setting": setting, "prompt_id": prompt.id, "generation": j,
+                            "longest_span_tokens": g.longest_span, "nvr_max": max(g.nv_recalls, default=None),
+                            "full_match": full, "full_match_normalized": g.full_match_normalized,
+                            "extracted": g.extracted, "final_spans": len(g.final_spans),
+                            "source_ids": ",".join(sources)}
+                    out.append({
+                        "schema_version": SCHEMA_VERSION, "evaluation_id": record["evaluation_id"],
+                        "model_id": record["model_info"]["id"], "evaluation_name": sr.task.task,
+                        "evaluation_result_id": result_id, "sample_id": f"{prompt.id}#{j}",
+                        "interaction_type": "single_turn",
+                        "input": {"raw": _masked(prompt.prompt),
+                                  "reference": [_masked(prompt.continuation)] if prompt.continuation else []},
+                        "output": {"raw": [_masked(g.text)]},
+                        "answer_attribution": [{"turn_idx": 0, "source": "output.raw",
+                                                "extracted_value": _masked(g.text),
+                                                "extraction_method": "simpletrace full match",
+                                                "is_terminal": True}],
+                        "evaluation": {"score": float(full), "is_correct": full},
+                        "metadata": {k: "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+                                     for k, v in meta.items()}})
+    return out
+
+
+#: the instance-level file beside a record `<name>.json`
+INSTANCES_SUFFIX = "_samples.jsonl"
+
+
 def write_eee(report: Report, out: Path, retrieved: float | None = None) -> list[Path]:
-    """Write the records into `out/eee/`; the paths written."""
+    """Write the records into `out/eee/`, each with its instance-level lines (`instance_records`) in
+    `<name>_samples.jsonl` when it has any; the paths written."""
     folder = out / EEE_DIR
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, record in eee_records(report, retrieved).items():
+    for name, (record, results) in _records(report, retrieved).items():
         path = folder / name
         write_atomic(path, json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
         paths.append(path)
+        lines = instance_records(record, results)
+        if lines:
+            samples = folder / (name[:-len(".json")] + INSTANCES_SUFFIX)
+            write_atomic(samples, "".join(json_line(x) for x in lines))
+            paths.append(samples)
     return paths

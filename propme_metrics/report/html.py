@@ -20,31 +20,30 @@ panel with `textContent` only (never `innerHTML`).
 from __future__ import annotations
 
 import base64
-import html
 import json
 import math
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import jinja2
 from markupsafe import Markup
 
 from propme_metrics.core.files import write_atomic
 from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, source_of
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.pm import percent
 from propme_metrics.metrics.registry import NV_HIT_THRESHOLD, UNDEFINED
+from propme_metrics.metrics.results import CorpusResult
 from propme_metrics.prompts.settings import setting_sort_key
 from propme_metrics.report.cells import fmt_value, pm_text, shown
+from propme_metrics.report.contents import Report
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
+from propme_metrics.report.leak_views import BUCKET_HEADS, SOURCE_HEADS, bucket_rows, source_rows
+from propme_metrics.report.pages import environment, static
 from propme_metrics.trace.pii import PIIItem, detect, leaks, mask_text
+from propme_metrics.trace.result import FinalSpan, TracedDocument, TraceResult
 from propme_metrics.trace.text_rules import locate_segments
-
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.report.compute import CorpusResult, Report
 
 _MATCH_RANK = {"full_raw": 0, "full_normalized": 1, "partial": 2}
 
@@ -194,6 +193,7 @@ class Page:
     labels: str
     bootstrap: str
     seed: int
+    confidence: str              #: the intervals' confidence level, e.g. "95%"
     pm_tables: list[PMTable]
     metric_tables: list[MetricTable]
     plots: list[Plot]
@@ -263,7 +263,7 @@ def pm_tables(rep: Report) -> list[PMTable]:
                     continue
                 text = pm_text(iv)
                 cells.append(Cell(text.text, text.ends, "" if iv.withheld else _pm_colour(iv.estimate),
-                                  iv.withheld or (f"95% {iv.method}" if iv.method else "")))
+                                  iv.withheld or (f"{percent(iv.confidence)} {iv.method}" if iv.method else "")))
             rows.append(PMRow(r.model, r.revision or "-", cells))
         tables.append(PMTable(label, ", ".join(sorted({str(r.index_identity) for r in results})),
                               [(registry.LABELS[m], s) for m, s in keys], rows))
@@ -283,7 +283,7 @@ def metric_tables(rep: Report) -> list[MetricTable]:
                     if mr is None:
                         cells.append(Cell(UNDEFINED.table))
                         continue
-                    cells.append(_cell(mr.value, mr.low, mr.high, m, title=f"95% {mr.method}" if mr.method else ""))
+                    cells.append(_cell(mr.value, mr.low, mr.high, m, title=f"{percent(mr.confidence)} {mr.method}" if mr.method else ""))
                 c = sr.counts
                 rows.append(MetricRow(r.model, r.revision or "-", s, c["prompts"], c["counted"], c["degenerate"],
                                       c["failed"], cells))
@@ -292,7 +292,6 @@ def metric_tables(rep: Report) -> list[MetricTable]:
 
 
 def leak_tables(rep: Report) -> list[LeakTable]:
-    from propme_metrics.report.leak_views import BUCKET_HEADS, SOURCE_HEADS, bucket_rows, source_rows
 
     out = []
     for r in rep.results:
@@ -319,17 +318,17 @@ def plots(rep: Report) -> list[Plot]:
 # --- generations -------------------------------------------------------------------------------
 
 
-def _span_class(docs: list[dict[str, Any]]) -> str:
-    if any(d.get("match") == "full_raw" for d in docs):
+def _span_class(docs: list[TracedDocument]) -> str:
+    if any(d.match == "full_raw" for d in docs):
         return "c-full"
-    if max((float(d.get("nv_recall") or 0) for d in docs), default=0.0) > NV_HIT_THRESHOLD:
+    if max((float(d.nv_recall or 0) for d in docs), default=0.0) > NV_HIT_THRESHOLD:
         return "c-high"
     return "c-low"
 
 
-def _trim_snippet(doc: dict[str, Any], chars: int) -> tuple[str, list[int], bool, bool]:
-    snippet = str(doc.get("snippet") or "")
-    span = doc.get("snippet_span") or (0, 0)
+def _trim_snippet(doc: TracedDocument, chars: int) -> tuple[str, list[int], bool, bool]:
+    snippet = str(doc.snippet or "")
+    span = doc.snippet_span or (0, 0)
     try:
         a, b = int(span[0]), int(span[1])
     except (TypeError, ValueError, IndexError):
@@ -340,7 +339,7 @@ def _trim_snippet(doc: dict[str, Any], chars: int) -> tuple[str, list[int], bool
     return snippet[lo:hi], [a - lo, b - lo], lo > 0, hi < len(snippet)
 
 
-def _doc_json(doc: dict[str, Any], chars: int, masked: tuple[PIIItem, ...] | None = None) -> dict[str, Any]:
+def doc_json(doc: TracedDocument, chars: int, masked: tuple[PIIItem, ...] | None = None) -> dict[str, Any]:
     """A document entry for the panel; `masked` (None: show everything) are the leaked items to mask."""
     snippet, span, cut_left, cut_right = _trim_snippet(doc, chars)
     if masked is not None:  # corpus text: every item detected in it is masked, in place (the span stays put)
@@ -352,11 +351,11 @@ def _doc_json(doc: dict[str, Any], chars: int, masked: tuple[PIIItem, ...] | Non
                 if chars[k].isalnum():
                     chars[k] = "*"
         snippet = "".join(chars)
-    nv = doc.get("nv_recall")
+    nv = doc.nv_recall
     nv = float(nv) if isinstance(nv, (int, float)) and math.isfinite(nv) else None
-    meta = doc.get("metadata")
-    return {"source_id": "" if doc.get("source_id") is None else str(doc.get("source_id")),
-            "shard": doc.get("shard"), "doc_ix": doc.get("doc_ix"), "match": str(doc.get("match") or ""),
+    meta = doc.metadata
+    return {"source_id": "" if doc.source_id is None else str(doc.source_id),
+            "shard": doc.shard, "doc_ix": doc.doc_ix, "match": str(doc.match or ""),
             "nv": nv, "metadata": json.loads(json.dumps(meta if isinstance(meta, dict) else {}, default=str)),
             "snippet": snippet, "span": span, "cut_left": cut_left, "cut_right": cut_right}
 
@@ -364,7 +363,7 @@ def _doc_json(doc: dict[str, Any], chars: int, masked: tuple[PIIItem, ...] | Non
 class _PIIView:
     """A generation's text as shown: leaked items masked (unless shown) and where they now sit."""
 
-    def __init__(self, text: str, gen: dict[str, Any], show: bool):
+    def __init__(self, text: str, gen: TraceResult, show: bool):
         try:
             self.leaked = [x.item for x in leaks(gen).leaked]
         except (KeyError, TypeError, ValueError):
@@ -408,21 +407,19 @@ class _PIIView:
         return [r for r in out if r.text]
 
 
-def _badges(gen: dict[str, Any], leaked: list[PIIItem], n_spans: int, n_docs: int) -> list[Badge]:
+def _badges(gen: TraceResult, leaked: list[PIIItem], n_spans: int, n_docs: int) -> list[Badge]:
     badges = []
-    if gen.get("error") is not None:
-        badges.append(Badge("b bad", f"tracing failed (excluded): {gen.get('error')}"))
-    if gen.get("degenerate"):
+    if gen.error is not None:
+        badges.append(Badge("b bad", f"tracing failed (excluded): {gen.error}"))
+    if gen.degenerate:
         badges.append(Badge("b bad", "degenerate (excluded)"))
-    badges.append(Badge("b", f"longest span {gen.get('longest_span', 0)} tok"))
-    nvmax = gen.get("nvr_max")
-    if isinstance(nvmax, (int, float)):
-        badges.append(Badge("b", f"NV-recall max {nvmax:.3g}"))
-    if gen.get("full_match"):
+    badges.append(Badge("b", f"longest span {gen.longest_span} tok"))
+    badges.append(Badge("b", f"NV-recall max {max(gen.nv_recalls, default=0.0):.3g}"))
+    if gen.full_match:
         badges.append(Badge("b full", "full match"))
-    elif gen.get("full_match_normalized"):
+    elif gen.full_match_normalized:
         badges.append(Badge("b high", "normalized full match"))
-    if gen.get("extracted") is True:
+    if gen.extracted is True:
         badges.append(Badge("b full", "continuation extracted"))
     if leaked:
         kinds = ", ".join(sorted({it.type for it in leaked}))
@@ -446,38 +443,37 @@ class _Explorer:
         """Corpus or model text with every detected personal-data item masked (unless shown)."""
         return text if self.show_pii else mask_text(text, detect(text))
 
-    def generation(self, gen: dict[str, Any], block: dict[str, Any], title: str) -> GenView:
+    def generation(self, gen: TraceResult, block: dict[str, Any], title: str) -> GenView:
         """The generation's badges and text, its final spans marked; their documents go into `block`."""
-        text = str(gen.get("text") or "")
-        spans = [s for s in (gen.get("final_spans") or []) if isinstance(s, dict)]
+        text = gen.text or ""
+        spans: list[FinalSpan] = gen.final_spans
         view = _PIIView(text, gen, self.show_pii)
-        badges = _badges(gen, view.leaked, len(spans), sum(len(s.get("documents") or []) for s in spans))
+        badges = _badges(gen, view.leaked, len(spans), sum(len(s.documents) for s in spans))
         if not spans:
             return GenView(badges, [Piece(view.runs(0, len(view.text)))], [])
-        span_sources = [sorted({source_of(d.get("metadata"), self.source_field) for d in (span.get("documents") or [])
-                                if isinstance(d, dict)}) for span in spans]
+        span_sources = [sorted({source_of(d.metadata, self.source_field) for d in span.documents}) for span in spans]
         self.sources.update(x for srcs in span_sources for x in srcs)
 
         gid = str(len(block))
         span_data, classes = [], []
         for span in spans:
-            docs = [d for d in (span.get("documents") or []) if isinstance(d, dict)]
+            docs = list(span.documents)
             classes.append(_span_class(docs))
-            docs.sort(key=lambda d: (_MATCH_RANK.get(d.get("match"), 3), -float(d.get("nv_recall") or 0)))
-            span_data.append({"text": self._mask(mask_text(str(span.get("text") or ""), view.masked)),
-                              "start": span.get("start"),
-                              "end": span.get("end"), "n_docs": len(docs),
-                              "docs": [_doc_json(d, self.snippet_chars, None if self.show_pii else view.masked)
+            docs.sort(key=lambda d: (_MATCH_RANK.get(d.match, 3), -float(d.nv_recall or 0)))
+            span_data.append({"text": self._mask(mask_text(str(span.text or ""), view.masked)),
+                              "start": span.start,
+                              "end": span.end, "n_docs": len(docs),
+                              "docs": [doc_json(d, self.snippet_chars, None if self.show_pii else view.masked)
                                        for d in docs[: self.docs_per_span]]})
         block[gid] = {"title": title, "spans": span_data}
 
         def mark(k: int, runs: list[TextRun], tag: str = "mark") -> Piece:
             span = spans[k]
-            length = (span.get("end") or 0) - (span.get("start") or 0)
+            length = (span.end or 0) - (span.start or 0)
             tip = f"span {k + 1}: {length} tokens, {span_data[k]['n_docs']} document(s); click for sources"
             return Piece(runs, SpanMark(tag, classes[k], len(self.blocks), gid, k, tip, json.dumps(span_sources[k])))
 
-        located = locate_segments(text, spans)
+        located = locate_segments(text, [{"text": s.text, "start": s.start, "end": s.end} for s in spans])
         pieces, cur, listed = [], 0, []
         # final spans may overlap (the full-generation span holds the others): the longest are
         # marked in the text, the ones overlapping a marked span are listed below it
@@ -522,30 +518,6 @@ class _Explorer:
 # --- the page ----------------------------------------------------------------------------------
 
 
-def _escape(value: Any) -> Any:
-    """Jinja's `finalize`: every printed value as `html.escape(quote=True)` writes it ('' for None).
-
-    The same characters as markupsafe's escaping, spelled as the report always spelled them
-    (`&quot;`, `&#x27;`), so the page stays byte for byte what it was; values already marked safe
-    (macro output, the few `Markup` values of `Page`) pass through.
-    """
-    if hasattr(value, "__html__"):
-        return value
-    return Markup(html.escape("" if value is None else str(value), quote=True))
-
-
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("propme_metrics.report", "templates"),
-                              autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              finalize=_escape)
-
-
-def _static(name: str) -> Markup:
-    """A file of `static/`, inlined as it is: the package's own CSS or JS, never data."""
-    return Markup(resources.files("propme_metrics.report").joinpath("static", name).read_text(encoding="utf-8"))
-
-
 def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_chars: int = HTML_SNIPPET_CHARS, show_pii: bool = False) -> str:
     """The page's HTML (the same report and options give the same text)."""
     from propme_metrics import __version__
@@ -554,15 +526,16 @@ def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_char
     groups = explorer.groups(report)
     page = Page(
         models=len({(r.model, r.revision) for r in report.results}), labels=", ".join(report.labels),
-        bootstrap=f"{report.bootstrap:,}", seed=report.seed, pm_tables=pm_tables(report),
+        bootstrap=f"{report.intervals.resamples:,}", seed=report.intervals.seed,
+        confidence=report.intervals.percent, pm_tables=pm_tables(report),
         metric_tables=metric_tables(report), plots=plots(report), problems=list(report.problems),
         notes=list(report.notes), show_pii=show_pii, groups=groups,
         # script_json leaves no '<', '>' or '&' in the text: it cannot end the <script> element
         data=[Markup(script_json(b)) for b in explorer.blocks], version=__version__,
         sources="; ".join(sorted({str(s.task.results_path) for r in report.results for s in r.settings.values()})),
-        css=_static("report.css"), js=_static("report.js"), leak_tables=leak_tables(report),
+        css=static("report.css"), js=static("report.js"), leak_tables=leak_tables(report),
         source_options=sorted(explorer.sources), contamination=Markup(report.contamination_html))
-    return _environment().get_template("report.html.j2").render(page=page)
+    return environment().get_template("report.html.j2").render(page=page)
 
 
 def write_html(report: Report, path: Path, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_chars: int = HTML_SNIPPET_CHARS,

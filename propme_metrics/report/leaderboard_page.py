@@ -22,8 +22,10 @@ from typing import Any
 
 from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.pm import CONFIDENCE, percent
 from propme_metrics.prompts.settings import SETTINGS
 from propme_metrics.report.cells import fmt_value, shown
+from propme_metrics.report.pages import environment, static
 
 #: where a model's row links to in report.html: (anchor, link text)
 REPORT_LINKS = (("pm", "PM"), ("metrics", "metrics"), ("explorer", "generations"))
@@ -163,10 +165,12 @@ class LeaderboardPage:
     report_href: str
     links: tuple[tuple[str, str], ...]
     version: str
+    confidence: str = percent(CONFIDENCE)   #: the intervals' confidence level, e.g. "95%"
 
 
 def page_view(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], comparisons: Sequence[Mapping[str, Any]] = (),
-              report_href: str | None = "report.html", title: str = "PropMe leaderboard") -> LeaderboardPage:
+              report_href: str | None = "report.html", title: str = "PropMe leaderboard",
+              confidence: float = CONFIDENCE) -> LeaderboardPage:
     """What the template prints: the columns to show (model and revision are always the first two)."""
     from propme_metrics import __version__
 
@@ -187,21 +191,22 @@ def page_view(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], compari
     corpora = sorted({c.corpus for c in cols if c.corpus} | {c.corpus for c in comps if c.corpus})
     settings = [s for s in SETTINGS if any(c.setting == s for c in cols) or any(c.setting == s for c in comps)]
     return LeaderboardPage(title, cols, page_rows, comps, corpora, settings, report_href or "",
-                           REPORT_LINKS if report_href else (), __version__)
+                           REPORT_LINKS if report_href else (), __version__, percent(confidence))
 
 
 def render_page(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], comparisons: Sequence[Mapping[str, Any]] = (),
-                report_href: str | None = "report.html", title: str = "PropMe leaderboard") -> str:
+                report_href: str | None = "report.html", title: str = "PropMe leaderboard",
+                confidence: float = CONFIDENCE) -> str:
     """The page's HTML (the same inputs give the same text)."""
-    from propme_metrics.report.html import _environment, _static
-
-    page = page_view(rows, columns, comparisons, report_href, title)
-    return _environment().get_template("leaderboard.html.j2").render(
-        page=page, css=_static("leaderboard.css"), js=_static("leaderboard.js"))
+    page = page_view(rows, columns, comparisons, report_href, title, confidence)
+    return environment().get_template("leaderboard.html.j2").render(
+        page=page, css=static("leaderboard.css"), js=static("leaderboard.js"))
 
 
 def write_page(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
-               comparisons: Sequence[Mapping[str, Any]] = (), report_href: str | None = "report.html") -> Path:
-    """Write leaderboard.html to `path` (`report_href` None: no links to a report page)."""
-    write_atomic(path, render_page(rows, columns, comparisons, report_href))
+               comparisons: Sequence[Mapping[str, Any]] = (), report_href: str | None = "report.html",
+               confidence: float = CONFIDENCE) -> Path:
+    """Write leaderboard.html to `path` (`report_href` None: no links to a report page; `confidence`:
+    the level of the intervals its bars draw)."""
+    write_atomic(path, render_page(rows, columns, comparisons, report_href, confidence=confidence))
     return path

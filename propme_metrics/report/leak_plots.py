@@ -1,7 +1,7 @@
-"""PNG plots of the leak analysis (`report/leaks.py`), one pair per corpus label.
+"""PNG plots of the leak analysis (`metrics/leak_analysis.py`), one pair per corpus label.
 
 - `sources_<corpus>.png`: per model, the most leaking sources (rows) and their full-match
-  enrichment per setting (bars, 95% bootstrap intervals, log scale), the line at 1 where a source
+  enrichment per setting (bars with the report's bootstrap intervals, log scale), the line at 1 where a source
   leaks in proportion to its share of the corpus tokens.
 - `duplication_<corpus>.png`: left, each setting's full matches spread over the corpus-count
   buckets of their text; right, the prefix extraction rate by how often the true continuation
@@ -10,17 +10,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from propme_metrics.metrics.leaks import BUCKET_LABELS, UNKNOWN_BUCKET
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
-from propme_metrics.report.plots import _row_label, _save, plain
-
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.report.compute import Report
+from propme_metrics.report.cells import slug
+from propme_metrics.report.contents import Report
+from propme_metrics.report.figures import plain, row_label, save
 
 #: sources shown per model in the sources plot
 PLOTTED_SOURCES = 8
@@ -67,12 +65,13 @@ def sources_plot(report: Report, label: str, path: Path) -> Path | None:
         ax.set_yticklabels([plain(t if len(t) <= 28 else t[:25] + "...") for t in top], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("full-match enrichment: share of full matches / share of corpus tokens (log)")
-        ax.set_title(_row_label(r), fontsize=9)
+        ax.set_title(row_label(r), fontsize=9)
         ax.grid(alpha=0.3, axis="x")
         ax.legend(fontsize=8, frameon=False)
-    fig.suptitle(f"PropMe on {plain(label)}: which sources leak (95% bootstrap intervals; 1 = in proportion)")
+    fig.suptitle(f"PropMe on {plain(label)}: which sources leak ({report.intervals.percent} bootstrap intervals; "
+                 "1 = in proportion)")
     fig.subplots_adjust(left=0.2 if len(panels) == 1 else 0.12, top=0.85, bottom=0.16, wspace=0.5)
-    _save(fig, path)
+    save(fig, path)
     return path
 
 
@@ -91,7 +90,7 @@ def duplication_plot(report: Report, label: str, path: Path) -> Path | None:
     for k, (r, s, sl) in enumerate(series):
         share = {b.bucket: b.full_share or 0.0 for b in sl.buckets}
         xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(buckets))]
-        name = s if len(results) == 1 else f"{_row_label(r)} - {s}"
+        name = s if len(results) == 1 else f"{row_label(r)} - {s}"
         left.bar(xs, [share.get(b, 0.0) for b in buckets], width=width, color=f"C{k % 10}", label=name)
     left.set_xticks(range(len(buckets)))
     left.set_xticklabels(buckets)
@@ -113,7 +112,7 @@ def duplication_plot(report: Report, label: str, path: Path) -> Path | None:
         xs = [i for i, _ in points]
         ys = [e.rate for _, e in points]
         err = [[max(0.0, e.rate - e.low) for _, e in points], [max(0.0, e.high - e.rate) for _, e in points]]
-        right.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=f"C{k % 10}", label=_row_label(r))
+        right.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=f"C{k % 10}", label=row_label(r))
         for (i, e) in points:
             right.annotate(f"n={e.generations}", (i, e.rate), textcoords="offset points", xytext=(6, -10), fontsize=7)
     right.set_xticks(range(len(buckets)))
@@ -122,7 +121,7 @@ def duplication_plot(report: Report, label: str, path: Path) -> Path | None:
     right.set_ylim(-0.02, 1.05)
     right.set_xlabel("occurrences of the prompt's true continuation in the corpus")
     right.set_ylabel("extraction rate (prefix)")
-    right.set_title("prefix extraction by duplication (Wilson 95%)", fontsize=10)
+    right.set_title(f"prefix extraction by duplication (Wilson {report.intervals.percent})", fontsize=10)
     right.grid(alpha=0.3)
     if drawn:
         right.legend(fontsize=8, frameon=False)
@@ -131,14 +130,12 @@ def duplication_plot(report: Report, label: str, path: Path) -> Path | None:
                    transform=right.transAxes, fontsize=9, color="0.4")
     fig.suptitle(f"PropMe on {plain(label)}: unique text or boilerplate?")
     fig.subplots_adjust(top=0.85, bottom=0.14, wspace=0.3)
-    _save(fig, path)
+    save(fig, path)
     return path
 
 
 def write_leak_plots(report: Report, out: Path) -> list[Path]:
     """Both plots for every corpus label that has something to show."""
-    from propme_metrics.report.columns import slug
-
     written = []
     for label in report.labels:
         for make, stem in ((sources_plot, "sources"), (duplication_plot, "duplication")):

@@ -1,18 +1,20 @@
-"""How the leak analysis (`report/leaks.py`) is written: leaderboard.json's `leaks`, Markdown and console tables.
+"""How the leak analysis (`metrics/leak_analysis.py`) is written: leaderboard.json's `leaks`, Markdown and console tables.
 
 The sources are not leaderboard columns: their set changes from corpus to corpus, so they live in
 leaderboard.json under `leaks` (one entry per model, revision and corpus) and in the tables.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rich.table import Table
+from rich.text import Text  # corpus sources and model names print as written, never as markup
+
+from propme_metrics.metrics.leak_analysis import SettingLeaks, SourceLeak
 from propme_metrics.metrics.registry import UNDEFINED
-from propme_metrics.report.cells import fmt_interval, fmt_value
-
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.report.compute import CorpusResult, Report
-    from propme_metrics.report.leaks import SettingLeaks, SourceLeak
+from propme_metrics.metrics.results import CorpusResult
+from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell
+from propme_metrics.report.contents import Report
 
 #: sources per setting in the Markdown and console tables
 SHOWN_SOURCES = 5
@@ -60,34 +62,28 @@ def bucket_rows(sl: SettingLeaks) -> list[list[str]]:
     return rows
 
 
-def _md(text: Any) -> str:
-    from propme_metrics.report.writers import _md_cell
-
-    return _md_cell(text)
-
-
 def leaks_markdown(report: Report) -> list[str]:
     """The Markdown section: per corpus, model and setting, the top sources and the count buckets."""
     lines = ["## Which data leaks", "",
              "Enrichment = a source's share of the leaks / its share of the corpus tokens (1: in proportion; "
-             f"95% bootstrap intervals). Corpus count: occurrences of the leaked text; `fmr_rare` counts full "
+             f"{report.intervals.percent} bootstrap intervals). Corpus count: occurrences of the leaked text; `fmr_rare` counts full "
              f"matches occurring at most {report.rare_max_count} times.", ""]
     for r in report.results:
         if r.leaks is None:
             continue
-        lines += [f"### {_md(r.label)}: {_md(_who(r))}", ""]
+        lines += [f"### {md_cell(r.label)}: {md_cell(_who(r))}", ""]
         if r.leaks.note:
-            lines += [f"Note: {_md(r.leaks.note)}", ""]
+            lines += [f"Note: {md_cell(r.leaks.note)}", ""]
         for s, sl in r.leaks.settings.items():
             lines += [f"**{s}** ({sl.full_matches} full matches, NV-recall mass {fmt_value(sl.nv_mass)}; sources by "
-                      f"`{_md(r.leaks.source_field)}`)", ""]
+                      f"`{md_cell(r.leaks.source_field)}`)", ""]
             rows = source_rows(sl)
             if rows:
                 lines += ["| " + " | ".join(SOURCE_HEADS) + " |", "|---" * len(SOURCE_HEADS) + "|"]
-                lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+                lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
                 lines.append("")
             lines += ["| " + " | ".join(BUCKET_HEADS) + " |", "|---" * len(BUCKET_HEADS) + "|"]
-            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in bucket_rows(sl)]
+            lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in bucket_rows(sl)]
             lines.append("")
     return lines
 
@@ -108,9 +104,6 @@ def print_leaks(report: Report, console) -> None:
 
 def print_setting_leaks(sl: SettingLeaks, where: str, console) -> None:
     """The two rich tables of one setting's leaks (`where` names it in their titles)."""
-    from rich.table import Table
-    from rich.text import Text  # corpus sources and model names print as written, never as markup
-
     table = Table(title=Text(f"Which data leaks: {where}"), show_lines=False)
     for h in SOURCE_HEADS:
         table.add_column(h, justify="left" if h == "source" else "right")

@@ -1,4 +1,6 @@
-"""Runs read back from lm-eval output: results files, their samples files, re-traces."""
+"""Runs read back from lm-eval output into typed runs (`metrics.runs`): results files, their samples
+files (every traced generation parsed into a `TraceResult` here, once), re-traces, and the
+likelihood subtask's scored documents."""
 from __future__ import annotations
 
 import hashlib
@@ -6,101 +8,21 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.jsonl import first_non_finite, json_objects, scrub_surrogates
+from propme_metrics.metrics import registry
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY, check_rare_max_count
-from propme_metrics.metrics.likelihood import is_likelihood_config
-from propme_metrics.metrics.pm import PromptStat
-from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
-from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS, SETTINGS
+from propme_metrics.metrics.likelihood import N_KEY, P_KEY, SUBTASK_SUFFIX, DocumentLikelihood, is_likelihood_config
+from propme_metrics.metrics.runs import LikelihoodTask, RunTask, TracedPrompt, stops_inside_continuation
+from propme_metrics.metrics.values import contributions, counts_for_metrics
+from propme_metrics.prompts.settings import SETTINGS
 from propme_metrics.trace.inputs import SampleRow, read_samples
 from propme_metrics.trace.result import TraceResult
 from propme_metrics.trace.summary import RETRACE_HINT, read_summary
-from propme_metrics.trace.text_rules import continuation_reproduced
-
-
-@dataclass
-class TracedPrompt:
-    """One prompt of a setting with its traced generations (several when sampling)."""
-
-    id: str
-    prompt: str
-    domain: str = ""
-    language: str = ""
-    continuation: str = ""
-    source_doc: str = ""
-    index_path: str = ""           #: the index folder the generations were traced against (as logged)
-    generations: list[dict[str, Any]] = field(default_factory=list)    #: TraceResult.to_dict() each
-    values: list[Contributions | None] = field(default_factory=list)  #: per generation; None if not counted
-
-    def stat(self, metric: str) -> PromptStat:
-        """This prompt's (numerator, denominator) of a ratio metric over its counted generations."""
-        return _stat([v for v in self.values if v is not None], metric)
-
-    def generation_stats(self, metric: str) -> list[PromptStat]:
-        """One (numerator, denominator) per counted generation (prompt-free settings resample these)."""
-        return [_stat([v], metric) for v in self.values if v is not None]
-
-
-def _stat(counted: list[Contributions], metric: str) -> PromptStat:
-    return PromptStat(float(sum(c[metric][0] for c in counted)), float(sum(c[metric][1] for c in counted)))
-
-
-@dataclass
-class RunTask:
-    """One PropMe subtask of one lm-eval run: a model x corpus x setting and its traced prompts."""
-
-    task: str
-    corpus: str
-    setting: str
-    model: str
-    revision: str
-    model_args: str
-    metadata: dict[str, Any]
-    index_identity: str | None
-    results: dict[str, Any]        #: lm-eval's aggregates for the task ("<metric>,<filter>" keys)
-    prompts: list[TracedPrompt]
-    results_path: Path
-    samples_path: Path
-    date_id: str
-    start_token: dict[str, str] | None = None   #: {"token", "choice", "note"} of the logged samples
-    limit: float | None = None     #: lm-eval's --limit of the run (None: a full run)
-    rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold its metrics were computed with
-    #: the tracing settings its generations were traced with (a re-trace's when re-traced); None: not recorded
-    trace_config: dict[str, Any] | None = None
-    #: sha256 of the chat template lm-eval applied to its prompts (`--apply_chat_template`); None: plain prompts
-    chat_template_sha: str | None = None
-
-    @property
-    def prompt_ids(self) -> frozenset[str]:
-        return frozenset(p.id for p in self.prompts)
-
-    @property
-    def label(self) -> str:
-        return f"{self.model}" + (f"@{self.revision}" if self.revision else "")
-
-    def stats(self, metric: str) -> list[PromptStat]:
-        """One PromptStat per resampling unit, in input order: the prompt, or the generation when prompt-free."""
-        if self.setting in PROMPT_FREE_SETTINGS:
-            return [st for p in self.prompts for st in p.generation_stats(metric)]
-        return [p.stat(metric) for p in self.prompts]
-
-    def cut_short(self) -> int:
-        """How many generations stopped inside their true continuation (`stops_inside_continuation`)."""
-        return sum(stops_inside_continuation(TraceResult.from_dict(g), p.continuation)
-                   for p in self.prompts for g in p.generations if g.get("extracted") is False)
-
-    def counts(self) -> dict[str, int]:
-        gens = [g for p in self.prompts for g in p.generations]
-        failed = sum(g.get("error") is not None for g in gens)
-        degenerate = sum(g.get("error") is None and bool(g.get("degenerate")) for g in gens)
-        counted = sum(v is not None for p in self.prompts for v in p.values)
-        return {"prompts": len(self.prompts), "generations": len(gens), "counted": counted,
-                "failed": failed, "degenerate": degenerate}
 
 
 def _read_json(path: Path) -> Any:
@@ -125,7 +47,7 @@ def _parse_model_args(model_args: Any) -> dict[str, str]:
     return out
 
 
-def _model_identity(results: dict[str, Any]) -> tuple[str, str, str]:
+def model_identity(results: dict[str, Any]) -> tuple[str, str, str]:
     config = results.get("config") or {}
     raw_args = config.get("model_args")
     args = _parse_model_args(raw_args)
@@ -257,7 +179,7 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
                                       "it was traced by PropMe 0.1 (segments, not final spans): re-run the "
                                       "lm-eval tasks, or re-trace the file with `propme trace`" if old else
                                       None) from None
-                rec.generations.append(gen)
+                rec.generations.append(result)
                 if stops_inside_continuation(result, rec.continuation):
                     result = replace(result, extracted=None)  # too short to show extraction: not counted in it
                 # personal data is recomputed from the trace: one definition, whatever the run recorded
@@ -297,16 +219,6 @@ def chat_template_sha(results: dict[str, Any]) -> str | None:
 def describe_chat_template(sha: str | None) -> str:
     """Whether prompts went through a chat template, for tables and notes."""
     return "plain prompts (no chat template)" if sha is None else f"lm-eval's chat template (sha256 {sha[:12]})"
-
-
-def stops_inside_continuation(result: TraceResult, continuation: str) -> bool:
-    """Whether a prefix generation ended before the whole true continuation could be written while
-    reproducing it so far (generation length, e.g. lm-eval's max_gen_toks, below the continuation's
-    50 tokens): it can neither show nor rule out extraction. A short generation that already
-    differs from the continuation is a real "not extracted"."""
-    return (result.extracted is False and bool(continuation)
-            and continuation_reproduced(continuation, result.text)  # the continuation begins with all of it
-            and not continuation_reproduced(result.text, continuation))
 
 
 def _untraced(path: Path, lineno: int, task: str, row: dict[str, Any]) -> ConfigError:
@@ -418,7 +330,7 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count:
         data = _read_json(results_path)
         if not isinstance(data, dict) or not isinstance(data.get("configs"), dict):
             raise ConfigError(f"{results_path} is not an lm-eval results file (no 'configs')")
-        model, revision, model_args = _model_identity(data)
+        model, revision, model_args = model_identity(data)
         date_id = _date_id(results_path)
         limit = _run_limit(data, results_path)
         for task, config in data["configs"].items():
@@ -426,7 +338,7 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count:
             if not isinstance(metadata, dict):
                 metadata = {}
             if is_likelihood_config(config):
-                continue  # the likelihood subtask has no traces: report.likelihood reads it
+                continue  # the likelihood subtask has no traces: load_likelihood_run reads it
             cs = _task_corpus_setting(task, metadata)
             if cs is None:
                 continue  # not a PropMe task
@@ -459,6 +371,53 @@ def _run_limit(data: dict[str, Any], path: Path) -> float | None:
     return float(limit)
 
 
-def limit_label(limit: float | None) -> str:
-    """How a --limit run is marked in labels and columns: '' for a full run, 'limit8' or 'limit0.1'."""
-    return "" if limit is None else f"limit{limit:g}"
+def load_likelihood_run(path: str | Path) -> list[LikelihoodTask]:
+    """Every likelihood subtask of an lm-eval output folder or results file, with its documents."""
+    tasks = []
+    for results_path in _results_files(Path(path)):
+        data = _read_json(results_path)
+        if not isinstance(data, dict) or not isinstance(data.get("configs"), dict):
+            continue  # load.load_run names the file
+        model, revision, _ = model_identity(data)
+        date_id = _date_id(results_path)
+        for task, config in data["configs"].items():
+            if not isinstance(config, dict) or not is_likelihood_config(config):
+                continue
+            metadata = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
+            corpus = str(metadata.get("corpus") or task[len("propme_"):-len(SUBTASK_SUFFIX) - 1])
+            samples = results_path.parent / f"samples_{task}_{date_id}.jsonl"
+            if not samples.is_file():
+                raise ConfigError(f"missing samples file {samples} for task {task} of {results_path}",
+                                  "run lm-eval with --log_samples (and keep the samples files beside the results)")
+            documents, identities, recorded = _documents(samples, task)
+            if len(identities) > 1:
+                raise ConfigError(f"{samples} mixes documents of several indexes: "
+                                  + ", ".join(sorted(map(str, identities))))
+            tasks.append(LikelihoodTask(task, corpus, model, revision, metadata, documents, results_path, samples,
+                                        date_id, _run_limit(data, results_path), next(iter(identities), None),
+                                        recorded))
+    return tasks
+
+
+def _documents(path: Path, task: str) -> tuple[list[DocumentLikelihood], set[str | None], dict[str, Any]]:
+    hint = "the samples file is damaged: re-run lm-eval for this task (with --log_samples)"
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the samples file {path}: {exc}") from None
+    docs: dict[str, DocumentLikelihood] = {}
+    identities: set[str | None] = set()
+    recorded: dict[str, Any] = {}
+    with fh:
+        for s in read_samples(list(json_objects(fh, str(path), hint))):
+            item = s.row.get(registry.LIKELIHOOD_DIAGNOSTIC[0])
+            try:
+                doc = DocumentLikelihood.from_dict(item)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(f"{path}, line {s.lineno}: no valid 'likelihood' record for task {task} "
+                                  f"({type(exc).__name__}: {exc})", hint) from None
+            docs.setdefault(doc.id, doc)  # one row per document per filter: keep the first
+            if not recorded:
+                recorded = {k: item[k] for k in (N_KEY, P_KEY) if item.get(k) is not None}
+            identities.add(item.get("index_identity", s.doc.get("index_identity")))
+    return list(docs.values()), identities, recorded

@@ -1,5 +1,5 @@
 """Which data leaks in a user's own generations (`propme trace`): the report's leak analysis
-(`report.leaks`: by source and by duplication) run on the traced generations, unchanged.
+(`metrics.leak_analysis`: by source and by duplication) run on the traced generations, unchanged.
 
 The generations become one task of the report's kind. Generations whose keys share the part before
 the first '#' (the samples of one prompt: lm-eval's `<prompt>#<sample>.<j>`, a JSONL list field's
@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks
+from propme_metrics.metrics.pm import IntervalSpec
+from propme_metrics.metrics.runs import RunTask, TracedPrompt
 from propme_metrics.metrics.values import contributions, counts_for_metrics
 from propme_metrics.prompts.settings import PREFIX
-from propme_metrics.report.leaks import CorpusLeaks, corpus_leaks
-from propme_metrics.report.load import RunTask, TracedPrompt
 from propme_metrics.trace.inputs import TraceInput
 from propme_metrics.trace.result import TraceResult
 
@@ -31,7 +32,8 @@ def _unit_key(key: str) -> str:
 def trace_leaks(inputs: Sequence[TraceInput], results: Sequence[TraceResult], index_path: str | Path,
                 index_identity: str, rare_max_count: int, bootstrap: int, seed: int) -> CorpusLeaks:
     """The leak analysis of traced generations (one entry under `settings`: `prefix` when every
-    generation has a true continuation, else `traced`)."""
+    generation has a true continuation, else `traced`); `bootstrap` resamples with `seed` (the
+    command's options) make its intervals."""
     prefix = bool(inputs) and all(g.continuation for g in inputs)
     setting = PREFIX if prefix else TRACED
     prompts: dict[str, TracedPrompt] = {}
@@ -39,12 +41,12 @@ def trace_leaks(inputs: Sequence[TraceInput], results: Sequence[TraceResult], in
         unit = _unit_key(r.key)
         p = prompts.setdefault(unit, TracedPrompt(id=unit, prompt="", continuation=g.continuation or "",
                                                   index_path=str(index_path)))
-        p.generations.append(r.to_dict())
+        p.generations.append(r)
         p.values.append(contributions(r, rare_max_count=rare_max_count) if counts_for_metrics(r) else None)
     task = RunTask(task="propme trace", corpus="", setting=setting, model="", revision="", model_args="",
                    metadata={}, index_identity=index_identity, results={}, prompts=list(prompts.values()),
                    results_path=Path(), samples_path=Path(), date_id="", rare_max_count=rare_max_count)
-    return corpus_leaks({setting: task}, bootstrap, seed)
+    return corpus_leaks({setting: task}, IntervalSpec(bootstrap, seed))
 
 
 def leaks_record(leaks: CorpusLeaks) -> dict:

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import math
-import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -14,15 +13,15 @@ from typing import Any
 from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import ComparisonRow, Comparisons
-from propme_metrics.metrics.pm import CONFIDENCE, PERCENTILE, WILSON
+from propme_metrics.metrics.pm import PERCENTILE, WILSON, percent
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
-from propme_metrics.report.cells import fmt_interval, fmt_value, pm_text, withheld_notes
+from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell, pm_text, withheld_notes
 from propme_metrics.report.columns import HEADLINE_PM_METRICS, HEADLINE_PREFIX_METRICS, interval_methods
-from propme_metrics.report.compute import Report
+from propme_metrics.report.contents import Report
+from propme_metrics.report.extraction_views import curve_json
+from propme_metrics.report.extraction_views import markdown_lines as likelihood_markdown
 from propme_metrics.report.leak_views import leaks_json, leaks_markdown
-from propme_metrics.report.likelihood import curve_json
-from propme_metrics.report.likelihood import markdown_lines as likelihood_markdown
 from propme_metrics.report.load import describe_start_token
 
 
@@ -50,8 +49,9 @@ def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> Non
 def write_json(path: Path, report: Report) -> None:
     from propme_metrics import __version__
 
-    doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": CONFIDENCE,
-           "bootstrap": report.bootstrap, "seed": report.seed, "pm_metrics": list(report.pm_metrics),
+    iv = report.intervals
+    doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": iv.confidence,
+           "bootstrap": iv.resamples, "seed": iv.seed, "pm_metrics": list(report.pm_metrics),
            "rare_max_count": report.rare_max_count,
            "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows],
            "interval_methods": [{"model": r.model, "revision": r.revision, "corpus": r.label,
@@ -61,22 +61,11 @@ def write_json(path: Path, report: Report) -> None:
     write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
-def _md_cell(text: Any) -> str:
-    """Text shown as written in a Markdown table cell or list item: no column breaks, no raw HTML
-    (renderers pass it through), and no inline markup (emphasis, code, links, images, strikethrough)."""
-    text = _MD_INLINE.sub(r"\\\g<0>", str(text)).replace("\r", " ").replace("\n", " ")
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-#: the characters that start Markdown inline markup in a cell (a backslash shows each as written);
-#: an underscore between letters or digits never does (`propme_dynaword_prefix` stays readable)
-_MD_INLINE = re.compile(r"[\\`*\[\]~|]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
-
-
 def write_markdown(path: Path, report: Report) -> None:
+    iv = report.intervals
     lines = ["# PropMe leaderboard", "",
-             f"95% intervals: {WILSON} for proportions, {PERCENTILE} over prompts (B = {report.bootstrap:,}, "
-             f"seed {report.seed}) for ratio metrics and PM, or the documented bound where the bootstrap has "
+             f"{iv.percent} intervals: {WILSON} for proportions, {PERCENTILE} over prompts (B = {iv.resamples:,}, "
+             f"seed {iv.seed}) for ratio metrics and PM, or the documented bound where the bootstrap has "
              "nothing to resample (docs/method.md); PM = p / (p + c), propensity setting p vs prefix c (0: leaks "
              "only under attack, 0.5: the same, 1: leaks more unprompted). PM marked withheld: its capability "
              "side is too small to carry a ratio (the notes below the table say why).", ""]
@@ -84,8 +73,8 @@ def write_markdown(path: Path, report: Report) -> None:
         results = [r for r in report.results if r.label == label]
         idents = sorted({str(r.index_identity) for r in results})
         starts = sorted({describe_start_token(r.start_token) for r in results})
-        lines += [f"## {_md_cell(label)}", "", f"Index: {', '.join(_md_cell(i) for i in idents)}. "
-                  f"Start token: {'; '.join(_md_cell(x) for x in starts)}.", ""]
+        lines += [f"## {md_cell(label)}", "", f"Index: {', '.join(md_cell(i) for i in idents)}. "
+                  f"Start token: {'; '.join(md_cell(x) for x in starts)}.", ""]
         pm_cols = sorted({k for r in results for k in r.pm}, key=lambda k: (report.pm_metrics.index(k[0]),
                                                                            setting_sort_key(k[1])))
         if pm_cols:
@@ -93,9 +82,9 @@ def write_markdown(path: Path, report: Report) -> None:
             lines.append("|---|---|" + "---|" * len(pm_cols))
             for r in results:
                 cells = [pm_text(r.pm[k]).inline() if k in r.pm else UNDEFINED.table for k in pm_cols]
-                lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | " + " | ".join(cells) + " |")
+                lines.append(f"| {md_cell(r.model)} | {md_cell(r.revision or '-')} | " + " | ".join(cells) + " |")
             withheld = withheld_notes(results)
-            lines += [""] + [f"- withheld: {_md_cell(w)}" for w in withheld] + ([""] if withheld else [])
+            lines += [""] + [f"- withheld: {md_cell(w)}" for w in withheld] + ([""] if withheld else [])
         shown = registry.VIEWS["markdown"]
         lines.append("| model | revision | setting | prompts | " + " | ".join(registry.LABELS[m] for m in shown) + " |")
         lines.append("|---|---|---|---|" + "---|" * len(shown))
@@ -103,14 +92,14 @@ def write_markdown(path: Path, report: Report) -> None:
             for s, sr in r.settings.items():
                 cells = [fmt_interval(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
                          if m in sr.metrics else UNDEFINED.table for m in shown]
-                lines.append(f"| {_md_cell(r.model)} | {_md_cell(r.revision or '-')} | {s} | "
+                lines.append(f"| {md_cell(r.model)} | {md_cell(r.revision or '-')} | {s} | "
                              f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += comparisons_markdown(report.comparisons)
     lines += leaks_markdown(report)
-    lines += likelihood_markdown(report.likelihood, _md_cell)
+    lines += likelihood_markdown(report.likelihood, md_cell)
     if report.problems or report.notes:
-        lines += ["## Notes", ""] + [f"- {_md_cell(n)}" for n in report.problems + report.notes] + [""]
+        lines += ["## Notes", ""] + [f"- {md_cell(n)}" for n in report.problems + report.notes] + [""]
     write_atomic(path, "\n".join(lines))
 
 
@@ -138,8 +127,10 @@ def comparison_cells(r: ComparisonRow) -> list[str]:
             r.method + ("" if r.paired else " (unpaired)")]
 
 
-COMPARISON_HEADS = ["model A", "model B", "setting", "metric", "A", "B", "A - B [95%]", "significant", "rank A / B",
-                    "method"]
+def comparison_heads(comparisons: Comparisons) -> list[str]:
+    """The comparison tables' column heads (`comparison_cells`), the interval's confidence in its head."""
+    return ["model A", "model B", "setting", "metric", "A", "B", f"A - B [{percent(comparisons.confidence)}]",
+            "significant", "rank A / B", "method"]
 
 
 def _who(model: str, revision: str) -> str:
@@ -158,12 +149,13 @@ def comparisons_markdown(comparisons: Comparisons | None) -> list[str]:
     if comparisons is None:
         return []
     lines = ["## Paired comparisons", "",
-             "A - B on the same prompts, 95% paired bootstrap (prompts resampled jointly for both models); "
+             f"A - B on the same prompts, {percent(comparisons.confidence)} paired bootstrap (prompts resampled jointly for both models); "
              "significant: the interval excludes 0. Rank: 1 + the models significantly lower (lower leaks less; "
              f"pairs: {comparisons.pairing}). Headline metrics here; every metric is in comparisons.csv.", ""]
     shown = shown_comparisons(comparisons)
     if shown:
-        lines += ["| " + " | ".join(COMPARISON_HEADS) + " |", "|---" * len(COMPARISON_HEADS) + "|"]
-        lines += ["| " + " | ".join(_md_cell(c) for c in comparison_cells(r)) + " |" for r in shown] + [""]
-    lines += [f"- not paired: {_md_cell(why)}" for why in comparisons.refused]
+        heads = comparison_heads(comparisons)
+        lines += ["| " + " | ".join(heads) + " |", "|---" * len(heads) + "|"]
+        lines += ["| " + " | ".join(md_cell(c) for c in comparison_cells(r)) + " |" for r in shown] + [""]
+    lines += [f"- not paired: {md_cell(why)}" for why in comparisons.refused]
     return lines + ([""] if comparisons.refused else [])

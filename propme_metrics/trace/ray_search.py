@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from propme_metrics.core.cluster import _cause, connect
+from propme_metrics.core.cluster import connect, unwrap_ray_error
 from propme_metrics.core.errors import ConfigError, IndexFormatError, PropMeError
 from propme_metrics.index.search import IndexSearch
 
@@ -68,7 +68,7 @@ class RaySearch(IndexSearch):
         try:
             ray.get([g.actor.__ray_ready__.remote() for g in groups])
         except Exception as exc:
-            cause = _cause(exc)
+            cause = unwrap_ray_error(exc)
             raise IndexFormatError(f"a Ray actor cannot open the shards of {index.path}: "
                                    f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1:]}",
                                    "put the index on a file system every node mounts at the same path") from None
@@ -78,7 +78,7 @@ class RaySearch(IndexSearch):
         try:
             return self._ray.get(refs)
         except Exception as exc:
-            cause = _cause(exc)
+            cause = unwrap_ray_error(exc)
             if isinstance(cause, (ValueError, PropMeError)):
                 raise cause from None
             raise IndexFormatError(f"a Ray actor holding shards failed: {type(cause).__name__}: {cause}",
@@ -116,7 +116,7 @@ def _check_actors(actors: int | None) -> None:
 
 
 def _tracer_class():
-    from propme_metrics.trace.tracer import Tracer, _Runner
+    from propme_metrics.trace.tracer import Tracer, TraceRunner
 
     class RayTracer(Tracer):
         """SimpleTrace whose shards are held by Ray actors; results identical to local tracing.
@@ -135,7 +135,7 @@ def _tracer_class():
             return RaySearch(self.index, self._ray, self._n_actors)
 
         def _runner(self, jobs, workers):
-            return _ThreadRunner(self, jobs, workers) if workers > 1 and len(jobs) > 1 else _Runner(self, jobs, 1)
+            return _ThreadRunner(self, jobs, workers) if workers > 1 and len(jobs) > 1 else TraceRunner(self, jobs, 1)
 
         def close(self) -> None:
             """Let the actors go (their CPUs return to the cluster)."""

@@ -13,10 +13,20 @@ from typing import Any
 import orjson
 
 from propme_metrics.core.jsonl import json_line
+from propme_metrics.core.names import StrEnum
 
 MATCH_CLASSES = ("full_raw", "full_normalized", "partial")
+
+
+class TraceMode(StrEnum):
+    """How a generation is matched (`TraceConfig.mode`); the first is the default."""
+
+    MIXED = "mixed"   #: whole-generation lookup, no sentence rules (the published final runs)
+    TEXT = "text"     #: sentence rules, no whole-generation lookup
+
+
 #: tracing modes (`TraceConfig.mode`) and rarity scores (`TraceConfig.rarity`), the first of each the default
-TRACE_MODES = ("mixed", "text")
+TRACE_MODES = tuple(TraceMode)
 RARITY_KINDS = ("log", "product")
 
 
@@ -33,7 +43,7 @@ class TraceConfig:
     (`trace_<field>`) or in Python; `to_dict()` is recorded with every result summary.
     """
 
-    mode: str = "mixed"         #: 'mixed' (whole-generation lookup, no sentence rules) or 'text'
+    mode: str = TraceMode.MIXED  #: a TraceMode: 'mixed' (whole-generation lookup, no sentence rules) or 'text'
     span_divisor: int = 20      #: keep K = ceil(L / span_divisor) rarest spans (at least 1)
     docs_per_span: int = 10     #: documents retrieved per final span (a seeded sample beyond that)
     window_factor: int = 5      #: a document window is window_factor x L tokens around the occurrence
@@ -146,7 +156,7 @@ class TraceResult(_PickledByFields):
     text: str                      #: the traced completion g, exactly as given (never stripped)
     n_tokens: int
     degenerate: bool
-    mode: str = "mixed"
+    mode: str = TraceMode.MIXED
     spans: list[Span] = field(default_factory=list)              #: maximal clean spans, `kept` marked
     final_spans: list[FinalSpan] = field(default_factory=list)   #: longest first
     extracted: bool | None = None   #: prefix prompts: the true continuation was reproduced
@@ -228,7 +238,7 @@ class TraceResult(_PickledByFields):
                                        for d in s["documents"]])
                   for s in data["final_spans"]]
         return cls(key=data["key"], text=data["text"], n_tokens=data["n_tokens"], degenerate=data["degenerate"],
-                   mode=data.get("mode", "mixed"), spans=[Span(**{k: s[k] for k in span_keys}) for s in data["spans"]],
+                   mode=data.get("mode", TraceMode.MIXED), spans=[Span(**{k: s[k] for k in span_keys}) for s in data["spans"]],
                    final_spans=finals, extracted=data.get("extracted"), error=data.get("error"))
 
 

@@ -44,7 +44,7 @@ from propme_metrics.index.format import parse_metadata
 from propme_metrics.index.reader import Index, open_index
 from propme_metrics.index.search import DocWindow, IndexSearch, Occurrences
 from propme_metrics.trace.nvrecall import nv_scores
-from propme_metrics.trace.result import FinalSpan, Span, TraceConfig, TracedDocument, TraceResult
+from propme_metrics.trace.result import FinalSpan, Span, TraceConfig, TracedDocument, TraceMode, TraceResult
 from propme_metrics.trace.text_rules import (
     BOUNDARY_CHARS,
     MIXED_MIN_TOKENS,
@@ -182,7 +182,7 @@ class Tracer:
         """Step 1: (start, end of the longest corpus match) for each start 0..L-2 (text mode: word
         starts only, the first token counting as one)."""
         n = len(ids)
-        starts = [b for b in range(n - 1) if self.config.mode == "mixed" or b == 0 or self._is_word_initial(ids, b)]
+        starts = [b for b in range(n - 1) if self.config.mode == TraceMode.MIXED or b == 0 or self._is_word_initial(ids, b)]
         ends = self.search.longest_matches(ids, starts).tolist() if starts else []
         return list(zip(starts, ends))
 
@@ -190,7 +190,7 @@ class Tracer:
         """Filter 1 (clean spans, by mode) and filter 2 (maximal spans) over step 1's spans."""
         n = len(ids)
         kept: list[tuple[int, int]] = []
-        if self.config.mode == "mixed":
+        if self.config.mode == TraceMode.MIXED:
             cand = [(s, e) for s, e in spans if (s, e) == (0, n) or e - s >= MIXED_MIN_TOKENS]
             visible = self._decoder.surely_visible
             kept = [(s, e) for s, e in cand
@@ -253,7 +253,7 @@ class Tracer:
             raise ValueError(f"generation has {n:,} index tokens, more than max_tokens={cfg.max_tokens:,}; "
                              "raise it (--max-tokens, metadata trace_max_tokens) to trace it")
         ctx = _Context(self, g, ids)
-        whole = self.search.locate(ids, [(0, n)])[0] if cfg.mode == "mixed" else None
+        whole = self.search.locate(ids, [(0, n)])[0] if cfg.mode == TraceMode.MIXED else None
         full_docs = ctx.retrieve(whole, (0, n), None) if whole is not None and whole.count else []
         anchors: list[tuple[int, int]] = []
         if whole is not None and whole.count:
@@ -263,7 +263,7 @@ class Tracer:
             step1 = self.step1_spans(ids)
             maximal = self.clean_spans(ids, step1)
             # mixed mode without full-span documents: the anchors' occurrences come with the spans' (one search)
-            anchors = ctx.anchor_spans(step1) if cfg.mode == "mixed" else []
+            anchors = ctx.anchor_spans(step1) if cfg.mode == TraceMode.MIXED else []
             found = self.search.locate(ids, maximal + anchors)
         found, anchor_occ = found[:len(maximal)], found[len(maximal):]
         result.spans = [Span(start=s, end=e, count=f.count, rarity=self._rarity(ids[s:e]))
@@ -275,7 +275,7 @@ class Tracer:
         for i in kept:
             result.spans[i].kept = True
         finals = ctx.final_spans([maximal[i] for i in kept], [found[i] for i in kept], dict(step1))
-        if cfg.mode == "mixed":
+        if cfg.mode == TraceMode.MIXED:
             if not full_docs:
                 full_docs = ctx.anchor_documents(anchors, anchor_occ)
             finals = ctx.attach_full_span(finals, whole.count, full_docs)
@@ -311,7 +311,7 @@ class Tracer:
                     yield res
 
     def runner(self, texts: Sequence[str], keys: Sequence[str] | None = None,
-               continuations: Sequence[str | None] | None = None, workers: int = 1) -> _Runner:
+               continuations: Sequence[str | None] | None = None, workers: int = 1) -> TraceRunner:
         """What runs a batch: a context manager that iterates the results in input order, in this
         process or in `workers` forked processes, forked on entering (enter it before starting threads)."""
         keys = list(keys) if keys is not None else [str(i) for i in range(len(texts))]
@@ -320,9 +320,9 @@ class Tracer:
             raise ValueError("texts, keys and continuations must have the same length")
         return self._runner(list(zip(texts, keys, conts)), workers)
 
-    def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> _Runner:
+    def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> TraceRunner:
         """The runner of `runner` (the Ray tracer runs jobs in driver threads instead)."""
-        return _Runner(self, jobs, workers)
+        return TraceRunner(self, jobs, workers)
 
     def safe_trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
         """`trace_one` that records a failure in `error` instead of raising (one bad generation never loses a run)."""
@@ -343,7 +343,7 @@ class _Context:
         self.cfg = tracer.config
         self.max_disp_len = self.cfg.window_factor * len(ids)
         self.rng = random.Random(f"{self.cfg.seed}:{g}")
-        self.norm_g = normalize_text(g) if self.cfg.mode == "mixed" else ""
+        self.norm_g = normalize_text(g) if self.cfg.mode == TraceMode.MIXED else ""
         # normalize_text only changes white space once NFKC is applied, so a normalized match needs
         # each word of NFKC(g) inside NFKC(window) and g's non-space characters in the window's:
         # exact pre-checks, the first (a few words, spread over g) the cheapest
@@ -544,7 +544,7 @@ def _work(job: tuple[str, str, str | None]) -> TraceResult:
     return _WORKER.safe_trace_one(*job)
 
 
-class _Runner:
+class TraceRunner:
     """Iterates the results of `jobs` in input order, in this process or in forked workers.
 
     Workers inherit the opened tracer (memory maps are shared, nothing is reopened); each result
@@ -554,7 +554,7 @@ class _Runner:
     def __init__(self, tracer: Tracer, jobs: list[tuple[str, str, str | None]], workers: int):
         self.tracer, self.jobs, self.workers, self.pool, self.results = tracer, jobs, workers, None, None
 
-    def __enter__(self) -> _Runner:
+    def __enter__(self) -> TraceRunner:
         if self.workers > 1 and len(self.jobs) > 1:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor

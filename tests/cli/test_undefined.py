@@ -8,6 +8,7 @@ import pytest
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.values import summarize
+from propme_metrics.trace.result import TraceResult
 from support.corpora import write_jsonl
 from support.runs import gen
 
@@ -39,5 +40,5 @@ def test_nvr_without_document_entries_is_null(tmp_path, synthetic_index, cli_run
 @pytest.mark.parametrize("metric", registry.METRICS, ids=lambda m: m.name)
 def test_no_metric_is_zero_when_nothing_is_counted(metric):
     failed = [gen("a", error="boom"), gen("b", seg_len=5, degenerate=True)]
-    assert summarize(failed).metrics[metric.name] is None
+    assert summarize([TraceResult.from_dict(g) for g in failed]).metrics[metric.name] is None
     assert metric.pooled(0.0, 0.0) is None and metric.pooled(0.0, 2.0) == 0.0

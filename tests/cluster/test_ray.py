@@ -212,7 +212,7 @@ def test_lm_eval_hook_on_ray_equals_local(ray_cluster, corpus_and_local):
     doc = {"id": "p1", "setting": "generic", "index_path": str(local),
            "trace_config": json.dumps(TraceConfig().to_dict(), sort_keys=True)}
     gens = generations(records)[:4]
-    on_ray = {**doc, "trace_backend": hooks.trace_backend({"trace_backend": "ray", "trace_ray_actors": "2"})}
+    on_ray = {**doc, "trace_backend": hooks.trace_backend({"trace_backend": "ray", "trace_ray_actors": "2"}).to_json()}
     assert json.loads(on_ray["trace_backend"]) == {"backend": "ray", "address": None, "actors": 2}
     assert hooks.process_results(on_ray, [gens]) == hooks.process_results(doc, [gens])
     # traced in bulk by the first aggregation, two driver threads keeping the actors busy

@@ -33,7 +33,8 @@ def _items(records) -> list[BenchmarkItem]:
 
 def test_contamination_on_ray_equals_local(ray_cluster, corpus_and_local, tmp_path, monkeypatch):  # noqa: F811
     import propme_metrics.contamination.match as match
-    from propme_metrics.report.contamination_views import check_and_write
+    from propme_metrics.contamination.assess import check_tasks
+    from propme_metrics.report.contamination_views import write_outputs
     from propme_metrics.trace.ray_search import ray_search
 
     monkeypatch.setattr(match, "WORKER_CHUNK", 4)  # several jobs for the driver threads
@@ -50,11 +51,12 @@ def test_contamination_on_ray_equals_local(ray_cluster, corpus_and_local, tmp_pa
             for a, b in zip(expected.items, got.items):
                 assert a.to_dict(rule) == b.to_dict(rule)
                 assert all(np.array_equal(a.matches[f].lengths, b.matches[f].lengths) for f in a.matches)
-        ray_doc = check_and_write(index, [("t", items)], rule, 2, 0, 0, True, tmp_path / "ray", search=search)[0]
+        write_outputs(tmp_path / "ray", check_tasks(index, [("t", items)], rule, 2, search=search))
     finally:
         search.close()
-    local_doc = check_and_write(index, [("t", items)], rule, 1, 0, 0, True, tmp_path / "local")[0]
-    assert ray_doc == local_doc
+    write_outputs(tmp_path / "local", check_tasks(index, [("t", items)], rule, 1))
+    for name in ("contamination.csv", "contamination.md"):
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
     assert (tmp_path / "ray" / "contamination_items.jsonl").read_bytes() == \
         (tmp_path / "local" / "contamination_items.jsonl").read_bytes()
     flagged = [json.loads(line)["contaminated"] for line in (tmp_path / "local" / "contamination_items.jsonl").open()]

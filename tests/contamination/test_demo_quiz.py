@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 from propme_metrics.demo.benchmark_task import ITEMS, TASK, run_benchmark_task
+from propme_metrics.report.contamination_views import contamination_lines
 
 
 def test_demo_quiz_contamination_line(demo_paths, tmp_path):
-    lines = run_benchmark_task(tmp_path, demo_paths.corpus, demo_paths.model, demo_paths.index)
+    lines = contamination_lines(run_benchmark_task(demo_paths, tmp_path))
     doc = json.loads((tmp_path / "contamination" / "contamination.json").read_text())
     s = doc["tasks"][TASK]
     assert lines == [line for line in lines if line.startswith(f"{TASK}: {s['contaminated']} of {ITEMS} items")]
@@ -16,5 +17,5 @@ def test_demo_quiz_contamination_line(demo_paths, tmp_path):
     # even documents copy a corpus sentence and the words after it; odd ones are made-up words
     assert [r["contaminated"] for r in sorted(rows, key=lambda r: r["doc_id"])] == [i % 2 == 0 for i in range(ITEMS)]
     assert set(s["metrics"]) == {"acc"} and s["metrics"]["acc"]["difference"]["value"] is not None
-    again = run_benchmark_task(tmp_path, demo_paths.corpus, demo_paths.model, demo_paths.index)
+    again = contamination_lines(run_benchmark_task(demo_paths, tmp_path))
     assert again == lines  # the lm-eval run is reused

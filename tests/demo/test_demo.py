@@ -64,6 +64,13 @@ def test_demo_small_end_to_end(demo_paths, capsys):
     # '|' escaped for Markdown tables, '<' and '>' for the HTML Markdown passes through
     assert "Start token: the tokenizer adds no start token: prepended its BOS token &lt;\\|endoftext\\|&gt;" \
         in (demo_paths.report / "leaderboard.md").read_text()
+    # demo_quiz, run on the final checkpoint before the report: its line, the report's section and EEE figures
+    assert "contamination of the demo's other benchmark (propme contamination): demo_quiz: 12 of 24 items" \
+        in captured.out
+    assert "demo_quiz: flagged items" in html.read_text(encoding="utf-8")
+    final = json.loads(records[0 if records[0].name.endswith("-final.json") else 1].read_text(encoding="utf-8"))
+    assert "propme.contamination.demo_quiz.contaminated_share" in {r["evaluation_result_id"] for r in
+                                                                   final["evaluation_results"]}
     # a second run reuses everything, lm-eval included
     assert main(["demo", "--small", "--quiet", "--out", str(demo_paths.root)]) == 0
     assert "lm-eval: reused" in capsys.readouterr().err

@@ -160,7 +160,7 @@ class _Reads:
     """The metadata keys and environment variables a function reads, from its source.
 
     Follows the metadata into every function it is handed to, with the string arguments of that
-    call bound (`_setting(meta, "n_prompts")` reads `n_prompts` and `PROPME_N_PROMPTS`). A key
+    call bound (`_corpus_option(meta, "n_prompts")` reads `n_prompts` and `PROPME_N_PROMPTS`). A key
     built from a value the code only knows at run time keeps that value's name as a placeholder:
     `f"{corpus}_index"` is `<corpus>_index`, as the docs write it.
     """

@@ -29,7 +29,14 @@ from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import ConfigError, IndexFormatError
 from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.build import build_index, choose_token_width
-from propme_metrics.index.format import MANIFEST_NAME, SHARD_FILES, pointer_size, shard_file, staging_dir
+from propme_metrics.index.format import (
+    MANIFEST_NAME,
+    SHARD_FILES,
+    WORD_STARTS_NAME,
+    pointer_size,
+    shard_file,
+    staging_dir,
+)
 from propme_metrics.index.join import join_indexes
 from propme_metrics.index.manifest import IndexManifest
 from propme_metrics.index.reader import open_index, verify_index
@@ -268,7 +275,8 @@ def test_unigram_table_and_word_starts_arrays(synthetic_opened, synthetic_tokens
     assert {i: int(c) for i, c in enumerate(table.tolist()) if c} == dict(expected)
     assert len(table) == max(expected) + 1
     starts = synthetic_opened.word_starts
-    assert starts.tolist() == sorted(synthetic_opened.word_start_ids) and len(starts) > 1000
+    listed = {int(x) for x in (synthetic_opened.path / WORD_STARTS_NAME).read_text().split()}
+    assert starts.tolist() == sorted(listed) and len(starts) > 1000
 
 
 def draw_ngram(data, docs: list[list[int]], num_shards: int) -> list[int]:

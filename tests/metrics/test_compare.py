@@ -21,7 +21,7 @@ from propme_metrics.metrics.compare import (
     rank,
     select_pairs,
 )
-from propme_metrics.metrics.pm import metric_interval, resample_indices
+from propme_metrics.metrics.pm import IntervalSpec, expanded_alpha, joint_ratios, metric_interval, resample_indices
 from propme_metrics.metrics.ratio import Ratio
 
 FMR, NVR = registry.metric("fmr"), registry.metric("nvr")
@@ -37,7 +37,7 @@ def test_paired_difference_is_the_bootstrap_of_joint_resamples():
     den = rng.integers(1, 5, 60).astype(float)
     a = [Ratio(float(x), d) for x, d in zip(rng.uniform(0, 1, 60) * den, den)]
     b = [Ratio(max(0.0, s.numerator - 0.05 * s.denominator), s.denominator) for s in a]
-    iv = metric_difference(NVR, a, b, True, 2_000, seed=3)
+    iv = metric_difference(NVR, a, b, True, IntervalSpec(2_000, 3))
     # the same draws by hand: one index row per resample applied to both models
     na, da = np.array([s.numerator for s in a]), np.array([s.denominator for s in a])
     nb = np.array([s.numerator for s in b])
@@ -50,7 +50,7 @@ def test_paired_difference_is_the_bootstrap_of_joint_resamples():
     assert (iv.low, iv.high, iv.method, iv.resamples) == (pytest.approx(low, rel=1e-4), pytest.approx(high, rel=1e-4),
                                                           PAIRED, 2_000)
     # pairing cancels the prompts' own spread: the unpaired interval of the same data is much wider
-    unpaired = metric_difference(NVR, a, b, False, 2_000, seed=3)
+    unpaired = metric_difference(NVR, a, b, False, IntervalSpec(2_000, 3))
     assert unpaired.method == UNPAIRED
     assert (unpaired.high - unpaired.low) > 3 * (iv.high - iv.low)
     assert iv.low > 0  # a small shift on every prompt is found
@@ -58,16 +58,16 @@ def test_paired_difference_is_the_bootstrap_of_joint_resamples():
 
 def test_identical_models_get_a_nonzero_width_interval_not_significant():
     a = _shares([0] * 100)
-    iv = metric_difference(FMR, a, list(a), True, 500, seed=0)
+    iv = metric_difference(FMR, a, list(a), True, IntervalSpec(500, 0))
     # every resample gives 0: the difference of the two models' own (modified Wilson) intervals instead
-    own = metric_interval(FMR, a, 500, 0)
+    own = metric_interval(FMR, a, IntervalSpec(500, 0))
     assert iv.method == BOUNDS and (iv.low, iv.high) == (-own.high, own.high) and iv.high > 0.03
 
 
 def test_pm_difference_undefined_when_a_side_is():
     empty = [Ratio(0.0, 0.0)] * 10
     some = [Ratio(0.5, 2.0)] * 10
-    iv = pm_difference(NVR, (empty, some), (some, some), True, 200, 0)
+    iv = pm_difference(NVR, (empty, some), (some, some), True, IntervalSpec(200, 0))
     assert iv.estimate is None and iv.low is None and iv.high is None
 
 
@@ -81,7 +81,7 @@ def _arm(model: str, revision: str, prefix_hits: int, generic_hits: int, ids: st
 
 def test_compare_arms_rows_ranks_and_significance():
     a, b, c = _arm("m", "r1", 50, 40), _arm("m", "r2", 50, 40), _arm("other", "", 2, 0)
-    out = compare_arms([a, b, c], ["fmr"], 1_000, 0)
+    out = compare_arms([a, b, c], ["fmr"], IntervalSpec(1_000, 0))
     rows = {(r.model_a, r.revision_a, r.model_b, r.revision_b, r.setting, r.metric): r for r in out.rows}
     ab = rows[("m", "r1", "m", "r2", "prefix", "fmr")]
     assert ab.diff == 0 and not ab.significant and ab.paired
@@ -102,7 +102,7 @@ def test_unpairable_runs_are_refused_with_why():
     a = _arm("m", "", 5, 1)
     assert "different generic prompt sets" in pairing_problem(a, _arm("n", "", 5, 1, ids="q"))
     assert "different indexes" in pairing_problem(a, _arm("n", "", 5, 1, identity="other"))
-    out = compare_arms([a, _arm("n", "", 5, 1, identity="other")], ["fmr"], 100, 0)
+    out = compare_arms([a, _arm("n", "", 5, 1, identity="other")], ["fmr"], IntervalSpec(100, 0))
     assert not out.rows and len(out.refused) == 1
 
 
@@ -122,3 +122,15 @@ def test_rank_counts_only_significant_differences():
     rows = [row("x", "y", -0.3, True), row("y", "z", 0.1, False), row("x", "z", -0.2, False)]
     rank(rows)
     assert [(r.rank_a, r.rank_b) for r in rows] == [(1, 2), (2, 1), (1, 1)]
+
+
+def test_comparison_expansion_counts_the_prompts_where_a_model_has_an_event():
+    # 100 shared prompts, events on 8 of them: the difference moves only with those 8 units
+    a = _shares([1, 1, 1, 1, 0, 0, 0, 0] + [0] * 92)
+    b = _shares([0, 0, 1, 0, 1, 1, 0, 0] + [0] * 92)
+    iv = metric_difference(FMR, a, b, True, IntervalSpec(2_000, 1))
+    ra, rb = joint_ratios([a, b], 2_000, np.random.default_rng(1))
+    tail = expanded_alpha(0.95, 6)  # prompts 0-5 carry an event in A or B
+    assert tail < expanded_alpha(0.95, 100) / 2
+    low, high = np.quantile(ra - rb, [tail, 1 - tail])
+    assert (iv.low, iv.high) == (pytest.approx(low), pytest.approx(high))

@@ -21,6 +21,7 @@ from propme_metrics.metrics.likelihood import (
     extraction_probability,
     min_probability,
 )
+from propme_metrics.metrics.pm import IntervalSpec
 
 
 def test_worked_example_of_the_method_docs():
@@ -100,16 +101,16 @@ def test_bootstrap_over_documents():
     rng = np.random.default_rng(3)
     shares = (rng.random(200) < 0.3).astype(float)
     logs = rng.normal(-5, 2, 200)
-    est = bootstrap_documents({"s": shares, "m": logs}, {"s": np.mean, "m": np.median}, iters=2000, seed=1)
+    est = bootstrap_documents({"s": shares, "m": logs}, {"s": np.mean, "m": np.median}, IntervalSpec(2000, 1))
     assert est["s"].value == pytest.approx(shares.mean()) and est["m"].value == pytest.approx(np.median(logs))
     for e in est.values():
         assert e.low < e.value < e.high
     # the interval of a share is about +-1.96 standard errors
     se = math.sqrt(shares.mean() * (1 - shares.mean()) / 200)
     assert est["s"].high - est["s"].low == pytest.approx(2 * 1.96 * se, rel=0.2)
-    again = bootstrap_documents({"s": shares, "m": logs}, {"s": np.mean, "m": np.median}, iters=2000, seed=1)
+    again = bootstrap_documents({"s": shares, "m": logs}, {"s": np.mean, "m": np.median}, IntervalSpec(2000, 1))
     assert again == est
-    point = bootstrap_documents({"s": shares}, {"s": np.mean}, iters=0)
+    point = bootstrap_documents({"s": shares}, {"s": np.mean}, IntervalSpec(0))
     assert point["s"].low is None and point["s"].value == pytest.approx(shares.mean())
-    const = bootstrap_documents({"s": np.ones(5)}, {"s": np.mean}, iters=100)
+    const = bootstrap_documents({"s": np.ones(5)}, {"s": np.mean}, IntervalSpec(100))
     assert (const["s"].low, const["s"].value, const["s"].high) == (1.0, 1.0, 1.0)

@@ -70,12 +70,14 @@ def test_summary_of_nothing():
     assert s.nvr is None and s.nvr_hits is None and s.nvr_max == 0.0 and s.als == 0.0 and s.extraction is None
 
 
-def test_contributions_accept_dicts(results):
+def test_contributions_of_a_parsed_result(results):
+    """Metrics read TraceResults only (a logged dict is parsed once, where runs are loaded): the
+    round trip through the logged form gives the same contributions."""
     for r in results:
-        assert contributions(r.to_dict()) == contributions(r)
+        assert contributions(TraceResult.from_dict(r.to_dict())) == contributions(r)
     v = contributions(results[0])
     assert v["als"][0] == 60 and v["nvr"][1] == 3 and v["nvr_hits"][1] == 2 and v["extraction"] == (1.0, 1.0)
-    assert summarize([r.to_dict() for r in results]) == summarize(results)
+    assert summarize([TraceResult.from_dict(r.to_dict()) for r in results]) == summarize(results)
     assert [counts_for_metrics(r) for r in results] == [True, True, True, False, False]
 
 

@@ -7,6 +7,7 @@ import pytest
 import propme_metrics.metrics.pm as pm_module
 from propme_metrics.metrics.pm import (
     Interval,
+    IntervalSpec,
     PromptStat,
     bootstrap_metric,
     bootstrap_pm,
@@ -133,7 +134,7 @@ def test_prompt_stat_rejects_negative():
 
 def test_bootstrap_metric_contains_ratio():
     stats = [PromptStat(float(i % 7), 1.0 + i % 3) for i in range(60)]
-    interval = bootstrap_metric(stats, iters=2_000)
+    interval = bootstrap_metric(stats, IntervalSpec(2_000))
     assert interval.estimate == ratio(stats)
     assert _contains(interval)
     assert interval.low < interval.high
@@ -143,9 +144,9 @@ def test_bootstrap_metric_contains_ratio():
 
 
 def test_bootstrap_chunking_does_not_change_draws(monkeypatch):
-    whole = bootstrap_pm(NVR_SETTING, NVR_PREFIX, iters=1_000)
+    whole = bootstrap_pm(NVR_SETTING, NVR_PREFIX, IntervalSpec(1_000))
     monkeypatch.setattr(pm_module, "_CHUNK_ENTRIES", 7 * len(NVR_PREFIX))  # 7-iteration chunks
-    assert bootstrap_pm(NVR_SETTING, NVR_PREFIX, iters=1_000) == whole
+    assert bootstrap_pm(NVR_SETTING, NVR_PREFIX, IntervalSpec(1_000)) == whole
 
 
 def test_bootstrap_metric_of_nothing_is_undefined():
@@ -164,11 +165,11 @@ def test_bootstrap_metric_zero_events_is_not_zero_width():
 def test_bootstrap_metric_leaves_out_undefined_resamples():
     # two prompts of 20 have document entries: a resample without them has no denominator and is left out
     stats = [PromptStat(0.5, 2.0), PromptStat(1.0, 2.0)] + [PromptStat(0.0, 0.0)] * 18
-    iv = bootstrap_metric(stats, iters=2_000)
+    iv = bootstrap_metric(stats, IntervalSpec(2_000))
     assert iv.estimate == 0.375 and iv.method == "bootstrap-expanded-percentile"
     assert (iv.low, iv.high) == (0.25, 0.5)  # only the defined resamples: 0.25, 0.375 or 0.5
     # one prompt holds every document entry: resampling cannot vary it, so [0, the largest NV-recall]
-    one = bootstrap_metric([PromptStat(0.5, 2.0)] + [PromptStat(0.0, 0.0)] * 19, iters=500)
+    one = bootstrap_metric([PromptStat(0.5, 2.0)] + [PromptStat(0.0, 0.0)] * 19, IntervalSpec(500))
     assert (one.estimate, one.low, one.high, one.method) == (0.25, 0.0, 1.0, "one-unit-bound")
 
 
@@ -195,22 +196,22 @@ def test_bootstrap_pm_undefined_side():
 
 
 def test_bootstrap_pm_is_seeded():
-    first = bootstrap_pm(NVR_SETTING, NVR_PREFIX, iters=2_000, seed=7)
-    assert bootstrap_pm(NVR_SETTING, NVR_PREFIX, iters=2_000, seed=7) == first
-    assert bootstrap_pm(NVR_SETTING, NVR_PREFIX, iters=2_000, seed=8) != first
-    assert bootstrap_pm(SPECIFIC, PREFIX, seed=3) == bootstrap_pm(SPECIFIC, PREFIX, seed=3)
+    first = bootstrap_pm(NVR_SETTING, NVR_PREFIX, IntervalSpec(2_000, 7))
+    assert bootstrap_pm(NVR_SETTING, NVR_PREFIX, IntervalSpec(2_000, 7)) == first
+    assert bootstrap_pm(NVR_SETTING, NVR_PREFIX, IntervalSpec(2_000, 8)) != first
+    assert bootstrap_pm(SPECIFIC, PREFIX, IntervalSpec(seed=3)) == bootstrap_pm(SPECIFIC, PREFIX, IntervalSpec(seed=3))
 
 
 def test_bootstrap_pm_edges():
-    same = bootstrap_pm(PREFIX, PREFIX, iters=2_000)
+    same = bootstrap_pm(PREFIX, PREFIX, IntervalSpec(2_000))
     assert same.estimate == 0.5 and _contains(same)
     # c = 0: every resample of a setting with half its prompts matching has p > 0, so PM is 1.
-    all_one = bootstrap_pm(_fmr_stats(50), GENERIC, iters=2_000)
+    all_one = bootstrap_pm(_fmr_stats(50), GENERIC, IntervalSpec(2_000))
     assert (all_one.estimate, all_one.low, all_one.high) == (1.0, 1.0, 1.0)
 
 
 def test_bootstrap_pm_nvr_settings_of_different_sizes():
-    interval = bootstrap_pm(NVR_SETTING, NVR_PREFIX, iters=2_000)
+    interval = bootstrap_pm(NVR_SETTING, NVR_PREFIX, IntervalSpec(2_000))
     assert interval.estimate == pytest.approx(pm(ratio(NVR_SETTING), ratio(NVR_PREFIX)))
     assert _contains(interval)
     assert 0.0 < interval.low < interval.high < 1.0
@@ -221,3 +222,29 @@ def test_interval_to_dict():
         "estimate": 0.5, "low": 0.25, "high": 0.75, "method": "bootstrap-percentile", "confidence": 0.95,
         "resamples": 100, "withheld": None}
     assert Interval(0.5, math.nan, None).to_dict()["low"] is None
+
+
+def test_informative_units_count_positions_with_an_event_in_any_list():
+    a = [PromptStat(0.0, 1.0), PromptStat(1.0, 1.0), PromptStat(0.0, 2.0), PromptStat(0.0, 0.0)]
+    b = [PromptStat(0.0, 1.0), PromptStat(0.0, 1.0), PromptStat(0.5, 2.0), PromptStat(0.0, 0.0)]
+    assert pm_module.informative_units(a) == 1
+    assert pm_module.informative_units(a, b) == 2
+
+
+def test_expanded_tail_matches_student_t_and_never_shrinks_below_two_units():
+    # t_(0.975, 9) = 2.262157 (tables): the tail is Phi(-sqrt(10 / 9) t)
+    from statistics import NormalDist
+    assert pm_module.expanded_alpha(0.95, 10) == pytest.approx(NormalDist().cdf(-math.sqrt(10 / 9) * 2.262157), abs=2e-4)
+    assert pm_module.expanded_alpha(0.95, 1) == pm_module.expanded_alpha(0.95, 2) < 1e-6
+
+
+
+def test_ratio_bootstrap_expansion_counts_the_prompts_with_an_event():
+    # 6 prompts of 100 carry an event: the interval's tails are those of 6 units, not 100
+    import numpy as np
+    stats = [PromptStat(0.5 * (i < 6), 3.0) for i in range(100)]
+    iv = bootstrap_metric(stats, IntervalSpec(2_000, 4))
+    samples = pm_module.joint_ratios([stats], 2_000, np.random.default_rng(4))[0]
+    tail = pm_module.expanded_alpha(0.95, 6)
+    assert tail < pm_module.expanded_alpha(0.95, 100) / 2
+    assert (iv.low, iv.high) == tuple(pytest.approx(float(q)) for q in np.quantile(samples, [tail, 1 - tail]))

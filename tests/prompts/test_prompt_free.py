@@ -10,8 +10,8 @@ import wordfreq
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.index.reader import Index
-from propme_metrics.prompts.build import build_prompt_set, read_candidates
 from propme_metrics.prompts.prompt_free import cue_words, prompt_free_records
+from propme_metrics.prompts.prompt_set import build_prompt_set, read_candidates
 
 
 def test_cue_words_are_wordfreqs_top_alphabetic_words():

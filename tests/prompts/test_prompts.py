@@ -12,7 +12,7 @@ from propme_metrics.cli.app import main
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.reader import Index
-from propme_metrics.prompts.build import (
+from propme_metrics.prompts.prompt_set import (
     PromptRecord,
     available_languages,
     build_prompt_set,
@@ -318,7 +318,7 @@ def test_cache_tag_follows_format_rules_and_builtin_file_not_the_release(monkeyp
     """The prompt cache is keyed on what the prompts depend on: a release that changes none of it
     reuses the cached sets; a new format, new selection rules or an edited built-in file do not."""
     import propme_metrics
-    from propme_metrics.prompts import build
+    from propme_metrics.prompts import prompt_set as build
 
     tags = {(s, lang): build.cache_tag(s, lang) for s in ("generic", "specific", "prefix") for lang in ("da", "en")}
     assert tags[("prefix", "da")] == tags[("prefix", "en")]  # prefix prompts come from the index alone

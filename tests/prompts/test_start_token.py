@@ -193,7 +193,7 @@ def test_llama_style_tokenizer_gets_one_bos_not_two(demo_paths, llama_style_dir,
 
 
 def test_report_resamples_prompt_free_settings_by_generation(tmp_path):
-    from propme_metrics.report.load import RunTask, TracedPrompt
+    from propme_metrics.metrics.runs import RunTask, TracedPrompt
 
     def values(fmr: float) -> dict:
         return {"fmr": (fmr, 1.0), "als": (3.0, 1.0), "fmr_normalized": (fmr, 1.0), "r20": (0.0, 1.0),

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from propme_metrics.index.reader import open_index
-from propme_metrics.prompts.build import build_prompt_set
+from propme_metrics.prompts.prompt_set import build_prompt_set
 from propme_metrics.prompts.settings import CONTINUATION_TOKENS, PREFIX_TOKENS
 from support.corpora import make_index, write_jsonl
 
@@ -55,7 +55,7 @@ def test_prefix_prompts_end_and_continuations_start_on_whole_characters(cjk_inde
 def test_cut_keeps_the_token_count_where_the_boundary_is_whole(gpt2_dir):
     from transformers import AutoTokenizer
 
-    from propme_metrics.prompts.build import whole_character_cut
+    from propme_metrics.prompts.prompt_set import whole_character_cut
 
     tok = AutoTokenizer.from_pretrained(str(gpt2_dir))
     decode = tok.decode

@@ -16,9 +16,9 @@ from rich.console import Console
 from propme_metrics.cli.app import main
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import metric_difference, pm_difference
-from propme_metrics.metrics.pm import metric_interval, pm_interval
+from propme_metrics.metrics.pm import IntervalSpec, metric_interval, pm_interval
 from propme_metrics.metrics.ratio import Ratio
-from propme_metrics.report.build import build_report
+from propme_metrics.report.assemble import build_report
 from propme_metrics.report.columns import headline_column_docs, headline_columns
 from propme_metrics.report.console import print_summary
 from propme_metrics.report.writers import _csv_cell
@@ -93,16 +93,16 @@ def test_no_number_comes_from_a_zero_denominator(p, c, metric):
         p = [Ratio(min(r.numerator, r.denominator), r.denominator) for r in p]
         c = [Ratio(min(r.numerator, r.denominator), r.denominator) for r in c]
     pooled_p, pooled_c = sum(r.denominator for r in p), sum(r.denominator for r in c)
-    iv = metric_interval(spec, p, 50, 0)
+    iv = metric_interval(spec, p, IntervalSpec(50, 0))
     if not pooled_p:
         assert iv.estimate is None and iv.low is None and iv.high is None
         assert _csv_cell(iv.estimate) == ""
     else:
         assert iv.estimate is not None and iv.low is not None
-    sides = (metric_interval(spec, p, 50, 0), metric_interval(spec, c, 50, 0))
-    pm_iv = pm_interval(p, c, 50, 0, sides)
-    diff = metric_difference(spec, p, c, False, 50, 0)
-    pm_diff = pm_difference(spec, (p, c), (p[::-1], c[::-1]), True, 50, 0)
+    sides = (metric_interval(spec, p, IntervalSpec(50, 0)), metric_interval(spec, c, IntervalSpec(50, 0)))
+    pm_iv = pm_interval(p, c, IntervalSpec(50, 0), sides)
+    diff = metric_difference(spec, p, c, False, IntervalSpec(50, 0))
+    pm_diff = pm_difference(spec, (p, c), (p[::-1], c[::-1]), True, IntervalSpec(50, 0))
     if not pooled_p or not pooled_c:
         for x in (pm_iv, pm_diff):
             assert (x.estimate, x.low, x.high) == (None, None, None)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from propme_metrics.report.build import build_report
+from propme_metrics.report.assemble import build_report
 from propme_metrics.report.leaderboard_page import describe_column, page_view, render_page
 from support.runs import DATE1, DATE2, DFM, XSS, reference_settings, stage1_settings, write_run
 

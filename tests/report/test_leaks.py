@@ -27,7 +27,7 @@ def leak_world(tmp_path_factory):
         train_tokenizer,
     )
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import PromptRecord, build_prompt_set, write_prompt_set
+    from propme_metrics.prompts.prompt_set import PromptRecord, build_prompt_set, write_prompt_set
     from support.corpora import make_index, write_jsonl
 
     root = tmp_path_factory.mktemp("leaks")
@@ -70,7 +70,7 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
 
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.index.manifest import IndexManifest
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
     from support.lmeval import run_lm_eval, samples_file
 
     root, records, tok = leak_world

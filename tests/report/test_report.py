@@ -14,9 +14,9 @@ import pytest
 from propme_metrics.cli.app import main
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.values import summarize
-from propme_metrics.report.build import build_report
+from propme_metrics.report.assemble import build_report
 from propme_metrics.report.columns import leaderboard_columns
-from propme_metrics.report.compute import MissingPrefixError
+from propme_metrics.report.contents import MissingPrefixError
 from propme_metrics.report.html import script_json
 from propme_metrics.report.load import load_run
 from propme_metrics.trace.text_rules import locate_segments

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from propme_metrics.cli.app import main
-from propme_metrics.report.build import build_report
-from propme_metrics.report.compute import IncompleteReportError, MissingPrefixError
+from propme_metrics.report.assemble import build_report
+from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError
 from support.runs import DATE1, DATE2, DFM, gen, setting_prompts, write_run
 
 
@@ -117,7 +117,7 @@ def test_model_names_are_drawn_and_written_as_written(tmp_path, capsys, monkeypa
 
     import propme_metrics.report.plots as plots_module
 
-    real_save, seen = plots_module._save, []
+    real_save, seen = plots_module.save, []
 
     def checked(fig, path):  # every text naming the model or revision is drawn as text, not mathtext
         for t in fig.findobj(Text):
@@ -126,7 +126,7 @@ def test_model_names_are_drawn_and_written_as_written(tmp_path, capsys, monkeypa
                 assert t._preprocess_math(t.get_text())[1] is False, t.get_text()
         real_save(fig, path)
 
-    monkeypatch.setattr(plots_module, "_save", checked)
+    monkeypatch.setattr(plots_module, "save", checked)
     first = write_run(tmp_path / "a", model, "", small_settings()).parent
     second = write_run(tmp_path / "b", model, "rev$1$", small_settings()).parent
     assert main(["report", str(first), str(second), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0
@@ -379,7 +379,7 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
             "from propme_metrics.core.files import atomic_output\n"
             "def killed(fig, path):\n    with atomic_output(path, 'wb') as fh:\n"
             "        fh.write(b'half')\n        os.kill(os.getpid(), signal.SIGKILL)\n"
-            "plots._save = killed\nfrom propme_metrics.report.build import build_report\n"
+            "plots.save = killed\nfrom propme_metrics.report.assemble import build_report\n"
             "build_report([sys.argv[1]], sys.argv[2], bootstrap=0)\n")
     proc = subprocess.run([sys.executable, "-c", code, str(run), str(out)], capture_output=True, timeout=300)
     assert proc.returncode == -9

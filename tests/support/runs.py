@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from propme_metrics.metrics.values import summarize
+from propme_metrics.prompts.settings import task_name
 from propme_metrics.trace.result import FinalSpan, Span, TracedDocument, TraceResult
 
 DATE1 = "2026-01-01T10-00-00.000001"
@@ -95,14 +96,14 @@ def write_run(root: Path, model: str, revision: str, settings: dict[str, list[li
     folder = root / re.sub(r'[/:"<>|\\?*\[\]]', "__", model)
     folder.mkdir(parents=True, exist_ok=True)
     model_args = f"pretrained={model}" + (f",revision={revision}" if revision else "") + ",dtype=float32"
-    results = {"results": {}, "configs": {}, "versions": {}, "group_subtasks": {f"propme_{corpus}": []},
+    results = {"results": {}, "configs": {}, "versions": {}, "group_subtasks": {task_name(corpus): []},
                "config": {"model": "hf", "model_args": model_args, "batch_size": 1},
                "model_name": model, "date": 1767261600.0}
     for setting, prompts in settings.items():
-        task = f"propme_{corpus}_{setting}"
-        results["group_subtasks"][f"propme_{corpus}"].append(task)
+        task = task_name(corpus, setting)
+        results["group_subtasks"][task_name(corpus)].append(task)
         all_gens = [g for gens in prompts for g in gens]
-        s = summarize(all_gens)
+        s = summarize([TraceResult.from_dict(g) for g in all_gens])
         results["results"][task] = {
             "alias": f" - {task}", "als,none": s.als, "als_stderr,none": "N/A", "fmr,none": s.fmr,
             "nvr,none": s.nvr, "trace,none": s.n_failed, "trace_stderr,none": "N/A"}

@@ -13,7 +13,7 @@ from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.reader import open_index
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import extraction_probability
-from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
+from propme_metrics.prompts.prompt_set import build_prompt_set, write_prompt_set
 from propme_metrics.prompts.settings import PREFIX_MIN_DOC_TOKENS
 from propme_tasks import hooks, likelihood, task_manager
 from propme_tasks.discovery import tasks_path
@@ -121,7 +121,7 @@ def test_greedy_extraction_equals_prefix_extraction(run):
 
 
 def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
 
     out, _ = run
     report = build_report([out], tmp_path / "report", bootstrap=200, seed=0, html=True)
@@ -203,7 +203,7 @@ def test_damaged_likelihood_samples_are_named(run, tmp_path):
     import shutil
 
     from propme_metrics.core.errors import ConfigError
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
 
     out, _ = run
     copy = tmp_path / "runs"
@@ -237,7 +237,7 @@ def test_process_results_reads_p_from_the_document():
 def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
     import shutil
 
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
 
     out, _ = run
     copy = tmp_path / "runs"

@@ -18,7 +18,7 @@ from itertools import islice
 import pytest
 
 from propme_metrics.index.reader import Index
-from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
+from propme_metrics.prompts.prompt_set import build_prompt_set, write_prompt_set
 from propme_metrics.prompts.settings import PREFIX, PREFIX_TOKENS, SETTINGS
 from propme_tasks import task_manager
 from support.corpora import make_index, write_jsonl

@@ -89,7 +89,7 @@ def test_published_metadata_reaches_the_loader(demo_paths, tmp_path, monkeypatch
     assert len(docs) == 3 * 10 and sorted(set(docs["sample_ix"])) == list(range(10))
     assert '"mode": "mixed"' in docs[0]["trace_config"]
     from propme_metrics.index.reader import Index
-    from propme_metrics.prompts.build import build_prompt_set
+    from propme_metrics.prompts.prompt_set import build_prompt_set
 
     index = Index(demo_paths.index)
     original = {r.id: r.prompt for r in build_prompt_set(index, "prefix", n=3, seed=42).records}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
+from propme_metrics.prompts.prompt_set import build_prompt_set, write_prompt_set
+from propme_metrics.trace.task_document import TaskDocument
 from propme_tasks import hooks, task_manager
 from propme_tasks.discovery import tasks_path
 from support.lmeval import demo_metadata, model_args, run_lm_eval, samples_file  # noqa: E402
@@ -255,7 +256,7 @@ def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp
     doc = hooks.load_prompts(corpus="demo", setting="generic", language="da", demo_index=str(demo_paths.index),
                              demo_generic_prompts=str(demo_paths.prompts("generic")),
                              pretrained=str(demo_paths.model))["test"][0]
-    tracer = hooks._tracer(doc["index_path"], doc["trace_config"])
+    tracer = hooks.document_tracer(TaskDocument.from_row(doc))
 
     def broken(*args, **kwargs):
         raise RuntimeError("engine exploded")

@@ -184,7 +184,7 @@ def pii_world(tmp_path_factory):
     index, a tiny GPT-2 that memorized the corpus, and prefix/generic prompt files."""
     from propme_metrics.demo.synthetic import document_text, train_memorizing_model, train_tokenizer
     from propme_metrics.index.reader import open_index
-    from propme_metrics.prompts.build import build_prompt_set, write_prompt_set
+    from propme_metrics.prompts.prompt_set import build_prompt_set, write_prompt_set
     from support.corpora import make_index, write_jsonl
 
     root = tmp_path_factory.mktemp("pii")
@@ -265,7 +265,7 @@ def test_prefix_prompts_leak_the_planted_items_generic_do_not(pii_world, tmp_pat
     assert record["detected_by_type"]["cpr"] == 1 and record["leaked_by_type"]["cpr"] == 0
     assert record["leaked_by_type"]["iban"] == 1  # the IBAN beside it was copied
     # the report: PII with its PM against prefix, masked in the HTML unless asked
-    from propme_metrics.report.build import build_report
+    from propme_metrics.report.assemble import build_report
 
     rep = build_report([out], tmp_path / "report", bootstrap=200, plots=False, pm_metrics=("nvr", "pii"))
     row = rep.rows[0]

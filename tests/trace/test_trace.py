@@ -159,7 +159,7 @@ def reference(tr: Tracer, docs: list[list[int]], mode: str, **kw) -> ReferenceTr
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tr.index.path / "propme-tokenizer" / "tokenizer.json"))
-    return ReferenceTracer(tr.index.engine, tok, BruteForce(docs), {i for i, b in enumerate(tr._word_initial) if b}, tr.index.unigram_counts,
+    return ReferenceTracer(tr.index.engine, tok, BruteForce(docs), {i for i, b in enumerate(tr._word_initial) if b}, dict(enumerate(tr.index.unigram_table.tolist())),
                            tr.index.total_positions, mode=mode, **kw)
 
 
@@ -210,7 +210,7 @@ def test_rank0_neighbour_is_checked(tiny_any):
     sep = (1 << (8 * w)) - 1
     s0 = s0[:s0.index(sep)] if sep in s0 else s0
     # the word-start token absent from the corpus that sorts first (as little-endian bytes)
-    x = min((t for t in tr.index.word_start_ids if orc.count([t]) == 0), key=lambda t: le_bytes([t], w))
+    x = min((t for t in tr.index.word_starts.tolist() if orc.count([t]) == 0), key=lambda t: le_bytes([t], w))
     hits = 0
     for j in range(1, len(s0)):
         if not le_bytes([x], w) < le_bytes([s0[j]], w):
@@ -448,7 +448,7 @@ def test_blank_completions_have_no_spans(tracer, synthetic_records):
 def test_extraction_ignores_outer_white_space(tracer):
     """Discoverable extraction compares the continuation with the generation as written: the space
     or newline a completion begins with (or the continuation's decoding drops) never decides it."""
-    from propme_metrics.prompts.build import build_prompt_set
+    from propme_metrics.prompts.prompt_set import build_prompt_set
 
     records = build_prompt_set(tracer.index, "prefix", n=5, seed=42).records
     for rec in records:

@@ -27,7 +27,7 @@
     active = m; m.classList.add("active");
     body.textContent = "";
     body.appendChild(node("h4", null, gen.title));
-    body.appendChild(node("div", "lbl", "final span, tokens " + seg.start + "-" + seg.end + " (" + (seg.end - seg.start) + " tokens)"));
+    body.appendChild(node("div", "lbl", (seg.label || "final span") + ", tokens " + seg.start + "-" + seg.end + " (" + (seg.end - seg.start) + " tokens)"));
     body.appendChild(node("blockquote", null, seg.text));
     var shown = seg.docs.length;
     body.appendChild(node("p", null, seg.n_docs ? seg.n_docs + " document(s)" + (shown < seg.n_docs ? "; the best " + shown + " shown (full_raw first, then by NV-recall)" : "")

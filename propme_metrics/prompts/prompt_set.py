@@ -26,10 +26,12 @@ occurs in the corpus, and its longest span is the longer of the two.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,7 +39,7 @@ import numpy as np
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.files import write_atomic
-from propme_metrics.core.jsonl import json_objects
+from propme_metrics.core.jsonl import json_objects, write_json_lines
 from propme_metrics.prompts.settings import (
     CONTINUATION_TOKENS,
     DEFAULT_N_PROMPTS,
@@ -540,8 +542,10 @@ def sidecar_path(path: str | Path) -> Path:
 
 
 def prompt_file_bytes(records: Iterable[PromptRecord]) -> bytes:
-    return "".join(json.dumps(r.to_dict(), ensure_ascii=False, sort_keys=False) + "\n"
-                   for r in records).encode("utf-8")
+    """A prompt file's JSON Lines (the standard library's layout, UTF-8 characters as they are)."""
+    text = io.StringIO()
+    write_json_lines(text, (r.to_dict() for r in records), partial(json.dumps, ensure_ascii=False))
+    return text.getvalue().encode("utf-8")
 
 
 def write_prompt_set(ps: PromptSet, out: str | Path) -> Path:

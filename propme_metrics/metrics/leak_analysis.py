@@ -4,14 +4,14 @@
   (`metrics/leaks.py` splits each generation), against the source's share of the corpus tokens
   (`index/source_counts.py`, read from the index the generations were traced against). Their ratio
   is the source's **enrichment**: 1 leaks in proportion to its size, 5 leaks five times its share.
-  95% intervals (`pm.bootstrap_metric`: percentile bootstrap, or the zero-events bound for a
+  Intervals at the `IntervalSpec`'s confidence (`pm.bootstrap_metric`: percentile bootstrap, or the zero-events bound for a
   source with no leak) resample the setting's units (prompts; generations in the
   prompt-free settings), the corpus shares being fixed (the whole corpus is counted, not sampled).
 - **By duplication**: the shares of full matches (by the corpus count of the whole generation)
   and of NV-recall mass (by the count of the final span an entry belongs to) in the count buckets
   1, 2-10, 11-100 and >100 (`unknown`: found through anchors only). For the prefix setting also
   the extraction rate by how often the prompt's true continuation occurs in the corpus, with
-  Wilson intervals: text the corpus repeats is extracted more often, the pattern the
+  Wilson intervals at the same confidence: text the corpus repeats is extracted more often, the pattern the
   memorization literature reports for duplicated training data.
 
 Without a readable index (the report made on another machine), sources are still ranked by their
@@ -23,12 +23,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from propme_metrics.core.errors import PropMeError
+from propme_metrics.index.reader import open_index
+from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, index_source_counts, manifest_source_field
 from propme_metrics.metrics.leaks import BUCKET_LABELS, BUCKETS, UNKNOWN_BUCKET, bucket_of, generation_leaks
-from propme_metrics.metrics.pm import CONFIDENCE, Interval, bootstrap_metric, wilson_interval
+from propme_metrics.metrics.pm import Interval, IntervalSpec, bootstrap_metric, wilson_interval
 from propme_metrics.metrics.ratio import Ratio, divide
+from propme_metrics.metrics.runs import RunTask
 from propme_metrics.metrics.values import counts_for_metrics
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
-from propme_metrics.report.load import RunTask
 from propme_metrics.trace.result import TraceResult
 
 #: sources listed per setting in leaderboard.json and shown in the plot
@@ -77,7 +80,7 @@ class ExtractionBucket:
     generations: int
     extracted: int
     rate: float | None
-    low: float | None              #: Wilson 95% interval
+    low: float | None              #: Wilson interval
     high: float | None
 
 
@@ -111,9 +114,6 @@ class CorpusLeaks:
 
 def _open_index(tasks: Mapping[str, RunTask]):
     """(index, None) for the index the tasks were traced against, or (None, why not)."""
-    from propme_metrics.core.errors import PropMeError
-    from propme_metrics.index.reader import open_index
-
     task = next(iter(tasks.values()))
     path = next((p.index_path for t in tasks.values() for p in t.prompts if p.index_path), "")
     if not path:
@@ -132,8 +132,7 @@ def _units(task: RunTask) -> list[list[TraceResult]]:
     """The counted generations of a task, grouped by resampling unit (prompt; generation when prompt-free)."""
     units = []
     for p in task.prompts:
-        counted = [TraceResult.from_dict(g) for g, v in zip(p.generations, p.values) if v is not None]
-        counted = [t for t in counted if counts_for_metrics(t)]
+        counted = [t for t in p.counted() if counts_for_metrics(t)]
         if task.setting in PROMPT_FREE_SETTINGS:
             units += [[t] for t in counted]
         else:
@@ -141,21 +140,21 @@ def _units(task: RunTask) -> list[list[TraceResult]]:
     return units
 
 
-def _enrichment(stats: list[Ratio], share: float | None, token_share: float | None, bootstrap: int,
-                seed: int) -> Interval | None:
+def _enrichment(stats: list[Ratio], share: float | None, token_share: float | None,
+                intervals: IntervalSpec) -> Interval | None:
     """A share of the leaks over the source's share of the corpus, with the share's interval scaled alike."""
     if share is None or not token_share:
         return None
-    if bootstrap <= 0:
+    if not intervals.bootstrap:
         return Interval(divide(share, token_share))
-    iv = bootstrap_metric(stats, iters=bootstrap, seed=seed, confidence=CONFIDENCE)
+    iv = bootstrap_metric(stats, intervals)
 
     def scaled(v: float | None) -> float | None:
         return None if v is None else divide(v, token_share)
     return Interval(scaled(share), scaled(iv.low), scaled(iv.high), iv.method, iv.confidence, iv.resamples)
 
 
-def setting_leaks(task: RunTask, source_field: str, corpus, bootstrap: int, seed: int, index=None) -> SettingLeaks:
+def setting_leaks(task: RunTask, source_field: str, corpus, intervals: IntervalSpec, index=None) -> SettingLeaks:
     """By-source and by-duplication leaks of one task; `corpus` (SourceCounts or None) gives the shares."""
     units = [[generation_leaks(t, source_field) for t in unit] for unit in _units(task)]
     full_tot = [sum(g.full_match for g in u) for u in units]
@@ -175,8 +174,8 @@ def setting_leaks(task: RunTask, source_field: str, corpus, bootstrap: int, seed
         sources.append(SourceLeak(
             name, None if counts is None else counts["documents"], None if counts is None else counts["tokens"],
             token_share, full, full_share, nv, nv_share,
-            _enrichment(full_stats, full_share, token_share, bootstrap, seed),
-            _enrichment(nv_stats, nv_share, token_share, bootstrap, seed)))
+            _enrichment(full_stats, full_share, token_share, intervals),
+            _enrichment(nv_stats, nv_share, token_share, intervals)))
 
     def rank(s: SourceLeak) -> tuple:
         ef = s.enrichment_full.estimate if s.enrichment_full else (s.full_share or 0.0) if corpus is None else 0.0
@@ -191,17 +190,17 @@ def setting_leaks(task: RunTask, source_field: str, corpus, bootstrap: int, seed
         if label == UNKNOWN_BUCKET and not full and not nv:
             continue  # shown only when some leak's count is unknown
         buckets.append(BucketLeak(label, full, divide(full, n_full), nv, divide(nv, nv_mass)))
-    extraction = _extraction_by_duplication(task, index) if task.setting == PREFIX and index is not None else []
+    extraction = (_extraction_by_duplication(task, index, intervals.confidence)
+                  if task.setting == PREFIX and index is not None else [])
     return SettingLeaks(task.setting, n_full, nv_mass, sources, buckets, extraction)
 
 
-def _extraction_by_duplication(task: RunTask, index) -> list[ExtractionBucket]:
+def _extraction_by_duplication(task: RunTask, index, confidence: float) -> list[ExtractionBucket]:
     """Extraction rate of the prefix prompts by the corpus count of their true continuation."""
     tally = {label: [0, 0] for label, _, _ in BUCKETS}
     tally[UNKNOWN_BUCKET] = [0, 0]
     for p in task.prompts:
-        gens = [TraceResult.from_dict(g) for g, v in zip(p.generations, p.values) if v is not None]
-        gens = [t for t in gens if t.extracted is not None]
+        gens = [t for t in p.counted() if t.extracted is not None]
         if not gens or not p.continuation:
             continue
         ids = index.encode(p.continuation)
@@ -212,15 +211,13 @@ def _extraction_by_duplication(task: RunTask, index) -> list[ExtractionBucket]:
     for label, (n, k) in tally.items():
         if label == UNKNOWN_BUCKET and not n:
             continue
-        lo, hi = wilson_interval(k, n, CONFIDENCE) if n else (None, None)
+        lo, hi = wilson_interval(k, n, confidence) if n else (None, None)
         out.append(ExtractionBucket(label, n, k, divide(k, n), lo, hi))
     return out
 
 
-def corpus_leaks(tasks: Mapping[str, RunTask], bootstrap: int, seed: int) -> CorpusLeaks:
+def corpus_leaks(tasks: Mapping[str, RunTask], intervals: IntervalSpec) -> CorpusLeaks:
     """The leak analysis of one model on one corpus (its tasks by setting)."""
-    from propme_metrics.core.errors import PropMeError
-    from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, index_source_counts, manifest_source_field
 
     index, why = _open_index(tasks)
     corpus, field_name = None, DEFAULT_SOURCE_FIELD
@@ -230,7 +227,7 @@ def corpus_leaks(tasks: Mapping[str, RunTask], bootstrap: int, seed: int) -> Cor
             corpus = index_source_counts(index.path)
         except PropMeError as exc:
             why = f"the per-source counts of {index.path} cannot be computed ({exc})"
-    settings = {s: setting_leaks(t, field_name, corpus, bootstrap, seed, index) for s, t in tasks.items()}
+    settings = {s: setting_leaks(t, field_name, corpus, intervals, index) for s, t in tasks.items()}
     note = None if why is None else (f"{why}: sources are ranked by their share of the leaks, without enrichment "
                                      "(their share of the corpus is unknown) or the extraction curve")
     return CorpusLeaks(field_name, None if corpus is None else corpus.total_tokens, settings, note)

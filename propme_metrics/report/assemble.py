@@ -3,8 +3,9 @@
 Input: lm-eval output written with `--log_samples` from PropMe's tasks (`propme_<corpus>_<setting>`).
 A RUN is an output folder (searched recursively for `results_*.json`, each with its
 `samples_<task>_<date id>.jsonl` files beside it) or one results file. Every number is computed
-from the traced generations in the samples files (`trace.generations`), through
-`metrics.values.contributions` (degenerate and failed generations excluded), grouped by prompt: each
+from the traced generations in the samples files (`trace.generations`, parsed into `TraceResult`s
+once by `report.load`), by the statistics of `metrics/` (`metrics.results`, `metrics.leak_analysis`,
+`metrics.extraction_curve`, `metrics.compare`), through `metrics.values.contributions` (degenerate and failed generations excluded), grouped by prompt: each
 prompt contributes one `pm.PromptStat` (numerator, denominator) per metric, and the bootstrap
 resamples prompts; in the prompt-free settings (`unconditional`, `minimal_cue`) the unit is the
 generation instead. The start token every prompt began with (recorded in each logged document) is
@@ -13,9 +14,10 @@ latest (by lm-eval's date id) is used; runs made with lm-eval `--limit` never re
 (nor the reverse): they form their own corpus label `<corpus>_limit<N>`. Rows and checkpoint trajectories follow input order: the
 RUN arguments as given, results files inside a folder by date id (chronologically).
 
-Intervals are 95%: percentile bootstrap over prompts or generations (B = `bootstrap`, numpy `default_rng(seed)`;
-for PM the propensity and prefix prompt sets are resampled independently, `pm.bootstrap_pm`), and
-Wilson score intervals over counted generations for the proportions.
+Intervals (one `pm.IntervalSpec`: `bootstrap` resamples, `seed`, and the confidence level every label
+is written from, `pm.CONFIDENCE`): percentile bootstrap over prompts or generations (numpy
+`default_rng(seed)`; for PM the propensity and prefix prompt sets are resampled independently,
+`pm.bootstrap_pm`), and Wilson score intervals over counted generations for the proportions.
 
 Leaderboard columns (`leaderboard.csv`, `leaderboard.json`; one row per model and revision): their
 patterns and meaning are defined once, in `report.columns.leaderboard_columns` (docs/cli.md shows
@@ -27,7 +29,8 @@ setting with no counted generation has no metrics and no PM: never 0; `build_rep
 docs/method.md). The report holds no personal data values: report.html masks leaked items unless
 `show_pii=True` (`--show-pii`).
 
-The likelihood subtask's (n, p) curves (`report.likelihood`, docs/method.md, probabilistic extraction)
+The likelihood subtask's (n, p) curves (`metrics.extraction_curve`, shown by `report.extraction_views`;
+docs/method.md, probabilistic extraction)
 are in leaderboard.json (`likelihood`), leaderboard.md and `likelihood_<corpus>.png`.
 
 Other outputs in the report folder: `leaderboard.md` (Markdown tables), `capability_<corpus>.png`
@@ -54,39 +57,41 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.files import is_stream, write_atomic
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.compare import PAIRINGS
+from propme_metrics.metrics.compare import PAIRINGS, compare_results
+from propme_metrics.metrics.extraction_curve import LikelihoodResult, likelihood_results
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, check_rare_max_count
 from propme_metrics.metrics.likelihood import check_n, check_p
-from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
-from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key
+from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP, IntervalSpec
+from propme_metrics.metrics.results import CorpusResult, corpus_result
+from propme_metrics.metrics.runs import RunTask
+from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key, task_name
 from propme_metrics.report.columns import columns_for, headline_columns, headline_rows, row_values
-from propme_metrics.report.compute import (
+from propme_metrics.report.contamination_views import html_section
+from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError, Report
+from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
+from propme_metrics.report.eee import write_eee
+from propme_metrics.report.extraction_views import columns as likelihood_columns
+from propme_metrics.report.extraction_views import row_values as likelihood_row_values
+from propme_metrics.report.extraction_views import write_plots as write_likelihood_plots
+from propme_metrics.report.groups import (
     ComparableTasks,
-    CorpusResult,
-    IncompleteReportError,
-    MissingPrefixError,
-    Report,
-    compare_results,
+    dedupe_likelihood,
     dedupe_tasks,
     group_tasks,
     prompt_set_fingerprint,
-    setting_pm,
-    setting_result,
 )
-from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
-from propme_metrics.report.leaks import corpus_leaks
-from propme_metrics.report.likelihood import columns as likelihood_columns
-from propme_metrics.report.likelihood import likelihood_results, load_likelihood_run
-from propme_metrics.report.likelihood import row_values as likelihood_row_values
-from propme_metrics.report.likelihood import write_plots as write_likelihood_plots
+from propme_metrics.report.html import write_html
+from propme_metrics.report.leaderboard_page import write_page
 from propme_metrics.report.load import (
-    RunTask,
     describe_chat_template,
     describe_start_token,
+    load_likelihood_run,
     load_retrace,
     load_run,
 )
+from propme_metrics.report.plots import write_plots
 from propme_metrics.report.writers import write_comparisons, write_csv, write_json, write_markdown
 
 
@@ -119,8 +124,6 @@ def _record_written(out: Path, paths: list[Path]) -> None:
     sit beside the new report) and the temporary files a killed PropMe 0.2 report left of any of
     them, then record this report's files. A file PropMe did not write is never removed: only
     names in the earlier record are (and their `.<name>.*.tmp` temporaries)."""
-    from propme_metrics.core.files import write_atomic
-
     names = sorted(p.relative_to(out).as_posix() for p in paths)  # e.g. eee/<model>.json: paths inside `out`
     try:
         earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
@@ -151,23 +154,24 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
                  discoverable_p: float | None = None,
                  retraced_other_settings: bool = False, rare_max_count: int | None = None,
-                 pairing: str = "all", contamination: tuple | None = None) -> Report:
+                 pairing: str = "all", contamination: Any = None) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
     Raises ConfigError for unusable input (nothing written) and MissingPrefixError (a ConfigError)
     after writing the base metrics when a corpus lacks the prefix setting.
-    `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
+    `bootstrap` resamples with `seed` make every bootstrap interval (one `IntervalSpec` at
+    `pm.CONFIDENCE`); `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
     `html_docs_per_span` documents per final span (the best matches) with `html_snippet_chars`
     characters of context on each side of the span; leaked personal data is masked there unless
     `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
-    (default: each run's task metadata, else 1 ... 10,000 and 0.5; `report.likelihood`).
+    (default: each run's task metadata, else 1 ... 10,000 and 0.5; `metrics.extraction_curve`).
     `rare_max_count` is `fmr_rare`'s threshold (default: the one the runs logged, else
     `metrics.leaks.RARE_MAX_COUNT`); every task of a report must share one. With two or more models
     on a corpus, `pairing` ("all" pairs, or "consecutive" revisions of each model) chooses the
     paired comparisons written to comparisons.json/.csv (`metrics.compare`; none when `bootstrap` is 0). `contamination`:
-    (contamination.json's document, the task checks) of the runs' other benchmarks, shown in
-    report.html (`report.contamination_views`).
+    the `contamination.assess.ContaminationResult` of the runs' other benchmarks, shown in report.html
+    (`report.contamination_views`) and the Every Eval Ever records (`report.eee`).
 
     Four steps: load the runs' tasks, compute each model's results per corpus, lay out the
     leaderboard's rows, write the files.
@@ -183,16 +187,18 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
         rare_max_count = check_rare_max_count(rare_max_count, "--rare-max-count")
     if not runs:
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
+    intervals = IntervalSpec(bootstrap, seed)
     notes: list[str] = []
     tasks = _load_tasks(runs, retraced, retraced_other_settings, notes, rare_max_count)
-    computed = _compute(group_tasks(tasks, separate), pm_metrics, bootstrap, seed, notes)
-    likelihood = likelihood_results(runs, computed.results, bootstrap, seed, notes, discoverable_n, discoverable_p)
-    report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, bootstrap, seed, notes)
+    computed = _compute(group_tasks(tasks, separate), pm_metrics, intervals, notes)
+    likelihood_tasks = dedupe_likelihood([t for run in runs for t in load_likelihood_run(run)], notes)
+    likelihood = likelihood_results(likelihood_tasks, computed.results, intervals, notes, discoverable_n,
+                                    discoverable_p)
+    report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, intervals, notes)
     report.comparisons = _comparisons(report, pairing)
     if contamination is not None:
-        from propme_metrics.report.contamination_views import html_section
-
-        report.contamination_html = html_section(*contamination)
+        report.contamination = contamination
+        report.contamination_html = html_section(contamination, html_docs_per_span, html_snippet_chars, show_pii)
     _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
            html_snippet_chars=html_snippet_chars, show_pii=show_pii)
     _raise_if_incomplete(report, computed)
@@ -201,9 +207,9 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
 
 def _comparisons(report: Report, pairing: str):
     """The paired comparisons of the report's models (None without a bootstrap or a second model)."""
-    if report.bootstrap <= 0:
+    if not report.intervals.bootstrap:
         return None
-    return compare_results(report.results, report.pm_metrics, report.bootstrap, report.seed, pairing)
+    return compare_results(report.results, report.pm_metrics, report.intervals, pairing)
 
 
 def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retraced_other_settings: bool,
@@ -264,7 +270,7 @@ class _Computed:
     uncounted: list[str] = field(default_factory=list)  #: tasks with no counted generation
 
 
-def _compute(groups: list[ComparableTasks], pm_metrics: tuple[str, ...], bootstrap: int, seed: int,
+def _compute(groups: list[ComparableTasks], pm_metrics: tuple[str, ...], intervals: IntervalSpec,
              notes: list[str]) -> _Computed:
     """Base metrics, leaks and PM of every model (and revision) in every group of comparable tasks."""
     out = _Computed()
@@ -277,41 +283,37 @@ def _compute(groups: list[ComparableTasks], pm_metrics: tuple[str, ...], bootstr
             units.setdefault((t.model, t.revision), {})[t.setting] = t
         fingerprint = prompt_set_fingerprint({s: sorted(ids) for s, ids in g.prompt_ids.items()} | {"_index": g.identity})
         for (model, revision), by_setting in units.items():
-            out.results.append(_corpus_result(g, model, revision, by_setting, fingerprint, pm_metrics, bootstrap,
-                                              seed, notes, out))
+            out.results.append(_corpus_result(g, model, revision, by_setting, fingerprint, pm_metrics, intervals,
+                                              notes, out))
     return out
 
 
 def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: dict[str, RunTask], fingerprint: str,
-                   pm_metrics: tuple[str, ...], bootstrap: int, seed: int, notes: list[str],
+                   pm_metrics: tuple[str, ...], intervals: IntervalSpec, notes: list[str],
                    computed: _Computed) -> CorpusResult:
-    """One model's results on one corpus label: settings, leaks, PM; its notes and problems recorded."""
+    """One model's results on one corpus label (`metrics.results.corpus_result`: settings, leaks, PM),
+    its notes and problems recorded."""
     ordered = sorted(by_setting, key=setting_sort_key)
-    settings = {s: setting_result(by_setting[s], bootstrap, seed) for s in ordered}
+    res = corpus_result(g.label, g.identity, fingerprint, by_setting, pm_metrics, intervals)
+    settings = res.settings
     starts = {json.dumps(by_setting[s].start_token, sort_keys=True): by_setting[s].task for s in ordered}
-    res = CorpusResult(g.label, g.corpus, model, revision, g.identity, fingerprint, settings, {},
-                       by_setting.get(PREFIX, by_setting[ordered[0]]).start_token)
     label = f"{model}" + (f" (revision {revision})" if revision else "")
-    res.leaks = corpus_leaks({s: by_setting[s] for s in ordered}, bootstrap, seed)
     if res.leaks.note:
         notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
     notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
         f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
         for k, t in starts.items()) + f"; prompts: {describe_chat_template(g.chat_template_sha)}")
     if PREFIX in by_setting:
-        for s in res.propensity_settings:
-            for m in pm_metrics:
-                res.pm[(m, s)] = setting_pm(settings[s], settings[PREFIX], m, bootstrap, seed)
         if not res.propensity_settings:
             notes.append(f"{label}, corpus {g.label}: only the prefix setting was run; no PM")
     else:
-        subtask = f"propme_{g.corpus}_{PREFIX}"
+        subtask = task_name(g.corpus, PREFIX)
         computed.missing.append(subtask)
         computed.problems.append(f"{label}, corpus {g.label}: {subtask} is missing, so PM cannot be computed "
                                  f"(ran: {', '.join(by_setting[s].task for s in ordered)}); base metrics reported")
     for s in PROMPTED_SETTINGS:  # the prompt-free propensity settings are optional: not named when absent
         if s not in by_setting and PREFIX in by_setting:
-            notes.append(f"{label}, corpus {g.label}: propme_{g.corpus}_{s} not run")
+            notes.append(f"{label}, corpus {g.label}: {task_name(g.corpus, s)} not run")
     for s in ordered:
         c = settings[s].counts
         if c["failed"]:
@@ -333,8 +335,8 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
     return res
 
 
-def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: list, pm_metrics: tuple[str, ...],
-             bootstrap: int, seed: int, notes: list[str]) -> Report:
+def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: list[LikelihoodResult],
+             pm_metrics: tuple[str, ...], intervals: IntervalSpec, notes: list[str]) -> Report:
     """The leaderboard's columns and rows (one per model and revision, in input order of first
     appearance), the results sorted the same way, as a Report."""
     results = computed.results
@@ -358,7 +360,7 @@ def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: l
     rows = [{c: rows_by_model[k].get(c) for c in columns} for k in order if k in rows_by_model]
     results.sort(key=lambda r: (labels.index(r.label), order.index((r.model, r.revision))))
     return Report(out=out, columns=columns, rows=rows, results=results, labels=labels, pm_metrics=pm_metrics,
-                  bootstrap=bootstrap, seed=seed, notes=notes, problems=computed.problems, likelihood=likelihood,
+                  intervals=intervals, notes=notes, problems=computed.problems, likelihood=likelihood,
                   rare_max_count=tasks[0].rare_max_count if tasks else RARE_MAX_COUNT)
 
 
@@ -396,8 +398,6 @@ def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, 
 def _move_into(path: Path, stage: Path, folder: Path) -> Path:
     """`path` (inside `stage`) moved to the same place inside `folder` (streamed into it when the file
     there is a device or FIFO)."""
-    from propme_metrics.core.files import is_stream, write_atomic
-
     target = folder / path.relative_to(stage)
     target.parent.mkdir(parents=True, exist_ok=True)
     if is_stream(target):
@@ -422,22 +422,16 @@ def _write_into(report: Report, out: Path, *, plots: bool, html: bool, html_docs
         report.comparisons_json, report.comparisons_csv = out / "comparisons.json", out / "comparisons.csv"
         write_comparisons(report.comparisons_json, report.comparisons_csv, report.comparisons)
     if plots:
-        from propme_metrics.report.plots import write_plots
-
         report.plots = write_plots(report, out)
-        report.plots += write_likelihood_plots(report, out)
+        report.plots += write_likelihood_plots(report.likelihood, out)
     if html:
-        from propme_metrics.report.html import write_html
-
         report.html = write_html(report, out / "report.html", docs_per_span=html_docs_per_span,
                                  snippet_chars=html_snippet_chars, show_pii=show_pii)
-    from propme_metrics.report.eee import write_eee
-    from propme_metrics.report.leaderboard_page import write_page
-
     report.eee = write_eee(report, out)
     comparisons = [row.to_dict() for row in report.comparisons.rows] if report.comparisons is not None else []
     report.leaderboard_html = write_page(out / "leaderboard.html", headline_rows(report), headline_columns(report),
-                                         comparisons, "report.html" if html else None)
+                                         comparisons, "report.html" if html else None,
+                                         report.intervals.confidence)
 
 
 def _raise_if_incomplete(report: Report, computed: _Computed) -> None:

@@ -1,0 +1,57 @@
+"""Argument types and options that several `propme` subcommands share (one definition each)."""
+from __future__ import annotations
+
+import argparse
+
+
+def csv(value: str) -> tuple[str, ...]:
+    """A comma-separated list, blanks dropped."""
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def count(minimum: int, maximum: int | None = None):
+    """An argparse type: an integer of at least `minimum` (and at most `maximum`), refused before
+    any work otherwise."""
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value!r}")
+        if maximum is not None and number > maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer <= {maximum:,}, got {value!r}")
+        return number
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+positive, natural = count(1), count(0)
+
+
+def ints(value: str) -> list[int]:
+    """Comma-separated integers."""
+    try:
+        return [int(v) for v in csv(value)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
+
+
+def share(value: str) -> float:
+    """A number in (0, 1]."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}") from None
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}")
+    return x
+
+
+def add_ray_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--ray [ADDRESS]` of `index build` and `trace`: `what` says what runs on the cluster."""
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help=f"{what} on a Ray cluster: ADDRESS (host:port) or RAY_ADDRESS, else a local one "
+                             '(needs `pip install "propme[ray]"`; the index folder must be on a file system '
+                             "every node sees)")

@@ -1,0 +1,107 @@
+"""The numbers of one model on one corpus: base metrics with intervals per setting, PM per
+propensity setting, and the leak analysis (`metrics.leak_analysis`), from typed runs
+(`metrics.runs`) and one `IntervalSpec`."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from propme_metrics.metrics import registry
+from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks
+from propme_metrics.metrics.pm import CONFIDENCE, Interval, IntervalSpec, metric_interval, pm_interval
+from propme_metrics.metrics.runs import RunTask
+from propme_metrics.prompts.settings import PREFIX, setting_sort_key
+
+
+@dataclass
+class MetricResult:
+    """A base metric of one setting: its value and interval (`pm.metric_interval`: modified Wilson for
+    proportions, bootstrap for ratio metrics, none for a maximum); None: undefined."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+    method: str = ""                  #: how the interval was made ("": none)
+    confidence: float = CONFIDENCE
+    resamples: int = 0                #: bootstrap resamples behind it (0: not a bootstrap)
+
+
+@dataclass
+class SettingResult:
+    """The base metrics of one model x corpus x setting."""
+
+    setting: str
+    task: RunTask
+    counts: dict[str, int]
+    metrics: dict[str, MetricResult]
+
+
+@dataclass
+class CorpusResult:
+    """Everything reported for one model (and revision) on one corpus."""
+
+    label: str                     #: column label: the corpus, or <corpus>_set<k> with separate=True
+    corpus: str
+    model: str
+    revision: str
+    index_identity: str | None
+    prompt_set: str
+    settings: dict[str, SettingResult]
+    pm: dict[tuple[str, str], Interval]   #: (metric, propensity setting) -> PM with interval
+    start_token: dict[str, str] | None = None   #: what every prompt started with (the prefix task's record)
+    leaks: CorpusLeaks | None = None   #: which data leaks: by source and by duplication (`metrics.leak_analysis`)
+
+    @property
+    def propensity_settings(self) -> list[str]:
+        return [s for s in self.settings if s != PREFIX]
+
+
+def finite(x: float | None) -> float | None:
+    """A value as written: None for undefined (None or NaN), else a float."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def metric_result(task: RunTask, metric: str, intervals: IntervalSpec) -> MetricResult:
+    """One base metric of a task with its interval (a maximum: pooled over generations, no interval)."""
+    spec = registry.metric(metric)
+    if not spec.has_interval:
+        counted = [v for p in task.prompts for v in p.values if v is not None]
+        return MetricResult(spec.value_of(v[metric] for v in counted))
+    iv = metric_interval(spec, task.stats(metric), intervals)
+    return MetricResult(iv.estimate, finite(iv.low), finite(iv.high), iv.method, iv.confidence, iv.resamples)
+
+
+def setting_result(task: RunTask, intervals: IntervalSpec) -> SettingResult:
+    """Every registry metric the task's setting has, with its interval."""
+    metrics = {m.name: metric_result(task, m.name, intervals) for m in registry.for_setting(task.setting)}
+    return SettingResult(task.setting, task, task.counts(), metrics)
+
+
+def side(result: MetricResult) -> Interval:
+    """A base metric's result as the Interval PM's rules read."""
+    return Interval(result.value, result.low, result.high, result.method, result.confidence, result.resamples)
+
+
+def setting_pm(p: SettingResult, c: SettingResult, metric: str, intervals: IntervalSpec) -> Interval:
+    """PM of `metric`, propensity setting `p` vs the prefix setting `c` (`pm.pm_interval`)."""
+    return pm_interval(p.task.stats(metric), c.task.stats(metric), intervals,
+                       (side(p.metrics[metric]), side(c.metrics[metric])))
+
+
+def corpus_result(label: str, identity: str | None, prompt_set: str, tasks: Mapping[str, RunTask],
+                  pm_metrics: Sequence[str], intervals: IntervalSpec) -> CorpusResult:
+    """One model's results on one corpus label (traced against index `identity`, prompt set
+    fingerprint `prompt_set`) from its tasks by setting: each setting's metrics, the leak analysis,
+    and PM of every propensity setting when the prefix setting was run."""
+    ordered = sorted(tasks, key=setting_sort_key)
+    first = tasks[ordered[0]]
+    settings = {s: setting_result(tasks[s], intervals) for s in ordered}
+    res = CorpusResult(label, first.corpus, first.model, first.revision, identity, prompt_set, settings, {},
+                       tasks.get(PREFIX, first).start_token)
+    res.leaks = corpus_leaks({s: tasks[s] for s in ordered}, intervals)
+    if PREFIX in tasks:
+        for s in res.propensity_settings:
+            for m in pm_metrics:
+                res.pm[(m, s)] = setting_pm(settings[s], settings[PREFIX], m, intervals)
+    return res

@@ -1,0 +1,103 @@
+"""The package's structure, checked from its source: no import circle among the modules of
+`propme_metrics.report` (function-level and TYPE_CHECKING imports included: hiding a circle inside a
+function does not remove it), statistics never import the report layer, and no module imports
+another module's private (`_name`) attribute."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+import pytest
+
+import propme_metrics
+import propme_tasks
+
+ROOTS = [Path(propme_metrics.__file__).parent, Path(propme_tasks.__file__).parent]
+
+
+def circles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:
+    """Every import circle among the modules directly inside `package`, each once (as a list of
+    modules, the first repeated at the end): depth-first search over the direct imports."""
+    inside = {m for m in graph.find_children(package)} | {package}
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m) & inside) for m in inside}
+    found, seen = [], set()
+
+    def visit(path: list[str]) -> None:
+        for nxt in edges[path[-1]]:
+            if nxt == path[0]:
+                key = frozenset(path)
+                if key not in seen:
+                    seen.add(key)
+                    found.append(path + [nxt])
+            elif nxt not in path and nxt > path[0]:  # each circle from its smallest module only
+                visit(path + [nxt])
+
+    for start in sorted(inside):
+        visit([start])
+    return found
+
+
+def private_imports(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """`from <one of packages>... import _name` anywhere under `root` (dunder names such as
+    `__version__` are public): 'file:line: module._name' each."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if node.level == 0 and not module.startswith(packages):
+                continue  # another library's names are its own business
+            for alias in node.names:
+                name = alias.name
+                if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+                    out.append(f"{path.relative_to(root.parent)}:{node.lineno}: {'.' * node.level}{module}.{name}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph("propme_metrics", "propme_tasks")
+
+
+def test_no_import_circle_inside_report(graph):
+    assert circles(graph, "propme_metrics.report") == []
+
+
+def test_the_circle_finder_finds_a_circle(tmp_path, monkeypatch):
+    """The check above can fail: a package of three modules importing in a ring (one of them inside a
+    function, as the report hid its circles) is one circle."""
+    pkg = tmp_path / "ringpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from ringpkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from ringpkg import c\n")
+    (pkg / "c.py").write_text("import ringpkg.a\n")
+    (pkg / "d.py").write_text("import ringpkg.a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ring = grimp.build_graph("ringpkg", cache_dir=None)
+    assert circles(ring, "ringpkg") == [["ringpkg.a", "ringpkg.b", "ringpkg.c", "ringpkg.a"]]
+
+
+def test_statistics_never_import_the_report(graph):
+    for module in graph.find_children("propme_metrics.metrics"):
+        chain = graph.find_shortest_chain(importer=module, imported="propme_metrics.report")
+        assert chain is None, chain
+        for report_module in graph.find_descendants("propme_metrics.report"):
+            assert not graph.direct_import_exists(importer=module, imported=report_module)
+
+
+def test_no_module_imports_another_modules_private_name():
+    found = [line for root in ROOTS for line in private_imports(root, ("propme_metrics", "propme_tasks"))]
+    assert found == []
+
+
+def test_the_private_import_finder_finds_one(tmp_path):
+    pkg = tmp_path / "propme_metrics"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from propme_metrics.b import _hidden, public, __version__\n"
+                              "from .c import _other\nfrom os import _exit\n")
+    assert private_imports(pkg, ("propme_metrics",)) == ["propme_metrics/a.py:1: propme_metrics.b._hidden",
+                                                          "propme_metrics/a.py:2: .c._other"]
