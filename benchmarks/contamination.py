@@ -17,7 +17,9 @@ with every fifth word replaced, a third new text from the same word distribution
   * infini-gram's engine counting each k-gram of the joined texts (coverage only, no longest
     match), on a sample of the items, its coverage checked equal to PropMe's;
   * a Python set of the corpus's k-grams (coverage only) on a small index (--small-tokens) where
-    the set fits in memory, against PropMe on that same small index, coverage checked equal.
+    the set fits in memory, against PropMe on that same small index, coverage checked equal;
+  * with --ray: PropMe with the shards held by Ray actors (`propme contamination --ray`), two
+    driver threads, results checked equal.
 
 The machine may be shared with other work: the figures say what this run saw, the ratios are
 between measurements of the same run.
@@ -101,9 +103,9 @@ def _cpu() -> float:
 
 
 def propme_pass(index: Index, items: list[BenchmarkItem], rule: ContaminationRule, workers: int = 1,
-                cpu: dict | None = None) -> tuple[float, list]:
+                cpu: dict | None = None, search=None) -> tuple[float, list]:
     t, c = time.perf_counter(), _cpu()
-    results = match_items(items, CorpusMatcher(index, workers=workers))
+    results = match_items(items, CorpusMatcher(index, workers=workers, search=search))
     check = apply_rule("bench", results, rule)
     if cpu is not None:
         cpu["seconds"] = _cpu() - c
@@ -166,6 +168,9 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/propme-bench-contamination"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                    help="also match with the shards on Ray (a local cluster without ADDRESS)")
+    ap.add_argument("--actors", type=int, default=None, help="with --ray: actors holding the shards")
     args = ap.parse_args()
     from propme_metrics.testing import gpt2_tokenizer
 
@@ -194,6 +199,20 @@ def main() -> None:
     print(f"PropMe, --workers 2, warm: {two_s:.1f} s ({len(items) / two_s:,.0f} items/s, "
           f"{warm_s / two_s:.2f}x one process, {two_cpu['seconds']:.1f} CPU s; same results: {same}); on 2 free cores "
           f"that CPU time would take about {two_cpu['seconds'] / 2:.0f} s (an estimate, not a measurement)", flush=True)
+    if args.ray is not None:
+        from propme_metrics.trace.ray_search import ray_search
+
+        search = ray_search(index, address=args.ray or None, actors=args.actors)
+        actors = len(search.shards)
+        try:
+            propme_pass(index, items[:500], rule, workers=2, search=search)  # actors warm
+            ray_s, on_ray = propme_pass(index, items, rule, workers=2, search=search)
+        finally:
+            search.close()
+        same = [r.coverage["joined"].value for r in on_ray] == [r.coverage["joined"].value for r in results]
+        print(f"PropMe on Ray ({actors} actor(s), 2 driver threads), warm: "
+              f"{ray_s:.1f} s ({len(items) / ray_s:,.0f} items/s, {warm_s / ray_s:.2f}x one process; same results: "
+              f"{same}); load average {os.getloadavg()[0]:.1f}", flush=True)
     sample = items[:args.engine_items]
     eng_s, eng_cov = engine_coverage(index, sample, rule.k)
     mine = joined_coverages(apply_rule("bench", match_items(sample, CorpusMatcher(index)), plain).items)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from propme_metrics.cli.arguments import csv, natural, positive, share
+from propme_metrics.cli.arguments import add_ray_option, csv, natural, positive, share
 from propme_metrics.core.errors import ExitCode
 
 
@@ -74,7 +74,16 @@ def cmd_contamination(args: argparse.Namespace) -> int:
                   output_folders=("--out",))
     index = open_index(args.index)
     per_task = _items(args)
-    result = check_tasks(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet)
+    search = None
+    if args.ray is not None:
+        from propme_metrics.trace.ray_search import ray_search
+
+        search = ray_search(index, address=args.ray or None, actors=args.actors)
+    try:
+        result = check_tasks(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet, search=search)
+    finally:
+        if search is not None:
+            search.close()
     written = write_outputs(Path(args.out), result)
     console = terminal()
     for line in contamination_lines(result):
@@ -152,5 +161,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=natural, default=0, help="bootstrap seed")
     c.add_argument("--workers", type=positive, default=1, help="processes matching items in parallel (the "
                    "same results for any number)")
+    add_ray_option(c, "search the shards")
+    c.add_argument("--actors", type=positive, default=None, help="with --ray: actors holding the shards "
+                   "(default: one per free CPU of the cluster, at most one per shard); --workers then counts "
+                   "driver threads")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=cmd_contamination)

@@ -15,6 +15,7 @@ from propme_metrics.contamination.rule import ContaminationRule
 from propme_metrics.contamination.sources import SHOWN_ITEMS, FlaggedItem, locate_flagged
 from propme_metrics.contamination.summary import TaskSummary, task_summary
 from propme_metrics.index.reader import Index
+from propme_metrics.index.search import IndexSearch
 
 
 @dataclass
@@ -39,13 +40,15 @@ class ContaminationResult:
 
 def check_tasks(index: Index, per_task: Sequence[tuple[str, Sequence[BenchmarkItem]]], rule: ContaminationRule,
                 workers: int = 1, bootstrap: int = 0, seed: int = 0, quiet: bool = True,
-                samples: dict[str, Path] | None = None, shown_items: int = SHOWN_ITEMS) -> ContaminationResult:
+                samples: dict[str, Path] | None = None, shown_items: int = SHOWN_ITEMS,
+                search: IndexSearch | None = None) -> ContaminationResult:
     """Match every task's items (`workers` processes), apply `rule`, summarize each task (intervals
     from `bootstrap` resamples, `seed`) and locate the spans of its first `shown_items` flagged
-    items. `samples`: the samples file of each task, when the items come from a run."""
+    items. `samples`: the samples file of each task, when the items come from a run. `search`:
+    another search path than the index's own (its shards on Ray: `CorpusMatcher`)."""
     from propme_metrics.core.progress import progress_bar, rate
 
-    matcher = CorpusMatcher(index, workers=workers)
+    matcher = CorpusMatcher(index, workers=workers, search=search)
     total = sum(len(items) for _, items in per_task)
     started = time.time()
     checks = []

@@ -19,7 +19,7 @@ import numpy as np
 from propme_metrics.core.errors import TraceWorkerError
 from propme_metrics.index.decode import TokenDecoder
 from propme_metrics.index.reader import Index
-from propme_metrics.index.search import DocWindow
+from propme_metrics.index.search import DocWindow, IndexSearch
 from propme_metrics.trace.text_rules import normalize_text
 from propme_metrics.trace.tracer import select_occurrences, source_id
 
@@ -82,11 +82,16 @@ def _work(texts: list[str]) -> list[tuple[str, np.ndarray, list[tuple[int, int]]
 
 class CorpusMatcher:
     """Matches many texts against one index with the tracer's search (`IndexSearch`), in this
-    process or in `workers` forked processes that inherit the opened index (as `propme trace`'s)."""
+    process or in `workers` forked processes that inherit the opened index (as `propme trace`'s).
 
-    def __init__(self, index: Index, batch_positions: int = BATCH_POSITIONS, workers: int = 1):
+    `search` replaces the index's own search path, e.g. one whose shards Ray actors hold
+    (`trace.ray_search.ray_search`): then `workers` are driver threads sending searches at once."""
+
+    def __init__(self, index: Index, batch_positions: int = BATCH_POSITIONS, workers: int = 1,
+                 search: IndexSearch | None = None):
         self.index = index
-        self.search = index.search
+        self.search = index.search if search is None else search
+        self.threads = search is not None  # a cluster's driver is never forked
         self.batch_positions = batch_positions
         self.workers = workers
         self.decoder = TokenDecoder(index.backend)
@@ -99,14 +104,23 @@ class CorpusMatcher:
             encoded = self.encode(texts)
             lengths = self.match_lengths([ids for _, ids, _ in encoded], progress)
             return [(*enc, lens) for enc, lens in zip(encoded, lengths)]
+        chunks = [list(texts[i:i + WORKER_CHUNK]) for i in range(0, len(texts), WORKER_CHUNK)]
+        out: list[tuple[str, np.ndarray, list[tuple[int, int]], np.ndarray]] = []
+        if self.threads:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(self.workers, len(chunks))) as pool:
+                for chunk, done in zip(chunks, pool.map(self.encode_and_match, chunks)):
+                    out += done
+                    if progress is not None:
+                        progress(len(chunk))
+            return out
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
 
         global _WORKER
-        chunks = [list(texts[i:i + WORKER_CHUNK]) for i in range(0, len(texts), WORKER_CHUNK)]
         _WORKER = self
-        out: list[tuple[str, np.ndarray, list[tuple[int, int]], np.ndarray]] = []
         try:
             with ProcessPoolExecutor(min(self.workers, len(chunks)), mp_context=mp.get_context("fork"),
                                      initializer=_init_worker) as pool:

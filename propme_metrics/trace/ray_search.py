@@ -103,6 +103,18 @@ class RaySearch(IndexSearch):
         self.shards = []
 
 
+def ray_search(index, address: str | None = None, actors: int | None = None) -> RaySearch:
+    """The index's search path with its shards held by `actors` Ray actors (default: one per free
+    CPU, at most one per shard), for other work than tracing (the contamination check)."""
+    _check_actors(actors)
+    return RaySearch(index, connect(address), actors)
+
+
+def _check_actors(actors: int | None) -> None:
+    if actors is not None and actors < 1:
+        raise ConfigError("--actors must be at least 1")
+
+
 def _tracer_class():
     from propme_metrics.trace.tracer import Tracer, TraceRunner
 
@@ -134,8 +146,7 @@ def _tracer_class():
 
 def ray_tracer(index, config=None, address: str | None = None, actors: int | None = None):
     """A tracer whose shards live in `actors` Ray actors (default: one per free CPU, at most one per shard)."""
-    if actors is not None and actors < 1:
-        raise ConfigError("--actors must be at least 1")
+    _check_actors(actors)
     return _tracer_class()(index, config, address=address, actors=actors)
 
 

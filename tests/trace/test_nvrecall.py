@@ -3,12 +3,10 @@
 import random
 from difflib import SequenceMatcher
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from propme_metrics.trace import nvrecall
 from propme_metrics.trace.nvrecall import (
     NVParams,
     _matching_blocks,
@@ -22,17 +20,6 @@ DANISH = (
     "Den gamle færgemand på Ærø fortalte, at øens børn om sommeren plukkede blåbær i skoven "
     "bag kirken, mens fædrene sejlede ud før solopgang for at sætte garn i sundet."
 )
-
-
-@pytest.fixture(autouse=True, scope="module", params=[0, nvrecall.SMALL_RECTANGLE, 10**9],
-                ids=["numpy", "mixed", "python"])
-def rectangle_paths(request):
-    """Every test once with each way `_matching_blocks` searches a rectangle: numpy for every one
-    with pairs, the default mix, plain Python for all."""
-    default = nvrecall.SMALL_RECTANGLE
-    nvrecall.SMALL_RECTANGLE = request.param
-    yield
-    nvrecall.SMALL_RECTANGLE = default
 
 
 def _random_text(n_words: int, seed: int) -> str:
@@ -179,7 +166,7 @@ def _difflib_blocks(a, b):
 
 
 def _fast_blocks(a, b):
-    return _matching_blocks(np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))
+    return _matching_blocks(list(a), list(b))
 
 
 @settings(max_examples=400, deadline=None)
