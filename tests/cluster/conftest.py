@@ -1,7 +1,11 @@
-"""The local Ray cluster of the tests in this folder (all of them slow: tests/conftest.py)."""
+"""The local Ray cluster of the tests in this folder (all of them slow: tests/conftest.py), and the
+sharded corpus they build on."""
 from __future__ import annotations
 
 import pytest
+
+from propme_metrics.demo.synthetic import generate_corpus
+from support.corpora import make_index, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -17,3 +21,14 @@ def ray_cluster(request):
     ray.cloudpickle.register_pickle_by_value(request.module)  # workers need the module's own helpers
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus_and_local(tmp_path_factory, gpt2_dir):
+    """A synthetic corpus and its local 4-shard index (test_ray.SHARDS), so that Ray actors each hold
+    some: (corpus path, index folder, records)."""
+    root = tmp_path_factory.mktemp("ray-corpus")
+    records = list(generate_corpus(160, seed=23))
+    corpus = write_jsonl(root / "corpus.jsonl", records)
+    make_index(corpus, root / "local", gpt2_dir, num_shards=4)
+    return corpus, root / "local", records

@@ -17,23 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.manifest import MANIFEST_NAME, IndexManifest
 from propme_metrics.index.sources import CorpusSource
 from propme_metrics.trace.ray_search import shard_groups
 from propme_metrics.trace.tracer import Tracer
-from support.corpora import make_index, write_jsonl
+from support.corpora import write_jsonl
 
-SHARDS = 4
-
-
-@pytest.fixture(scope="module")
-def corpus_and_local(tmp_path_factory, gpt2_dir):
-    root = tmp_path_factory.mktemp("ray-corpus")
-    records = list(generate_corpus(160, seed=23))
-    corpus = write_jsonl(root / "corpus.jsonl", records)
-    make_index(corpus, root / "local", gpt2_dir, num_shards=SHARDS)
-    return corpus, root / "local", records
+SHARDS = 4  # the shards of conftest.corpus_and_local's index
 
 
 def tree_files(folder: Path) -> list[str]:

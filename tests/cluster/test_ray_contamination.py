@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-from test_ray import corpus_and_local, ray_cluster  # noqa: F401 (fixtures)
 
 from propme_metrics.contamination.check import apply_rule, match_items
 from propme_metrics.contamination.items import BenchmarkItem
