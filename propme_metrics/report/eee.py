@@ -248,11 +248,6 @@ def _model_info(model: str, revision: str, model_args: str) -> dict[str, Any]:
     return info
 
 
-def eee_records(report: Report, retrieved: float | None = None) -> dict[str, dict[str, Any]]:
-    """File name -> record, one per model and revision, in the report's row order."""
-    return {name: record for name, (record, _) in _records(report, retrieved).items()}
-
-
 def _records(report: Report, retrieved: float | None) -> dict[str, tuple[dict[str, Any], list[CorpusResult]]]:
     """File name -> (record, the model's corpus results)."""
     from propme_metrics import __version__
