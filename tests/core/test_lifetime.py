@@ -81,10 +81,11 @@ def test_a_lock_of_a_dead_process_is_free_although_its_forked_child_lives(tmp_pa
     lock = tmp_path / "journal"
     code = ("import os, sys, time\nfrom pathlib import Path\nfrom propme_metrics.core.files import open_locked\n"
             "fh = open_locked(Path(sys.argv[1]), 'a+b', RuntimeError('busy'))\n"
-            "if os.fork() == 0:\n    time.sleep(120)\n    os._exit(0)\n"
-            "print('ready', flush=True)\ntime.sleep(120)\n")
+            "if os.fork() == 0:\n    print('child', flush=True)\n    time.sleep(120)\n    os._exit(0)\n"
+            "print('parent', flush=True)\ntime.sleep(120)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
+    # both running: the child has passed its after-fork hooks (which let go of the lock) before it prints
+    assert sorted(proc.stdout.readline().strip() for _ in range(2)) == ["child", "parent"]
     child = psutil.Process(proc.pid).children()[0]
     with pytest.raises(ConfigError):  # held while its process lives
         open_locked(lock, "a+b", ConfigError("busy"))
