@@ -307,7 +307,10 @@ def _code_reads() -> _Reads:
     return reads
 
 
-READS = _code_reads()
+@pytest.fixture(scope="session")
+def reads() -> _Reads:
+    """Computed once per session, and only where a test asks: it imports every module of both packages."""
+    return _code_reads()
 
 
 def _wildcard(name: str) -> re.Pattern:
@@ -330,32 +333,32 @@ def _documented_keys() -> set[str]:
     return keys
 
 
-def test_code_reads_were_found():
-    assert not READS.unresolved, f"metadata keys or variables this test cannot name: {READS.unresolved}"
-    assert {"n_prompts", "<corpus>_index", "<corpus>_<setting>_prompts", "trace_mode", "tokenizer"} <= READS.keys
-    assert {"PROPME_<CORPUS>_INDEX", "PROPME_TRACE_MODE", "PROPME_DEBUG", "PROPME_LMEVAL_DISCOVERY"} <= READS.env
+def test_code_reads_were_found(reads):
+    assert not reads.unresolved, f"metadata keys or variables this test cannot name: {reads.unresolved}"
+    assert {"n_prompts", "<corpus>_index", "<corpus>_<setting>_prompts", "trace_mode", "tokenizer"} <= reads.keys
+    assert {"PROPME_<CORPUS>_INDEX", "PROPME_TRACE_MODE", "PROPME_DEBUG", "PROPME_LMEVAL_DISCOVERY"} <= reads.env
 
 
-def test_documented_metadata_keys_are_the_keys_the_code_reads():
+def test_documented_metadata_keys_are_the_keys_the_code_reads(reads):
     documented = _documented_keys()
-    assert documented - READ_BY_LMEVAL - READS.keys == set(), "documented, but no code reads them"
-    assert READS.keys - documented == set(), "read by the code, but in no table of the docs"
+    assert documented - READ_BY_LMEVAL - reads.keys == set(), "documented, but no code reads them"
+    assert reads.keys - documented == set(), "read by the code, but in no table of the docs"
 
 
-def test_documented_environment_variables_are_the_ones_the_code_reads():
+def test_documented_environment_variables_are_the_ones_the_code_reads(reads):
     written = {m.rstrip("_") for path in DOCS for m in re.findall(r"PROPME_[A-Z0-9_<>]+", _text(path))} - {"PROPME"}
-    unknown = {w for w in written if not _names_match(w, READS.env)}
+    unknown = {w for w in written if not _names_match(w, reads.env)}
     assert not unknown, f"documented, but no code reads them: {sorted(unknown)}"
-    assert READS.env - written == set(), "read by the code, but named nowhere in the docs"
+    assert reads.env - written == set(), "read by the code, but named nowhere in the docs"
 
 
-def test_metadata_in_examples_uses_keys_the_code_reads():
+def test_metadata_in_examples_uses_keys_the_code_reads(reads):
     examples = []
     for path in DOCS:
         for raw in re.findall(r"--metadata '(\{.*?\})'", _text(path), flags=re.S):
             examples += [(path.name, key) for key in json.loads(raw)]
     assert examples
-    unknown = [(name, key) for name, key in examples if not _names_match(key, READS.keys | READ_BY_LMEVAL)]
+    unknown = [(name, key) for name, key in examples if not _names_match(key, reads.keys | READ_BY_LMEVAL)]
     assert not unknown, f"--metadata keys that no code reads: {unknown}"
 
 
