@@ -9,8 +9,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from propme_metrics.index.format import old_dir, staging_dir
 from propme_metrics.index.manifest import MANIFEST_NAME
 from propme_metrics.index.reader import open_index, verify_index
 from support.corpora import word_level_tokenizer, write_jsonl
+from support.forked import run_forked
 
 
 def word_docs(n: int, seed: int, words: int = 40) -> list[dict]:
@@ -140,53 +139,51 @@ def test_symlinked_out_builds_into_its_target(tmp_path, tok, cli_run):
 
 # --- SIGKILL at every step ------------------------------------------------------------------------
 
-KILLER = r'''
-import os, signal, sys
-import propme_metrics.index.build as b
-import propme_metrics.index.install as install
-import propme_metrics.index.suffix_array as sa
-from propme_metrics.cli import app as cli
+def build_killed_at(point: str, nth: int, argv: list[str]) -> int:
+    """In a forked child: `propme index build` that SIGKILLs itself at `point`, the `nth` time it is reached."""
+    import propme_metrics.index.install as install
+    import propme_metrics.index.suffix_array as sa
 
-point, nth = sys.argv[1], int(sys.argv[2])
-calls = [0]
+    calls = [0]
 
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
 
-def after(fn):
-    def wrapper(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        calls[0] += 1
-        if calls[0] == nth:
-            die()
-        return result
-    return wrapper
-
-if point == "tokenize":  # killed with some documents written
-    real_iter = b.CorpusSource.__iter__
-    def documents(self):
-        for i, doc in enumerate(real_iter(self)):
-            if i == nth:
+    def after(fn):
+        def wrapper(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            calls[0] += 1
+            if calls[0] == nth:
                 die()
-            yield doc
-    b.CorpusSource.__iter__ = documents
-elif point == "step":  # after the nth rust_indexing step (make-part, merge, concat of shard 0, then shard 1)
-    sa._run_all = after(sa._run_all)
-elif point == "toplevel":  # a suffix array and its search samples written, progress not yet saved
-    b.write_toplevel = after(b.write_toplevel)
-elif point == "manifest":  # the manifest written, the build not moved into place
-    b.IndexManifest.write = after(b.IndexManifest.write)
-elif point == "aside":  # the old index moved aside, the new one not yet in
-    real_replace = os.replace
-    def replace(src, dst):
-        real_replace(src, dst)
-        if str(dst).endswith(".propme-old"):
-            die()
-    os.replace = replace
-elif point == "installed":  # the new index in place, the old one not yet deleted
-    install._fsync_dir = after(install._fsync_dir)
-sys.exit(cli.main(sys.argv[3:]))
-'''
+            return result
+        return wrapper
+
+    if point == "tokenize":  # killed with some documents written
+        real_iter = build_module.CorpusSource.__iter__
+
+        def documents(self):
+            for i, doc in enumerate(real_iter(self)):
+                if i == nth:
+                    die()
+                yield doc
+        build_module.CorpusSource.__iter__ = documents
+    elif point == "step":  # after the nth rust_indexing step (make-part, merge, concat of shard 0, then shard 1)
+        sa._run_all = after(sa._run_all)
+    elif point == "toplevel":  # a suffix array and its search samples written, progress not yet saved
+        build_module.write_toplevel = after(build_module.write_toplevel)
+    elif point == "manifest":  # the manifest written, the build not moved into place
+        build_module.IndexManifest.write = after(build_module.IndexManifest.write)
+    elif point == "aside":  # the old index moved aside, the new one not yet in
+        real_replace = os.replace
+
+        def replace(src, dst):
+            real_replace(src, dst)
+            if str(dst).endswith(".propme-old"):
+                die()
+        os.replace = replace
+    elif point == "installed":  # the new index in place, the old one not yet deleted
+        install._fsync_dir = after(install._fsync_dir)
+    return cli.main(argv)
 
 KILL_POINTS = [("tokenize", 25), ("step", 1), ("step", 2), ("step", 3), ("step", 5), ("toplevel", 1), ("manifest", 1),
                ("aside", 0), ("installed", 1)]
@@ -211,9 +208,8 @@ def test_sigkill_at_each_step_then_rerun_is_byte_identical(point, nth, tmp_path,
         assert cli_run(*build_args(old_corpus, out, tok))[0] == 0
         old_tree = tree(out)
     argv = build_args(corpus, out, tok, *(["--force"] if replacing else []))
-    proc = subprocess.run([sys.executable, "-c", KILLER, point, str(nth), *argv], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    child = run_forked(lambda: build_killed_at(point, nth, argv))
+    assert child.returncode == -signal.SIGKILL, child.output
     if point == "installed":
         assert tree(out) == expected
     elif replacing:
