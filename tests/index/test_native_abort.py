@@ -36,12 +36,15 @@ def test_a_child_that_aborts_is_reported_not_fatal():
         in_child(os.abort, _died)
 
 
-def test_index_build_under_caps_where_the_tokenizer_aborts(tmp_path, gpt2_dir):
-    """600 and 750 MB: the Rust tokenizer (and C++ code) aborted the whole process here before."""
+def test_index_build_under_an_address_space_limit_says_out_of_memory(tmp_path, gpt2_dir):
+    """`propme index build` under prlimit --as / ulimit -v, in a fresh interpreter as a user runs it: one
+    out-of-memory message (exit 4), never "cannot load tokenizer", "a bug in PropMe" or a traceback. The
+    caps fail in three places: Python's import of the tokenizer (300 MB), C++ code (600 MB: std::bad_alloc)
+    and the Rust tokenizer (750 MB), which abort the whole process unless the build runs in a child."""
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": str(i), "text": "Ferries and bridges. " * 50}
                                                 for i in range(20)])
     code = "import sys; from propme_metrics.cli.app import main; sys.exit(main(sys.argv[1:]))"
-    for limit in (600 * 10**6, 750 * 10**6):
+    for limit in (300 * 10**6, 600 * 10**6, 750 * 10**6):
         proc = subprocess.run([sys.executable, "-c", code, "index", "build", str(corpus), "--out",
                                str(tmp_path / f"idx{limit}"), "--tokenizer", str(gpt2_dir), "--quiet",
                                "--skip-space-check"], preexec_fn=lambda limit=limit: resource.setrlimit(
@@ -50,5 +53,7 @@ def test_index_build_under_caps_where_the_tokenizer_aborts(tmp_path, gpt2_dir):
             continue
         assert proc.returncode == 4, (limit, proc.returncode, proc.stderr[-2000:])
         assert "out of memory" in proc.stderr and "address-space limit" in proc.stderr
-        for wrong in ("bug in PropMe", "Traceback", "memory allocation of", "Fatal Python error"):
+        for wrong in ("cannot load tokenizer", "bug in PropMe", "Traceback"):
+            assert wrong not in proc.stderr, (limit, proc.stderr[-2000:])
+        for wrong in ("memory allocation of", "Fatal Python error"):  # the abort's own words come before, not after
             assert wrong not in proc.stderr.split("error: out of memory")[-1], (limit, proc.stderr[-2000:])
