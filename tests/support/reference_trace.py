@@ -98,9 +98,14 @@ class ReferenceTracer:
         self.engine, self.tok, self.brute = engine, tokenizer, brute
         self.word_initial, self.mode, self.seed, self.k_docs = word_initial, mode, seed, docs_per_span
         self.unigram, self.total = unigram, total
+        self._decoded: dict[tuple[int, ...], str] = {}
 
     def decode(self, ids) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=False)
+        """The tokenizer's decode, remembered: `trim` decodes every end of a span, and copies share spans."""
+        key = tuple(ids)
+        if key not in self._decoded:
+            self._decoded[key] = self.tok.decode(list(key), skip_special_tokens=False)
+        return self._decoded[key]
 
     def rarity(self, ids) -> float:
         return math.fsum(math.log(self.unigram[t]) - math.log(self.total) if self.unigram.get(t) else 0.0

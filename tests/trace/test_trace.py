@@ -330,11 +330,13 @@ def test_tracer_equals_the_reference(synthetic_index, synthetic_records, corpus_
 
 def test_tracer_equals_the_reference_on_copies(synthetic_index, synthetic_records, corpus_ids):
     """Whole documents, copies whose end tokenizes differently (a trailing blank line), and copies
-    with outer white space."""
+    with outer white space. Documents of at most 1,200 characters: in text mode the reference decodes
+    every end of every span, so its time grows with the cube of a copy's length."""
+    records = [r for r in synthetic_records if len(r["text"]) <= 1200][:6]
     for mode in ("mixed", "text"):
         tr = Tracer(synthetic_index, TraceConfig(mode=mode))
         ref = reference(tr, corpus_ids, mode)
-        for rec in synthetic_records[:6]:
+        for rec in records:
             for g in (rec["text"], rec["text"][:600] + "\n\n", rec["text"][37:900], " " + rec["text"][:300],
                       "\n\n" + rec["text"][:300] + " "):
                 assert as_reference(tr.trace_one(g, "x")) == reference_view(ref.trace(g))
