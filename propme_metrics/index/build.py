@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cached_property
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ from propme_metrics.index.sources import CorpusSource
 from propme_metrics.index.suffix_array import build_suffix_array
 from propme_metrics.index.tokenizer import (
     DEFAULT_TOKENIZER,
+    VocabInfo,
     analyze_vocab,
     files_sha256,
     load_tokenizer,
@@ -131,6 +133,11 @@ class BuildPlan:
     def work(self) -> Path:
         """The staging folder the build happens in."""
         return staging_dir(self.out)
+
+    @cached_property
+    def vocab(self) -> VocabInfo:
+        """The tokenizer's word starts and delimiters (for the index files and the manifest): derived once."""
+        return analyze_vocab(self.tok)
 
     def phase_done(self, name: str, started: float) -> None:
         """Tell `on_phase` that phase `name`, begun at `started` (perf_counter), is done."""
@@ -237,8 +244,7 @@ def _build_locked(plan: BuildPlan) -> IndexManifest:
                   sa_bytes=shard_file(work, ShardFile.TABLE, sid).stat().st_size)
         for sid in plan.shard_ids
     ]
-    tok = plan.tok
-    vocab = analyze_vocab(tok)
+    tok, vocab = plan.tok, plan.vocab
     _remove_strays(work)
     source_counts = state.get("source_counts")
     if source_counts is None:  # tokenized by a PropMe that did not count sources while writing
@@ -280,7 +286,7 @@ def _run_steps(plan: BuildPlan, state: dict[str, Any]) -> dict[str, dict[str, in
         if state["tokenized"] is None:
             t = time.perf_counter()
             tok.save_pretrained(work / TOKENIZER_DIRNAME)
-            (work / WORD_STARTS_NAME).write_text("".join(f"{i}\n" for i in analyze_vocab(tok).word_start_ids))
+            (work / WORD_STARTS_NAME).write_text("".join(f"{i}\n" for i in plan.vocab.word_start_ids))
             writer = ShardWriter(work, plan.width, plan.max_id + 1, plan.shard_ids,
                                  plan.params["source"]["source_field"])
 
