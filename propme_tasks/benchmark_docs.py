@@ -20,9 +20,7 @@ INCLUDE_HINT = ("name tasks that `lm_eval ls tasks` lists; for local YAML tasks 
 def load_tasks(names: Sequence[str], include_path: str | None = None) -> dict[str, Any]:
     """lm-eval's task objects by name (groups and tags expand to their tasks); their datasets are
     loaded as lm-eval loads them. ConfigError for a name lm-eval does not know or cannot load."""
-    from lm_eval.tasks import TaskManager
-
-    manager = TaskManager(include_path=include_path)
+    manager = _task_manager(names, include_path)
     unknown = [n for n in names if not manager.match_tasks([n])]
     if unknown:
         raise ConfigError(f"lm-eval knows no task {', '.join(map(repr, unknown))}", INCLUDE_HINT)
@@ -32,6 +30,19 @@ def load_tasks(names: Sequence[str], include_path: str | None = None) -> dict[st
         raise ConfigError(f"lm-eval could not load the task(s) {', '.join(names)}: {type(exc).__name__}: "
                           f"{str(exc)[:300]}", INCLUDE_HINT) from None
     return dict(tasks)
+
+
+def _task_manager(names: Sequence[str], include_path: str | None) -> Any:
+    """lm-eval's TaskManager for `names`. When each name is a task of the --include-path folder (no
+    pattern, group or tag), a manager of that folder alone loads the same tasks, since lm-eval lets an
+    included folder override its built-in tasks; it saves indexing the ~15k built-in task files (~7 s)."""
+    from lm_eval.tasks import TaskManager
+
+    if include_path is not None and not any(c in name for name in names for c in "*?["):
+        local = TaskManager(include_path=include_path, include_defaults=False)
+        if set(names) <= set(local.all_subtasks):
+            return local
+    return TaskManager(include_path=include_path)
 
 
 def _first(value: Any) -> Any:

@@ -311,10 +311,43 @@ def test_before_a_model_run_through_the_task_manager(cli_run, local_tasks, plant
     assert "_clean" not in "".join(doc["leaderboard"])
 
 
-def test_user_errors_are_one_line(cli_run, local_tasks, planted, tmp_path):
+def test_tasks_of_the_include_path_alone_skip_the_builtin_index(local_tasks, monkeypatch):
+    """Local task names need a TaskManager of their folder only; a pattern, or a name the folder does not
+    define, needs lm-eval's built-in tasks as well."""
+    import lm_eval.tasks
+
+    from propme_tasks import benchmark_docs
+
+    made = []
+
+    class Recording(lm_eval.tasks.TaskManager):
+        def __init__(self, *args, include_defaults=True, **kwargs):
+            made.append(include_defaults)
+            if include_defaults:  # stands in for the ~7 s index of lm-eval's built-in tasks
+                return
+            super().__init__(*args, include_defaults=include_defaults, **kwargs)
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Recording)
+    for names, expected in [(["contam_mc"], [False]), (["contam_mc", "contam_gen"], [False]),
+                            (["contam_mc", "hellaswag"], [False, True]), (["contam_*"], [True])]:
+        made.clear()
+        manager = benchmark_docs._task_manager(names, str(local_tasks))
+        assert made == expected, names
+        if expected == [False]:
+            assert set(names) <= set(manager.all_subtasks)
+    made.clear()
+    benchmark_docs._task_manager(["contam_mc"], None)
+    assert made == [True]
+
+
+@pytest.mark.slow  # indexes lm-eval's ~15k built-in task files to say that no task has the name
+def test_an_unknown_task_is_one_line(cli_run, local_tasks, planted, tmp_path):
     code, _, err = cli_run("contamination", "--tasks", "no_such_task", "--include-path", local_tasks, "--index",
                            planted["index"], "--out", tmp_path / "c")
     assert code == 2 and "no_such_task" in err and "hint" in err
+
+
+def test_user_errors_are_one_line(cli_run, local_tasks, planted, tmp_path):
     code, _, err = cli_run("contamination", "--index", planted["index"], "--out", tmp_path / "c")
     assert code == 2 and "--tasks" in err
     code, _, err = cli_run("contamination", tmp_path, "--index", planted["index"], "--out", tmp_path / "c")
