@@ -15,9 +15,18 @@ $(DEPS): setup.cfg setup.py pyproject.toml
 	$(BIN)/pip install -q ".[lmeval,test,ray]" $(LMEVAL_PIN)
 	touch $@
 
-install: $(DEPS)
+# PropMe itself, reinstalled only when a file of the wheel (or a folder of them: a deleted file) is newer
+# than the last install: the inner loop does not rebuild an unchanged wheel
+WHEEL_SOURCES := $(shell find propme_metrics propme_tasks task_configs -not -path '*/__pycache__*' -not -name '*.pyc') \
+	setup.cfg setup.py pyproject.toml propme_lmeval.pth
+INSTALLED := $(VENV)/.propme-installed
+
+$(INSTALLED): $(DEPS) $(WHEEL_SOURCES)
 	rm -rf build
 	$(BIN)/pip install -q --no-deps --force-reinstall .
+	touch $@
+
+install: $(INSTALLED)
 
 demo: install
 	$(BIN)/propme demo $(DEMO_ARGS)
@@ -25,11 +34,13 @@ demo: install
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# the inner loop: every test but the slow ones (stock lm_eval runs, the demo model, Ray, Chromium), on two
-# processes (pytest-xdist; FAST_WORKERS=0 runs them in this one)
+# the inner loop: every test but the slow ones (setup.cfg's `slow` marker: stock lm_eval runs, the demo model,
+# Ray, Chromium, fresh processes killed from outside), on two processes (pytest-xdist; each takes half the
+# tests in order and steals from the other when done, so few module fixtures are built twice; FAST_WORKERS=0
+# runs them in this one)
 FAST_WORKERS ?= 2
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" -n $(FAST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(FAST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # CI's second run: the oldest lm-eval release setup.cfg admits (its `lm-eval[hf]>=` bound), in a venv of its
 # own, on a smoke subset: one stock `lm_eval` run of the demo tasks and lm-eval's conformance checks

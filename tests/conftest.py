@@ -19,7 +19,9 @@ from support.corpora import gpt2_tokenizer, make_index, write_jsonl  # noqa: E40
 
 #: fixtures that make a test slow (a model trained: the demo's, the leak and PII worlds'; a browser); with
 #: the folders below and any test that runs stock `lm_eval` itself, they define the `slow` marker that
-#: `make test-fast` leaves out (`make test` runs all)
+#: `make test-fast` leaves out (`make test` runs all). Tests marked `slow` by hand besides: those that index
+#: lm-eval's built-in tasks, and fresh `propme` processes killed or capped from outside (each imports torch;
+#: the SIGKILL-at-each-step builds of tests/index/test_build_safety.py stay fast in forked children).
 SLOW_FIXTURES = frozenset({"demo_paths", "leak_world", "pii_world", "chromium"})
 SLOW_FOLDERS = frozenset({"cluster", "demo"})  #: Ray clusters; the demo end to end
 

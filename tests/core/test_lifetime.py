@@ -48,6 +48,7 @@ def _kill_and_expect_workers_gone(proc: subprocess.Popen, workers: list[psutil.P
     assert not alive, f"{len(alive)} worker(s) outlived their SIGKILLed parent"
 
 
+@pytest.mark.slow  # a fresh `propme trace` with workers, killed from outside
 def test_sigkill_of_trace_with_workers_leaves_no_worker_and_a_free_lock(tmp_path, synthetic_index,
                                                                        synthetic_records):
     inp = _many_generations(tmp_path / "g.jsonl", synthetic_records, 6000)
@@ -62,6 +63,7 @@ def test_sigkill_of_trace_with_workers_leaves_no_worker_and_a_free_lock(tmp_path
     open_locked(journal_path(out), "a+b", busy).close()  # what the rerun takes first: free
 
 
+@pytest.mark.slow  # a fresh interpreter tracing through the lm-eval hooks, killed from outside
 def test_sigkill_during_bulk_tracing_of_the_lmeval_hooks_leaves_no_worker(tmp_path, synthetic_index,
                                                                          synthetic_records):
     texts = [synthetic_records[i % len(synthetic_records)]["text"][:300] + f" v{i}" for i in range(6000)]
@@ -81,8 +83,8 @@ def test_a_lock_of_a_dead_process_is_free_although_its_forked_child_lives(tmp_pa
     lock = tmp_path / "journal"
     code = ("import os, sys, time\nfrom pathlib import Path\nfrom propme_metrics.core.files import open_locked\n"
             "fh = open_locked(Path(sys.argv[1]), 'a+b', RuntimeError('busy'))\n"
-            "if os.fork() == 0:\n    print('child', flush=True)\n    time.sleep(120)\n    os._exit(0)\n"
-            "print('parent', flush=True)\ntime.sleep(120)\n")
+            "if os.fork() == 0:\n    os.write(1, b'child\\n')\n    time.sleep(120)\n    os._exit(0)\n"
+            "os.write(1, b'parent\\n')\ntime.sleep(120)\n")  # one write each: the lines never interleave
     proc = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
     # both running: the child has passed its after-fork hooks (which let go of the lock) before it prints
     assert sorted(proc.stdout.readline().strip() for _ in range(2)) == ["child", "parent"]

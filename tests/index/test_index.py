@@ -439,6 +439,7 @@ def test_interrupted_tokenization_restarts_cleanly(tmp_path, gpt2_dir, gpt2_tok)
     assert [index.document(i).meta["id"] for i in range(30)] == [r["id"] for r in records[0::2] + records[1::2]]
 
 
+@pytest.mark.slow  # a fresh `propme` process (imports torch) killed from outside mid-build
 def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir, cli_run):
     corpus = write_jsonl(tmp_path / "big.jsonl", generate_corpus(2000, seed=5))  # about 0.6M tokens
     out = tmp_path / "idx"

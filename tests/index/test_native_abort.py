@@ -36,6 +36,7 @@ def test_a_child_that_aborts_is_reported_not_fatal():
         in_child(os.abort, _died)
 
 
+@pytest.mark.slow  # three fresh `propme` processes (each imports torch) under address-space caps
 def test_index_build_under_an_address_space_limit_says_out_of_memory(tmp_path, gpt2_dir):
     """`propme index build` under prlimit --as / ulimit -v, in a fresh interpreter as a user runs it: one
     out-of-memory message (exit 4), never "cannot load tokenizer", "a bug in PropMe" or a traceback. The

@@ -113,9 +113,9 @@ def test_pm_edge_cases(full_report):
 
 def test_bootstrap_reproducible_with_seed(runs, tmp_path):
     inputs = [runs["stage3"], runs["comma"]]
-    a = build_report(inputs, tmp_path / "a", bootstrap=1500, seed=7, html=False, plots=False)
-    b = build_report(inputs, tmp_path / "b", bootstrap=1500, seed=7, html=False, plots=False)
-    c = build_report(inputs, tmp_path / "c", bootstrap=1500, seed=8, html=False, plots=False)
+    a = build_report(inputs, tmp_path / "a", bootstrap=400, seed=7, html=False, plots=False)
+    b = build_report(inputs, tmp_path / "b", bootstrap=400, seed=7, html=False, plots=False)
+    c = build_report(inputs, tmp_path / "c", bootstrap=400, seed=8, html=False, plots=False)
     assert a.leaderboard_json.read_bytes() == b.leaderboard_json.read_bytes()
     assert a.leaderboard_csv.read_bytes() == b.leaderboard_csv.read_bytes()
     assert a.leaderboard_json.read_bytes() != c.leaderboard_json.read_bytes()
