@@ -19,6 +19,7 @@ DEFAULT_TOKENIZER = "hf-internal-testing/llama-tokenizer"
 
 DELIMITER_CHARS = frozenset(".!?\n")
 _SPACE_CHARS = frozenset(" \t\r")
+_DELIMITER_OR_SPACE = DELIMITER_CHARS | _SPACE_CHARS
 
 
 def load_tokenizer(name_or_path: str, revision: str | None = None, *, require_fast: bool = True, **kwargs):
@@ -134,8 +135,6 @@ def analyze_vocab(tok) -> VocabInfo:
     ids = sorted(i for i in pieces if i not in special)
     word_starts = [i for i in ids if is_start(pieces[i])]
     decoded = tok.backend_tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
-    delimiters = [
-        i for i, text in zip(ids, decoded)
-        if any(c in DELIMITER_CHARS for c in text) and all(c in DELIMITER_CHARS or c in _SPACE_CHARS for c in text)
-    ]
+    delimiters = [i for i, text in zip(ids, decoded)
+                  if not DELIMITER_CHARS.isdisjoint(text) and _DELIMITER_OR_SPACE.issuperset(text)]
     return VocabInfo(family=family, word_start_ids=word_starts, delimiter_ids=delimiters)

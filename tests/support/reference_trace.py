@@ -15,7 +15,11 @@ from difflib import SequenceMatcher
 
 import numpy as np
 
-BOUNDARY = "!.?\n"
+BOUNDARY = frozenset("!.?\n")
+
+
+def has_boundary(text: str) -> bool:
+    return not BOUNDARY.isdisjoint(text)
 
 
 def published_words(text: str) -> list[str]:
@@ -71,21 +75,37 @@ class BruteForce:
             parts += d + [-1]
         self.flat = np.asarray(parts + [-1] * pad, dtype=np.int64)
         self.size = len(parts)
+        self._tokens = self.flat.tolist()
+        positions: dict[int, list[int]] = {}  # where each token occurs: every search's first step
+        for pos, t in enumerate(parts):
+            positions.setdefault(t, []).append(pos)
+        self._at = {t: np.asarray(p, dtype=np.int64) for t, p in positions.items() if t >= 0}
+
+    def _occurrences(self, q: list[int]) -> tuple[np.ndarray, int]:
+        """Positions where q starts, scanning forward token by token, and how many tokens matched."""
+        if not q or q[0] not in self._at:
+            return np.empty(0, dtype=np.int64), 0
+        cand, k = self._at[q[0]], 1
+        while k < len(q) and len(cand) > 8:
+            keep = self.flat[cand + k] == q[k]
+            if not keep.any():
+                return cand, k
+            cand, k = cand[keep], k + 1
+        lengths = []  # a few candidates left: each extended on its own
+        for p in cand.tolist():
+            j = k
+            while j < len(q) and self._tokens[p + j] == q[j]:
+                j += 1
+            lengths.append(j)
+        k = max(lengths)
+        return cand[np.asarray(lengths) == k], k
 
     def longest(self, q: list[int], i: int) -> int:
-        cand, k = np.arange(self.size), 0
-        while i + k < len(q):
-            keep = self.flat[cand + k] == q[i + k]
-            if not keep.any():
-                break
-            cand, k = cand[keep], k + 1
-        return k
+        return self._occurrences(list(q[i:]))[1]
 
     def count(self, q: list[int]) -> int:
-        cand = np.arange(self.size)
-        for k, t in enumerate(q):
-            cand = cand[self.flat[cand + k] == t]
-        return len(cand)
+        cand, k = self._occurrences(list(q))
+        return len(cand) if k == len(q) and q else (self.size if not q else 0)
 
 
 class ReferenceTracer:
@@ -160,11 +180,11 @@ class ReferenceTracer:
         return pos == 0 or ids[pos] in self.word_initial
 
     def trim(self, ids, start, end):
-        first = next((i for i in range(start, end) if any(c in BOUNDARY for c in self.decode([ids[i]]))), None)
+        first = next((i for i in range(start, end) if has_boundary(self.decode([ids[i]]))), None)
         if first is not None:
             # the largest valid end, found by trying every end (the published code binary-searches)
             end = max(e for e in range(first, end + 1)
-                      if e == first or not any(c in BOUNDARY for c in self.decode(ids[start:e])[:-1]))
+                      if e == first or not has_boundary(self.decode(ids[start:e])[:-1]))
         while start < end < len(ids) and not self.is_initial(ids, end):
             end -= 1
         return end
@@ -173,7 +193,7 @@ class ReferenceTracer:
         text = self.decode(ids[s:e])
         if self.mode == "mixed":
             return (s, e) == (0, len(ids)) or (e - s >= 4 and any(not c.isspace() for c in text))
-        return (not any(c in BOUNDARY for c in text[:-1]) and self.is_initial(ids, s)
+        return (not has_boundary(text[:-1]) and self.is_initial(ids, s)
                 and (e == len(ids) or self.is_initial(ids, e)))
 
     def trace(self, generation: str) -> list[tuple[int, int, list[dict]]]:
