@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -289,14 +291,16 @@ def _masked(text: str) -> str:
     return mask_text(text, detect(text))
 
 
-def instance_records(record: dict[str, Any], results: list[CorpusResult]) -> list[dict[str, Any]]:
+def instance_records(record: dict[str, Any], results: list[CorpusResult],
+                     masked: Callable[[str], str] = _masked) -> list[dict[str, Any]]:
     """The instance-level lines of a record (schema `instance_level_eval` 0.3.0): one per counted
     generation, tied to its setting's FMR result (`evaluation_result_id`). `is_correct` is whether
     the generation reproduced training data verbatim as a whole (a full match, the event FMR counts;
     for prefix prompts the extraction of the document), and `score` the same as 0/1, so their mean
     over a setting is the record's FMR. The trace summary is in `metadata`; personal data in the
     prompt, continuation and generation is masked. Generations whose tracing failed or that are
-    degenerate count in no metric and have no line."""
+    degenerate count in no metric and have no line. `masked` masks a text (a memoized `_masked` when
+    several records share their prompts)."""
     out = []
     ids = {r["evaluation_result_id"] for r in record["evaluation_results"]}
     for res in results:
@@ -305,9 +309,12 @@ def instance_records(record: dict[str, Any], results: list[CorpusResult]) -> lis
             if result_id not in ids:
                 continue   # FMR undefined: nothing counted
             for prompt in sr.task.prompts:
+                prompt_text = masked(prompt.prompt)
+                reference = [masked(prompt.continuation)] if prompt.continuation else []
                 for j, (g, counted) in enumerate(zip(prompt.generations, prompt.values)):
                     if counted is None:
                         continue
+                    output = masked(g.text)
                     full = g.full_match
                     sources = sorted({str(d.source_id) for d in g.documents if d.source_id is not None})
                     meta = {"corpus": res.label, "setting": setting, "prompt_id": prompt.id, "generation": j,
@@ -320,11 +327,10 @@ def instance_records(record: dict[str, Any], results: list[CorpusResult]) -> lis
                         "model_id": record["model_info"]["id"], "evaluation_name": sr.task.task,
                         "evaluation_result_id": result_id, "sample_id": f"{prompt.id}#{j}",
                         "interaction_type": "single_turn",
-                        "input": {"raw": _masked(prompt.prompt),
-                                  "reference": [_masked(prompt.continuation)] if prompt.continuation else []},
-                        "output": {"raw": [_masked(g.text)]},
+                        "input": {"raw": prompt_text, "reference": reference},
+                        "output": {"raw": [output]},
                         "answer_attribution": [{"turn_idx": 0, "source": "output.raw",
-                                                "extracted_value": _masked(g.text),
+                                                "extracted_value": output,
                                                 "extraction_method": "simpletrace full match",
                                                 "is_terminal": True}],
                         "evaluation": {"score": float(full), "is_correct": full},
@@ -343,11 +349,12 @@ def write_eee(report: Report, out: Path, retrieved: float | None = None) -> list
     folder = out / EEE_DIR
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
+    masked = lru_cache(maxsize=None)(_masked)  # the same prompts recur for every model and revision
     for name, (record, results) in _records(report, retrieved).items():
         path = folder / name
         write_atomic(path, json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
         paths.append(path)
-        lines = instance_records(record, results)
+        lines = instance_records(record, results, masked)
         if lines:
             samples = folder / (name[:-len(".json")] + INSTANCES_SUFFIX)
             write_atomic(samples, "".join(json_line(x) for x in lines))

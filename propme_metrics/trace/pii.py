@@ -192,9 +192,15 @@ def _phones(text: str) -> list[PIIItem]:
 _DETECTORS = {"email": _emails, "iban": _ibans, "card": _cards, "cpr": _cprs, "phone": _phones}
 
 
+#: every detected type holds an '@' (e-mail) or a decimal digit of some script (the numbers)
+_MAY_HOLD_PII = re.compile(r"[@\d]")
+
+
 def detect(text: str) -> list[PIIItem]:
     """Every personal-data item in `text`, in text order; where detections overlap, the type first
     in PII_TYPES wins (an IBAN's digits are no phone number)."""
+    if not _MAY_HOLD_PII.search(text):  # most text: no validator needs to look
+        return []
     found = [it for t in PII_TYPES for it in _DETECTORS[t](text)]
     kept: list[PIIItem] = []
     for it in found:  # PII_TYPES order: earlier types claim their characters first
