@@ -55,3 +55,30 @@ def add_ray_option(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"{what} on a Ray cluster: ADDRESS (host:port) or RAY_ADDRESS, else a local one "
                              '(needs `pip install "propme[ray]"`; the index folder must be on a file system '
                              "every node sees)")
+
+
+def add_interval_options(parser: argparse.ArgumentParser, of: str, zero: str = "no bootstrap intervals") -> None:
+    """`--bootstrap` and `--seed` of the commands that bootstrap intervals: `of` says what is resampled,
+    `zero` what 0 resamples mean."""
+    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
+
+    parser.add_argument("--bootstrap", type=natural, default=DEFAULT_BOOTSTRAP,
+                        help=f"bootstrap resamples of {of} (0: {zero})")
+    parser.add_argument("--seed", type=natural, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
+
+
+def add_pairing_option(parser: argparse.ArgumentParser) -> None:
+    """`--pairing` of `report` and `compare`: which models the paired comparisons compare."""
+    from propme_metrics.metrics.compare import PAIRINGS
+
+    parser.add_argument("--pairing", choices=PAIRINGS, default="all",
+                        help="which models the paired comparisons compare: every pair, or consecutive revisions "
+                             "of each model (input order)")
+
+
+def add_pm_metrics_option(parser: argparse.ArgumentParser, verb: str) -> None:
+    """`--pm-metrics` of `report` and `compare` (`verb`: what the command does with PM)."""
+    from propme_metrics.metrics import registry
+
+    parser.add_argument("--pm-metrics", type=csv, default=",".join(registry.DEFAULT_PM_METRICS),
+                        help=f"comma-separated metrics to {verb} PM for ({', '.join(registry.PM_METRICS)})")

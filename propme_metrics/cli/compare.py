@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from propme_metrics.cli.arguments import csv, natural
+from propme_metrics.cli.arguments import add_interval_options, add_pairing_option, add_pm_metrics_option
 from propme_metrics.core.errors import ExitCode
-from propme_metrics.metrics import registry
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -44,9 +43,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `propme compare`."""
-    from propme_metrics.metrics.compare import PAIRINGS
-    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
-
     c = sub.add_parser("compare", help="paired comparisons of models or revisions that ran the same prompts",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Compare models (or revisions) that ran the same prompt set against the same "
@@ -54,10 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "significance flag and ranks; runs that cannot be paired are named with why.")
     c.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder or results_*.json file")
     c.add_argument("--out", required=True, help="folder for comparisons.json/.csv and the leaderboard files")
-    c.add_argument("--bootstrap", type=natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples")
-    c.add_argument("--seed", type=natural, default=0, help="bootstrap seed")
-    c.add_argument("--pm-metrics", type=csv, default=",".join(registry.DEFAULT_PM_METRICS),
-                   help=f"comma-separated metrics to compare PM for ({', '.join(registry.PM_METRICS)})")
-    c.add_argument("--pairing", choices=PAIRINGS, default="all",
-                   help="every pair of models, or consecutive revisions of each model (input order)")
+    add_interval_options(c, "the paired differences", zero="refused: a comparison needs its interval")
+    add_pm_metrics_option(c, "compare")
+    add_pairing_option(c)
     c.set_defaults(func=cmd_compare)

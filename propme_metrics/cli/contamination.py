@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from propme_metrics.cli.arguments import add_ray_option, csv, natural, positive, share
+from propme_metrics.cli.arguments import add_interval_options, add_ray_option, csv, positive, share
 from propme_metrics.core.errors import ExitCode
 
 
@@ -134,7 +134,6 @@ def report_contamination(args: argparse.Namespace, rule, out: Path):
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `propme contamination`."""
-    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 
     c = sub.add_parser(
         "contamination", help="are the benchmark items of a run in the training corpus, and do they score higher?",
@@ -156,9 +155,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--include-path", default=None, help="folder of local lm-eval task YAML (lm-eval's --include_path)")
     c.add_argument("--limit", type=positive, default=None, help="without RUN: the first N documents of each task")
     add_rule_options(c)
-    c.add_argument("--bootstrap", type=natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the "
-                   "non-0/1 metrics' intervals and of the differences (0: none)")
-    c.add_argument("--seed", type=natural, default=0, help="bootstrap seed")
+    add_interval_options(c, "the non-0/1 metrics' intervals and of the differences")
     c.add_argument("--workers", type=positive, default=1, help="processes matching items in parallel (the "
                    "same results for any number)")
     add_ray_option(c, "search the shards")

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from propme_metrics.cli.arguments import csv, natural, positive
+from propme_metrics.cli.arguments import (
+    add_interval_options,
+    add_pairing_option,
+    add_pm_metrics_option,
+    natural,
+    positive,
+)
 from propme_metrics.cli.contamination import add_rule_options, report_contamination, rule_from
 from propme_metrics.core.errors import ExitCode
-from propme_metrics.metrics import registry
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -40,25 +45,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `propme report`."""
-    from propme_metrics.metrics.compare import PAIRINGS
     from propme_metrics.metrics.leaks import RARE_MAX_COUNT
     from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P
-    from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
+    from propme_metrics.metrics.pm import CONFIDENCE
     from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 
     r = sub.add_parser("report", help="PM scores with intervals, leaderboard tables, plots and an HTML trace explorer",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Read lm-eval runs of PropMe's tasks (made with --log_samples), compute the base "
-                                   "metrics per setting and PM (each propensity setting vs prefix) with 95% bootstrap "
-                                   "intervals over prompts, and write leaderboard.csv/.json/.md, PNG plots and a "
+                                   "metrics per setting and PM (each propensity setting vs prefix) with "
+                                   f"{CONFIDENCE:.0%} bootstrap intervals over prompts, and write leaderboard.csv/.json/.md, PNG plots and a "
                                    "self-contained report.html into --out.")
     r.add_argument("runs", nargs="+", metavar="RUN", help="lm-eval --output_path folder (searched recursively for "
                    "results_*.json) or a results_*.json file")
     r.add_argument("--out", required=True, help="report folder to write")
-    r.add_argument("--bootstrap", type=natural, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples (0: no bootstrap intervals)")
-    r.add_argument("--seed", type=natural, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
-    r.add_argument("--pm-metrics", type=csv, default=",".join(registry.DEFAULT_PM_METRICS),
-                   help=f"comma-separated metrics to compute PM for ({', '.join(registry.PM_METRICS)})")
+    add_interval_options(r, "the prompts")
+    add_pm_metrics_option(r, "compute")
     r.add_argument("--separate", action="store_true", help="report runs of different index versions or prompt "
                    "sets of one corpus apart (as <corpus>_set1, <corpus>_set2, ...) instead of refusing them")
     r.add_argument("--retraced", action="append", default=[], metavar="SUMMARY.json",
@@ -83,8 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--rare-max-count", type=positive, default=None, metavar="N",
                    help="fmr_rare counts a full match whose text occurs at most N times in the corpus (default: "
                         f"the runs' rare_max_count metadata, else {RARE_MAX_COUNT})")
-    r.add_argument("--pairing", choices=PAIRINGS, default="all", help="which models the paired comparisons "
-                   "(comparisons.json) compare: every pair, or consecutive revisions of each model (input order)")
+    add_pairing_option(r)
     c = r.add_argument_group("contamination section", "when the runs also hold other benchmark tasks: their "
                              "items checked against the index by the rule of `propme contamination`")
     c.add_argument("--index", default=None, help="index for the contamination section of the runs' other "

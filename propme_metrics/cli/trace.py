@@ -82,16 +82,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     speed = f"{(len(results) - resumed) / seconds:,.1f} generations/s" if seconds > 0 else "-"
     console = terminal()
+    with_continuation = any(g.continuation is not None for g in generations)
     table, undefined = metrics_table(f"PropMe trace: {len(results)} generation(s) of {args.input} against index "
-                                     f"{manifest.identity}", summary, leaked_items, speed)
+                                     f"{manifest.identity}", summary, leaked_items, speed, with_continuation)
     console.print(table)
     _print_pii_leaks(results, personal, leaked_items, args.show_pii, out, console)
     _print_trace_leaks(leaks_found, console)
-    if undefined:
-        why = ("no generation was counted (every one degenerate or failed)" if not summary.n_counted else
-               "no counted generation has a document entry to average over")
-        console.print(Text(f"{registry.UNDEFINED.console}: {', '.join(undefined)} undefined (null in {summary_path.name}, "
-                           f"not 0): {why}"), highlight=False)
+    for label, why in undefined.items():
+        console.print(Text(f"{registry.UNDEFINED.console}: {label} undefined (null in {summary_path.name}, not 0): "
+                           f"{why}"), highlight=False)
     console.print(Text(f"wrote {out} and {summary_path}"), highlight=False)
     if summary.n_failed:
         stderr_console.print(f"[yellow]warning:[/] tracing failed for {summary.n_failed} generation(s) (see their "
@@ -99,8 +98,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def metrics_table(title: str, summary, leaked_items: int, speed: str):
-    """The pooled metrics of a trace as a two-column table, and the labels of those undefined."""
+def metrics_table(title: str, summary, leaked_items: int, speed: str, with_continuation: bool):
+    """The pooled metrics of a trace as a two-column table, and why each undefined one is (by label).
+    Extraction (a prefix-only metric) is shown when some generation came with its true continuation."""
     from rich.table import Table
     from rich.text import Text
 
@@ -110,8 +110,9 @@ def metrics_table(title: str, summary, leaked_items: int, speed: str):
     table.add_column("metric")
     table.add_column("value", justify="right")
     shown_metrics = [m for m in registry.METRICS if (m.name == "pii" or not m.name.startswith("pii_"))
-                     and not (m.settings and summary.metrics[m.name] is None)]  # extraction: prefix runs only
-    undefined = [m.label for m in shown_metrics if registry.is_undefined(summary.metrics[m.name])]
+                     and (with_continuation or not m.settings)]
+    undefined = {m.label: _why_undefined(m, summary) for m in shown_metrics
+                 if registry.is_undefined(summary.metrics[m.name])}
     rows = [("generations counted", f"{summary.n_counted} of {summary.n_generations} "
                                     f"({summary.n_degenerate} degenerate, {summary.n_failed} failed)"),
             *((m.label, registry.UNDEFINED.console if m.label in undefined else f"{summary.metrics[m.name]:.4f}")
@@ -124,6 +125,16 @@ def metrics_table(title: str, summary, leaked_items: int, speed: str):
     for name, value in rows:
         table.add_row(name, value)
     return table, undefined
+
+
+def _why_undefined(metric, summary) -> str:
+    """Why a pooled metric of a trace has no value."""
+    if not summary.n_counted:
+        return "no generation was counted (every one degenerate or failed)"
+    if metric.settings:
+        return ("no counted generation could show or rule out extraction (each stopped inside its true "
+                "continuation, or came without one)")
+    return "no counted generation has a document entry to average over"
 
 
 def _print_pii_leaks(results, personal, leaked_items: int, show_pii: bool, out, console) -> None:

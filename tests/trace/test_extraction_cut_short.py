@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from propme_metrics.metrics import registry
 from propme_metrics.report.assemble import build_report
 from propme_metrics.trace.text_rules import continuation_reproduced
 from propme_metrics.trace.tracer import Tracer
@@ -67,6 +68,13 @@ def test_trace_summary_counts_only_generations_long_enough(synthetic_index, synt
         assert code == 0, err
         summary = json.loads((tmp_path / f"{name}-s.json").read_text())
         assert summary["extraction"] == expected  # null, never 0, when no generation is long enough
+        row = next(line for line in out.splitlines() if line.strip("│ ").startswith("extraction"))
+        if expected is None:  # the terminal says so too, and why, rather than leaving the row out
+            words = " ".join(out.split())
+            assert registry.UNDEFINED.console in row, out
+            assert "extraction undefined" in words and "stopped inside its true continuation" in words, out
+        else:
+            assert f"{expected:.4f}" in row
         results = [json.loads(line) for line in (tmp_path / f"{name}-r.jsonl").open()]
         assert sum(r["extracted"] is None for r in results) == sum(r["kind"] == "short" for r in chosen)
 
