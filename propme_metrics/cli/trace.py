@@ -88,8 +88,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     console.print(table)
     _print_pii_leaks(results, personal, leaked_items, args.show_pii, out, console)
     _print_trace_leaks(leaks_found, console)
-    for label, why in undefined.items():
-        console.print(Text(f"{registry.UNDEFINED.console}: {label} undefined (null in {summary_path.name}, not 0): "
+    for why in dict.fromkeys(undefined.values()):  # one line per reason, naming its metrics
+        labels = ", ".join(label for label, reason in undefined.items() if reason == why)
+        console.print(Text(f"{registry.UNDEFINED.console}: {labels} undefined (null in {summary_path.name}, not 0): "
                            f"{why}"), highlight=False)
     console.print(Text(f"wrote {out} and {summary_path}"), highlight=False)
     if summary.n_failed:
