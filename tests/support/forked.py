@@ -19,7 +19,7 @@ class ChildResult:
     output: str
 
 
-def run_forked(fn: Callable[[], int | None], *, new_session: bool = False, timeout: float = 300) -> ChildResult:
+def run_forked(fn: Callable[[], int | None], *, timeout: float = 300) -> ChildResult:
     """Call `fn` in a forked child, its stdout and stderr in one file; the child exits with fn's return
     value (70 and a traceback if it raises) and never returns into pytest."""
     with tempfile.TemporaryFile() as log:
@@ -29,8 +29,6 @@ def run_forked(fn: Callable[[], int | None], *, new_session: bool = False, timeo
         if pid == 0:  # the child
             code = 70
             try:
-                if new_session:
-                    os.setsid()
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
                 sys.stdout = sys.stderr = open(log.fileno(), "w", buffering=1, closefd=False)  # not pytest's capture
