@@ -368,21 +368,28 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
     """A real SIGKILL while a plot is half-written: the rerun removes everything it left (and a
     PropMe 0.2 report's hidden `.<plot>.*.tmp`), and writes the whole report."""
     import os
-    import subprocess
-    import sys
+    import signal
+
+    import propme_metrics.report.plots as plots
+    from propme_metrics.core.files import atomic_output
+    from support.forked import run_forked
 
     out = tmp_path / "rep"
     run = write_run(tmp_path / "a", DFM, "", small_settings()).parent
     build_report([run], out, bootstrap=0, html=False)
     (out / ".capability_dynaword.png.k2j4h_x8.tmp").write_bytes(b"half a plot")  # left by PropMe 0.2
-    code = ("import os, signal, sys\nimport propme_metrics.report.plots as plots\n"
-            "from propme_metrics.core.files import atomic_output\n"
-            "def killed(fig, path):\n    with atomic_output(path, 'wb') as fh:\n"
-            "        fh.write(b'half')\n        os.kill(os.getpid(), signal.SIGKILL)\n"
-            "plots.save = killed\nfrom propme_metrics.report.assemble import build_report\n"
-            "build_report([sys.argv[1]], sys.argv[2], bootstrap=0)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(run), str(out)], capture_output=True, timeout=300)
-    assert proc.returncode == -9
+
+    def killed_while_plotting():  # in a forked child: the first plot half-written, then SIGKILL
+        def killed(fig, path):
+            with atomic_output(path, "wb") as fh:
+                fh.write(b"half")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        plots.save = killed
+        build_report([run], out, bootstrap=0)
+
+    child = run_forked(killed_while_plotting)
+    assert child.returncode == -signal.SIGKILL, child.output
     left = {p.relative_to(out).as_posix() for p in out.rglob("*")}
     assert any(".tmp" in name for name in left)  # the kill left a temporary behind
     report = build_report([run], out, bootstrap=0)
