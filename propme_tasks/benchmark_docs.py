@@ -35,7 +35,7 @@ def load_tasks(names: Sequence[str], include_path: str | None = None) -> dict[st
 def _task_manager(names: Sequence[str], include_path: str | None) -> Any:
     """lm-eval's TaskManager for `names`. When each name is a task of the --include-path folder (no
     pattern, group or tag), a manager of that folder alone loads the same tasks, since lm-eval lets an
-    included folder override its built-in tasks; it saves indexing the ~15k built-in task files (~7 s)."""
+    included folder override its built-in tasks; it saves indexing the ~15k built-in task files."""
     from lm_eval.tasks import TaskManager
 
     if include_path is not None and not any(c in name for name in names for c in "*?["):

@@ -89,7 +89,7 @@ def tokenizer_hash(tok) -> str:
     serialized = tok.backend_tokenizer.to_str()
     special = json.dumps(sorted((k, str(v)) for k, v in tok.special_tokens_map.items()))
     key = hashlib.sha256(f"{serialized}\0{special}".encode()).hexdigest()
-    if key not in _HASHES:  # the canonical form takes ~0.3 s for a 50k vocabulary: once per tokenizer
+    if key not in _HASHES:  # the canonical form parses the whole vocabulary: once per tokenizer
         _HASHES[key] = _hash_payload(json.loads(serialized), dict(json.loads(special)))
     return _HASHES[key]
 
