@@ -87,10 +87,10 @@ def max_token_id(tok) -> int:
 def tokenizer_hash(tok) -> str:
     """Content hash of the tokenizer's vocabulary, merges and special tokens (not of its path)."""
     serialized = tok.backend_tokenizer.to_str()
-    special = json.dumps(sorted((k, str(v)) for k, v in tok.special_tokens_map.items()))
-    key = hashlib.sha256(f"{serialized}\0{special}".encode()).hexdigest()
+    special = {k: str(v) for k, v in tok.special_tokens_map.items()}
+    key = hashlib.sha256(f"{serialized}\0{sorted(special.items())}".encode()).hexdigest()
     if key not in _HASHES:  # the canonical form parses the whole vocabulary: once per tokenizer
-        _HASHES[key] = _hash_payload(json.loads(serialized), dict(json.loads(special)))
+        _HASHES[key] = _hash_payload(json.loads(serialized), special)
     return _HASHES[key]
 
 
