@@ -2,6 +2,7 @@
 reproducible PNG write (no version string in the file: same inputs, same bytes)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -27,6 +28,21 @@ def model_label(model: str, revision: str) -> str:
 def row_label(r: CorpusResult) -> str:
     """A result's model and revision as `model_label` draws them."""
     return model_label(r.model, r.revision)
+
+
+def error_bar(value: float | None, low: float | None, high: float | None,
+              positive: bool = False) -> tuple[float, float]:
+    """The lengths (below, above) of the error bar drawn at `value` from its interval's ends: 0 for an
+    end that is absent (undefined, or no interval made: `--bootstrap 0`) or, with `positive` (a log
+    axis), for a lower end that is not above 0. Every plot draws its error bars through it."""
+    def given(v: float | None) -> bool:
+        return v is not None and not math.isnan(v)
+
+    if not given(value):
+        return 0.0, 0.0
+    below = value - low if given(low) and (low > 0 or not positive) else 0.0
+    above = high - value if given(high) else 0.0
+    return max(0.0, below), max(0.0, above)
 
 
 def save(fig: Figure, path: Path) -> None:

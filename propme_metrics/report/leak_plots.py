@@ -18,7 +18,7 @@ from propme_metrics.metrics.leaks import BUCKET_LABELS, UNKNOWN_BUCKET
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.cells import slug
 from propme_metrics.report.contents import Report
-from propme_metrics.report.figures import plain, row_label, save
+from propme_metrics.report.figures import error_bar, plain, row_label, save
 
 #: sources shown per model in the sources plot
 PLOTTED_SOURCES = 8
@@ -55,10 +55,9 @@ def sources_plot(report: Report, label: str, path: Path) -> Path | None:
                     continue
                 ys.append(i + (k - (len(settings) - 1) / 2) * width)
                 xs.append(iv.estimate)
-                low = iv.low if iv.low == iv.low and iv.low > 0 else iv.estimate
-                high = iv.high if iv.high == iv.high else iv.estimate
-                lo.append(max(0.0, iv.estimate - low))
-                hi.append(max(0.0, high - iv.estimate))
+                below, above = error_bar(iv.estimate, iv.low, iv.high, positive=True)
+                lo.append(below)
+                hi.append(above)
             ax.barh(ys, xs, height=width, xerr=[lo, hi], capsize=2, color=f"C{k % 10}", label=s, log=True)
         ax.axvline(1.0, color="0.45", ls="--", lw=1)
         ax.set_yticks(range(len(top)))
@@ -111,7 +110,8 @@ def duplication_plot(report: Report, label: str, path: Path) -> Path | None:
         drawn = True
         xs = [i for i, _ in points]
         ys = [e.rate for _, e in points]
-        err = [[max(0.0, e.rate - e.low) for _, e in points], [max(0.0, e.high - e.rate) for _, e in points]]
+        bars = [error_bar(e.rate, e.low, e.high) for _, e in points]
+        err = [[b for b, _ in bars], [a for _, a in bars]]
         right.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=f"C{k % 10}", label=row_label(r))
         for (i, e) in points:
             right.annotate(f"n={e.generations}", (i, e.rate), textcoords="offset points", xytext=(6, -10), fontsize=7)

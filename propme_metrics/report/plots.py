@@ -23,7 +23,7 @@ from propme_metrics.metrics.results import CorpusResult
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.cells import slug
 from propme_metrics.report.contents import Report
-from propme_metrics.report.figures import plain, row_label, save
+from propme_metrics.report.figures import error_bar, plain, row_label, save
 from propme_metrics.report.groups import trajectories
 from propme_metrics.report.leak_plots import write_leak_plots
 
@@ -33,12 +33,6 @@ _LINESTYLES = {"generic": "-", "specific": "--", "unconditional": ":", "minimal_
 
 def _nan(v) -> float:
     return math.nan if v is None else float(v)
-
-
-def _err(value, low, high) -> tuple[float, float]:
-    if value is None or low is None or high is None or any(map(math.isnan, (value, low, high))):
-        return 0.0, 0.0
-    return max(0.0, value - low), max(0.0, high - value)
 
 
 def capability_plot(report: Report, label: str, path: Path) -> Path | None:
@@ -59,7 +53,7 @@ def capability_plot(report: Report, label: str, path: Path) -> Path | None:
             for s in r.propensity_settings:
                 p = r.settings[s].metrics[m]
                 x, y = _nan(c.value), _nan(p.value)
-                xe, ye = _err(c.value, c.low, c.high), _err(p.value, p.low, p.high)
+                xe, ye = error_bar(c.value, c.low, c.high), error_bar(p.value, p.low, p.high)
                 h = ax.errorbar([x], [y], xerr=[[xe[0]], [xe[1]]], yerr=[[ye[0]], [ye[1]]],
                                 fmt=_MARKERS.get(s, "D"), color=colours[id(r)], ms=7, capsize=3, alpha=0.9)
                 handles.setdefault(f"{row_label(r)} - {s}", h)
@@ -144,7 +138,7 @@ def trajectory_points(pms: list) -> tuple[list[tuple[float, float, float]], list
             withheld.append(_nan(iv.estimate))
             continue
         y = _nan(iv.estimate) if iv else math.nan
-        e = _err(iv.estimate, iv.low, iv.high) if iv else (0.0, 0.0)
+        e = error_bar(iv.estimate, iv.low, iv.high) if iv else (0.0, 0.0)
         shown.append((y, e[0], e[1]))
         withheld.append(math.nan)
     return shown, withheld

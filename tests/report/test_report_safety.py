@@ -490,3 +490,50 @@ def test_generations_too_short_to_show_extraction_are_not_counted_as_failures(tm
     rep = build_report([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False)
     assert rep.results[0].settings["prefix"].metrics["extraction"].value == pytest.approx(1 / 3)
     assert any("3 of 6 generations stopped inside" in n for n in rep.notes)
+
+
+def _with_index(tmp_path: Path, runs: list[Path]) -> None:
+    """Point every run at a real small index of sources `retsinformation` and `news` (the traces'
+    documents name `retsinformation`), so the report ranks sources and draws the sources plot."""
+    from support.corpora import make_index, word_level_tokenizer, write_jsonl
+
+    records = [{"id": f"d{i}", "source": ("retsinformation", "news")[i % 2],
+                "text": " ".join(f"w{(i * 7 + j) % 50}" for j in range(40))} for i in range(30)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    manifest = make_index(corpus, tmp_path / "index", word_level_tokenizer(tmp_path / "tok", 50))
+    for run in runs:
+        for f in run.iterdir():
+            f.write_text(f.read_text().replace('"/idx"', json.dumps(str(tmp_path / "index")))
+                         .replace('"idx-dynaword-v1"', json.dumps(manifest.identity)))
+
+
+def test_a_report_without_bootstrap_intervals_writes_every_table_plot_and_record(tmp_path, capsys):
+    """--bootstrap 0 (issue 44 item 9: exit 70 in the sources plot): the ratio metrics and PM have no
+    interval, and every file takes that: the plots draw no bar, the tables and records no bounds."""
+    runs = [write_run(tmp_path / "runs", DFM, "step1", small_settings()),
+            write_run(tmp_path / "runs", DFM, "step2", small_settings(), date=DATE2)]
+    add_likelihood_task(runs[0], [-0.1, -5.0, -60.0])
+    _with_index(tmp_path, runs)
+    out = tmp_path / "rep"
+    assert main(["report", str(tmp_path / "runs"), "--out", str(out), "--bootstrap", "0"]) == 0, \
+        capsys.readouterr().err
+    written = {p.name for p in out.iterdir()}
+    assert {"sources_dynaword.png", "duplication_dynaword.png", "capability_dynaword.png", "likelihood_dynaword.png",
+            "report.html", "leaderboard.html", "leaderboard.md"} <= written, written
+    assert any(n.startswith("trajectory_dynaword_") for n in written)
+    doc = json.loads((out / "leaderboard.json").read_text())
+    assert doc["bootstrap"] == 0
+    row = doc["rows"][0]
+    p = "propme_dynaword"
+    assert row[f"{p}_prefix_nvr"] == pytest.approx(0.9 / 8) and row[f"{p}_prefix_nvr_low"] is None
+    assert row[f"{p}_pm_fmr_generic"] is not None and row[f"{p}_pm_fmr_generic_low"] is None
+    assert row[f"{p}_prefix_fmr_low"] is not None  # proportions keep their Wilson interval
+    (leaks,) = [e for e in doc["leaks"] if e["revision"] == "step1"]
+    (top,) = leaks["settings"]["prefix"]["top_sources"]
+    assert top["source"] == "retsinformation" and top["enrichment_full"]["low"] is None
+    records = [json.loads(r.read_text()) for r in (out / "eee").glob("*.json")]
+    assert len(records) == 2
+    for record in records:  # an interval is given whole or not at all
+        for result in record["evaluation_results"]:
+            ci = result["score_details"].get("uncertainty", {}).get("confidence_interval")
+            assert ci is None or (ci["lower"] is not None and ci["upper"] is not None), result
