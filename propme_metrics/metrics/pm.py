@@ -5,9 +5,10 @@ on a zero denominator). Intervals carry the method that made them:
 
 - proportions: the modified Wilson score interval (`wilson_interval`, Brown, Cai & DasGupta 2001),
   which never collapses at 0 or n events;
-- ratio metrics: the expanded percentile bootstrap over prompts (`percentile_bounds`); when no prompt has an event (every
-  numerator 0) the bootstrap is degenerate at 0 and the interval is [0, the rule-of-three bound]
-  instead (`ZERO_EVENTS`);
+- ratio metrics: the expanded percentile bootstrap over prompts (`percentile_bounds`); when every
+  prompt has one value the bootstrap is degenerate at it and the interval is `uniform_bounds`
+  instead: [0, the rule-of-three bound] when that value is 0 (no event, `ZERO_EVENTS`), never a
+  zero width at the top either (`UNIFORM`: NVR 1 in every prompt);
 - PM: the expanded percentile bootstrap of p / (p + c); when its replicates are all equal (zero events on a
   side) the interval is PM at the ends of the two sides' intervals (`PROPAGATED`), PM rising with
   p and falling with c.
@@ -46,6 +47,7 @@ WILSON = "wilson-modified"
 PERCENTILE = "bootstrap-expanded-percentile"
 ZERO_EVENTS = "zero-events-bound"
 ONE_UNIT = "one-unit-bound"
+UNIFORM = "uniform-units-bound"
 PROPAGATED = "bounds-propagated"
 
 
@@ -138,6 +140,16 @@ def zero_events_upper(units: int, confidence: float = CONFIDENCE) -> float:
     return 1.0 - ((1 - confidence) / 2) ** (1 / units)
 
 
+def uniform_bounds(value: float, units: int, unit_max: float | None,
+                   confidence: float = CONFIDENCE) -> tuple[float, float | None]:
+    """The interval of a ratio metric when each of `units` units gave `value` (each unit's ratio lies
+    in [0, `unit_max`]): at most a share u = `zero_events_upper(units)` of the units differ, so the
+    metric lies in [value (1 - u), value + (unit_max - value) u]; [0, unit_max u] at value 0, never
+    a zero width at the top end (unit_max None, unbounded: the upper end is undefined)."""
+    share = zero_events_upper(units, confidence)
+    return value * (1 - share), None if unit_max is None else value + (unit_max - value) * share
+
+
 @dataclass(frozen=True)
 class Interval:
     """A point estimate with a confidence interval and how it was made (None: undefined)."""
@@ -145,7 +157,7 @@ class Interval:
     estimate: float | None
     low: float | None = None
     high: float | None = None
-    method: str = ""              #: WILSON, PERCENTILE, ZERO_EVENTS or PROPAGATED ("" when no interval)
+    method: str = ""              #: WILSON, PERCENTILE, ZERO_EVENTS, ONE_UNIT, UNIFORM or PROPAGATED ("" when none)
     confidence: float = CONFIDENCE
     resamples: int = 0            #: bootstrap resamples behind it (0: not a bootstrap)
     withheld: str | None = None   #: PM only: why it cannot be read on its own (`pm_withheld`)
@@ -248,20 +260,21 @@ def bootstrap_metric(stats: Sequence[Ratio], intervals: IntervalSpec = IntervalS
                      unit_max: float | None = 1.0) -> Interval:
     """Interval of a ratio metric over prompts; the estimate is ratio(stats).
 
-    Percentile bootstrap; with no event (every numerator 0) the bootstrap cannot move off 0, so
-    the interval is [0, unit_max x `zero_events_upper`], `unit_max` being the largest value one
-    unit's ratio can take (1 for NV-recall; None for unbounded metrics: the upper end is undefined).
-    With a single unit holding a denominator (one prompt with document entries) it is [0, unit_max].
+    Percentile bootstrap; where every unit has one value (no event: all 0; or NVR 1 in every prompt)
+    the bootstrap cannot move off it, so the interval is `uniform_bounds`, `unit_max` being the
+    largest value one unit's ratio can take (1 for NV-recall; None for unbounded metrics). With a
+    single unit holding a denominator (one prompt with document entries) it is [0, unit_max].
     """
     estimate = ratio(stats)
     if estimate is None:
         return Interval(None)
     confidence = intervals.confidence
     if not events(stats):
-        high = None if unit_max is None else unit_max * zero_events_upper(len(stats), confidence)
-        return Interval(estimate, 0.0, high, ZERO_EVENTS, confidence)
+        return Interval(estimate, *uniform_bounds(0.0, len(stats), unit_max, confidence), ZERO_EVENTS, confidence)
     if sum(s.denominator > 0 for s in stats) < 2:  # one unit has all the data: resampling cannot vary it
         return Interval(estimate, 0.0, unit_max, ONE_UNIT, confidence)
+    if len({s.numerator / s.denominator for s in stats if s.denominator > 0}) == 1:  # every resample alike
+        return Interval(estimate, *uniform_bounds(estimate, len(stats), unit_max, confidence), UNIFORM, confidence)
     samples = _resampled_ratios(stats, intervals.resamples, np.random.default_rng(intervals.seed))
     low, high = percentile_bounds(samples, confidence, informative_units(stats))
     return Interval(estimate, low, high, PERCENTILE, confidence, intervals.resamples)

@@ -1,6 +1,7 @@
 """How a value and its interval are written in the report's tables: one formatter for every output.
 
-A value has 3 significant digits (ALS: 2 decimals); an undefined one (None or NaN) is written as
+A value has 3 significant digits (ALS: 2 decimals), an interval's end more where it would read as the
+value though it differs from it; an undefined one (None or NaN) is written as
 `registry.UNDEFINED` says for tables. An interval is shown when an end is defined (an undefined end,
 e.g. the upper bound of an unbounded metric with no event, as `-`). A PM whose capability side is too
 small reads `withheld`. The Markdown, terminal and HTML tables lay the same `Shown` out their own way.
@@ -48,7 +49,23 @@ def shown(value: float | None, low: float | None = None, high: float | None = No
     """The one formatter of a value with its interval (none when the value or both ends are undefined)."""
     if _undefined(value) or (_undefined(low) and _undefined(high)):
         return Shown(fmt_value(value, metric))
-    return Shown(fmt_value(value, metric), (fmt_value(low, metric), fmt_value(high, metric)))
+    text = fmt_value(value, metric)
+    return Shown(text, (_end(low, value, text, metric), _end(high, value, text, metric)))
+
+
+#: the most significant digits an interval's end is written with to tell it from its value
+_MAX_DIGITS = 8
+
+
+def _end(end: float | None, value: float, text: str, metric: str) -> str:
+    """An interval's end as table text: with more digits where it differs from the value but would be
+    written alike (1 - 4e-5 is not `1`), so no interval reads as zero width where it is not."""
+    written = fmt_value(end, metric)
+    digits = 3
+    while written == text and not _undefined(end) and end != value and digits < _MAX_DIGITS:
+        digits += 1
+        written = f"{end:.{digits}g}"
+    return written
 
 
 def pm_text(iv: Interval) -> Shown:

@@ -10,6 +10,7 @@ from propme_metrics.metrics.pm import (
     PERCENTILE,
     PM_MIN_CAPABILITY_EVENTS,
     PROPAGATED,
+    UNIFORM,
     WILSON,
     ZERO_EVENTS,
     percent,
@@ -45,7 +46,8 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
     ("propme_<corpus>_<setting>_<metric>_low",
      f"lower end of its {_LEVEL} interval: `{WILSON}` for the proportions ("
-     + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + f"), `{PERCENTILE}` (or `{ZERO_EVENTS}` with no event) "
+     + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + f"), `{PERCENTILE}` (or `{ZERO_EVENTS}` with no event, `{UNIFORM}` when "
+     "every prompt has one value) "
      "for the other metrics; none for " + _NO_INTERVAL),
     ("propme_<corpus>_<setting>_<metric>_high", f"upper end of its {_LEVEL} interval (not for " + _NO_INTERVAL + ")"),
 )

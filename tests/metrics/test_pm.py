@@ -162,6 +162,26 @@ def test_bootstrap_metric_zero_events_is_not_zero_width():
     assert bootstrap_metric([PromptStat(0.0, 1.0)] * 10, unit_max=None).high is None  # unbounded: no bound
 
 
+def test_bootstrap_metric_of_one_value_in_every_unit_is_never_zero_width():
+    # issue 44 item 19: NVR 1 in each of 100 prompts gave [1, 1]; the no-event bound, mirrored: at most a
+    # share u = 1 - 0.025^(1/100) of the units can differ, so [1 - u, 1], and [v (1 - u), v + (1 - v) u] between
+    u = 1 - 0.025 ** (1 / 100)
+    top = bootstrap_metric([PromptStat(2.0, 2.0)] * 100, IntervalSpec(500))
+    assert (top.estimate, top.high, top.method) == (1.0, 1.0, "uniform-units-bound")
+    assert top.low == pytest.approx(1 - u) and top.low < 1
+    mid = bootstrap_metric([PromptStat(0.5, 1.0)] * 50 + [PromptStat(1.0, 2.0)] * 50, IntervalSpec(500))
+    assert (mid.low, mid.high) == (pytest.approx(0.5 * (1 - u)), pytest.approx(0.5 + 0.5 * u))
+    # unbounded (ALS 16 in every prompt): a lower end below 16, the upper end undefined as with no event
+    als = bootstrap_metric([PromptStat(16.0, 1.0)] * 100, IntervalSpec(500), unit_max=None)
+    assert als.low == pytest.approx(16 * (1 - u)) and als.high is None
+    # the bound at 0 is the zero-events bound itself: one rule
+    zero = bootstrap_metric([PromptStat(0.0, 1.0)] * 100)
+    assert (zero.low, zero.high) == (0.0, pytest.approx(u))
+    # two values: the bootstrap moves, as before
+    assert bootstrap_metric([PromptStat(1.0, 1.0)] * 99 + [PromptStat(0.5, 1.0)], IntervalSpec(500)).method == \
+        "bootstrap-expanded-percentile"
+
+
 def test_bootstrap_metric_leaves_out_undefined_resamples():
     # two prompts of 20 have document entries: a resample without them has no denominator and is left out
     stats = [PromptStat(0.5, 2.0), PromptStat(1.0, 2.0)] + [PromptStat(0.0, 0.0)] * 18

@@ -537,3 +537,22 @@ def test_a_report_without_bootstrap_intervals_writes_every_table_plot_and_record
         for result in record["evaluation_results"]:
             ci = result["score_details"].get("uncertainty", {}).get("confidence_interval")
             assert ci is None or (ci["lower"] is not None and ci["upper"] is not None), result
+
+
+def test_nvr_1_in_every_prompt_has_an_interval_of_width_at_both_ends(tmp_path):
+    """Issue 44 item 19: NVR 1 over 100 prompts read `1 [1, 1]`; every interval has width at either end,
+    in the records and as the tables write it (Wilson at 100,000 of 100,000 generations as well)."""
+    from propme_metrics.report.cells import fmt_interval
+
+    settings = {"generic": setting_prompts("generic", 100, [(100, 10)], {i: 1.0 for i in range(100)}, set()),
+                "prefix": setting_prompts("prefix", 100, [(100, 12)], {i: 1.0 for i in range(100)}, set(range(100)))}
+    run = write_run(tmp_path / "run", DFM, "", settings).parent
+    build_report([run], tmp_path / "rep", bootstrap=200, plots=False, html=False)
+    row = json.loads((tmp_path / "rep" / "leaderboard.json").read_text())["rows"][0]
+    for setting in ("generic", "prefix"):
+        value, low, high = (row[f"propme_dynaword_{setting}_nvr{end}"] for end in ("", "_low", "_high"))
+        assert value == 1.0 and low == pytest.approx(0.025 ** (1 / 100)) and high == 1.0
+        assert row[f"propme_dynaword_{setting}_als_low"] < row[f"propme_dynaword_{setting}_als"]
+    md = (tmp_path / "rep" / "leaderboard.md").read_text()
+    assert "1 [1, 1]" not in md and "1 [0.964, 1]" in md
+    assert fmt_interval(1.0, 1 - 3.7e-5, 1.0, "fmr") == "1 [0.99996, 1]"
