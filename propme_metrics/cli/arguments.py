@@ -3,39 +3,53 @@ from __future__ import annotations
 
 import argparse
 
+from propme_metrics.core.limits import MAX_SEED, MAX_SIZE
+
 
 def csv(value: str) -> tuple[str, ...]:
     """A comma-separated list, blanks dropped."""
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
-def count(minimum: int, maximum: int | None = None):
-    """An argparse type: an integer of at least `minimum` (and at most `maximum`), refused before
-    any work otherwise."""
+def _integer(value: str, minimum: int, maximum: int) -> int:
+    """`value` as an integer in [minimum, maximum], or ArgumentTypeError (argparse: exit 2) saying why."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+    if number < minimum:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value!r}")
+    if number > maximum:
+        raise argparse.ArgumentTypeError(f"expected an integer <= {maximum:,}, got {value!r}")
+    return number
+
+
+def count(minimum: int, maximum: int = MAX_SIZE):
+    """An argparse type: an integer of at least `minimum` and at most `maximum` (every integer option
+    is bounded: `core.limits`), refused before any work otherwise."""
     def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
-        if number < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value!r}")
-        if maximum is not None and number > maximum:
-            raise argparse.ArgumentTypeError(f"expected an integer <= {maximum:,}, got {value!r}")
-        return number
+        return _integer(value, minimum, maximum)
 
     parse.__name__ = f"integer >= {minimum}"
     return parse
 
 
-positive, natural = count(1), count(0)
+positive, natural, seed = count(1), count(0), count(0, MAX_SEED)
 
 
-def ints(value: str) -> list[int]:
-    """Comma-separated integers."""
-    try:
-        return [int(v) for v in csv(value)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
+def counts(minimum: int, maximum: int = MAX_SIZE):
+    """An argparse type: comma-separated integers, each bounded as `count`'s."""
+    def parse(value: str) -> list[int]:
+        numbers = [_integer(v, minimum, maximum) for v in csv(value)]
+        if not numbers:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}")
+        return numbers
+
+    parse.__name__ = f"integers >= {minimum}"
+    return parse
+
+
+ints = counts(0)
 
 
 def share(value: str) -> float:
@@ -64,7 +78,7 @@ def add_interval_options(parser: argparse.ArgumentParser, of: str, zero: str = "
 
     parser.add_argument("--bootstrap", type=natural, default=DEFAULT_BOOTSTRAP,
                         help=f"bootstrap resamples of {of} (0: {zero})")
-    parser.add_argument("--seed", type=natural, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
+    parser.add_argument("--seed", type=seed, default=0, help="bootstrap seed (same inputs and seed, same intervals)")
 
 
 def add_pairing_option(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from propme_metrics.cli.arguments import add_ray_option, csv, ints, natural, positive
+from propme_metrics.cli.arguments import add_ray_option, csv, ints, positive, seed
 from propme_metrics.core.errors import ExitCode
 from propme_metrics.core.progress import terminal
 
@@ -175,7 +175,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v = isub.add_parser("verify", help="check an index: sizes, suffix-array order, documents, unigram counts")
     v.add_argument("index", help="index folder")
     v.add_argument("--samples", type=positive, default=VERIFY_SAMPLES, help="suffix-array positions to check per shard")
-    v.add_argument("--seed", type=natural, default=0, help="seed of the sampled positions")
+    v.add_argument("--seed", type=seed, default=0, help="seed of the sampled positions")
     v.add_argument("--full", action="store_true", help="also check every file's content checksum (reads the "
                    "whole index; opening an index only checks sizes and sampled checksums)")
     v.set_defaults(func=cmd_index_verify)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from propme_metrics.cli.arguments import natural, positive
+from propme_metrics.cli.arguments import positive, seed
 from propme_metrics.core.errors import ExitCode
 from propme_metrics.core.progress import terminal
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PREFIX, PROMPTED_SETTINGS
@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--setting", required=True, choices=PROMPTED_SETTINGS, help="prompt setting")
     b.add_argument("--out", required=True, help="prompt file to write (FILE.jsonl; sidecar FILE.jsonl.manifest.json)")
     b.add_argument("--n", type=positive, default=DEFAULT_N_PROMPTS, help="number of prompts")
-    b.add_argument("--seed", type=natural, default=DEFAULT_PROMPT_SEED, help="sampling seed")
+    b.add_argument("--seed", type=seed, default=DEFAULT_PROMPT_SEED, help="sampling seed")
     b.add_argument("--language", default=None, help="prompt language (da, en); required for the built-in sets")
     b.add_argument("--candidates", default=None, help="candidate prompts: plain text (one per line), JSONL "
                    "with a \"prompt\" field (optional id, domain, language), or Tatoeba's sentence export "

@@ -9,6 +9,7 @@ from propme_metrics.cli.arguments import (
     add_interval_options,
     add_pairing_option,
     add_pm_metrics_option,
+    counts,
     natural,
     positive,
 )
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "context shown on each side of a span in report.html")
     r.add_argument("--show-pii", action="store_true", help="show leaked personal data unmasked in report.html "
                    "(default: masked, e.g. j***@e***.dk; the leaderboard never holds values)")
-    r.add_argument("--discoverable-n", metavar="N,N,...", default=None,
+    r.add_argument("--discoverable-n", type=counts(1), metavar="N,N,...", default=None,
                    help="sample counts n of the likelihood subtasks' (n, p) curve (default: each run's "
                         f"discoverable_n metadata, else {','.join(map(str, DISCOVERABLE_N))})")
     r.add_argument("--discoverable-p", metavar="P", default=None,

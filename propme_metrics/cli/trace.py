@@ -206,7 +206,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--workers", type=positive, default=1, help="processes tracing in parallel (with --ray: "
                    "generations traced concurrently by driver threads)")
     add_ray_option(t, "search the shards")
-    t.add_argument("--actors", type=int, default=None, help="with --ray: actors holding the shards "
+    t.add_argument("--actors", type=positive, default=None, help="with --ray: actors holding the shards "
                    "(default: one per free CPU of the cluster, at most one per shard)")
     t.add_argument("--check-tokenizer", "--tokenizer", dest="check_tokenizer", default=None, metavar="NAME_OR_DIR",
                    help="check that this tokenizer (hub id or folder) is the index's; error if not (--tokenizer: "

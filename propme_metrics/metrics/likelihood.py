@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.limits import MAX_SIZE
 from propme_metrics.metrics.pm import IntervalSpec, percentile_bounds, resample_indices
 
 #: the sample counts n of the `discoverable@n` metrics, and the probability p they are computed at
@@ -108,9 +109,9 @@ def check_n(raw: Any, where: str = N_KEY) -> tuple[int, ...]:
             values.append(int(str(item).strip()) if isinstance(item, str) else int(item))
     except (TypeError, ValueError):
         values = []
-    if not values or min(values) < 1:
-        raise ConfigError(f"{where} must be a list of positive whole numbers of samples, not {raw!r}",
-                          f"for instance {list(DISCOVERABLE_N)} (the default)")
+    if not values or min(values) < 1 or max(values) > MAX_SIZE:
+        raise ConfigError(f"{where} must be a list of positive whole numbers of samples (at most {MAX_SIZE:,}), "
+                          f"not {raw!r}", f"for instance {list(DISCOVERABLE_N)} (the default)")
     return tuple(sorted(set(values)))
 
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from propme_metrics.core.limits import MAX_SEED, MAX_SIZE
 from propme_metrics.trace.result import RARITY_KINDS, TRACE_MODES, TraceConfig
 
-#: the largest seed (numpy's and Python's generators take it as it is)
-MAX_SEED = 2 ** 63 - 1
-#: the largest count, factor or length of tracing (no window or sample size beyond 10^9 tokens)
-MAX_SIZE = 10 ** 9
+__all__ = ["MAX_SEED", "MAX_SIZE", "TRACE_OPTIONS", "TraceOption"]
 
 
 @dataclass(frozen=True)

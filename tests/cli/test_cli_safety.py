@@ -241,3 +241,54 @@ def test_longest_line_is_found_across_blocks(tmp_path):
     assert CorpusSource(str(path)).longest_line_bytes() == 17 * 2**20
     path.write_text("y" * 12)  # no final newline
     assert CorpusSource(str(path)).longest_line_bytes() == 12
+
+
+def _integer_options() -> list[tuple[list[str], str]]:
+    """(command line up to the option, option) for every option of every `propme` subcommand (nested
+    ones too) that parses to integers; the line fills each required argument with a placeholder."""
+    import argparse
+
+    def walk(parser: argparse.ArgumentParser, words: list[str]):
+        actions = parser._actions
+        for a in actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, child in a.choices.items():
+                    yield from walk(child, [*words, name])
+        line = list(words)
+        for a in actions:
+            if isinstance(a, argparse._SubParsersAction) or not (a.required or not a.option_strings):
+                continue
+            value = str(next(iter(a.choices))) if a.choices else "x"
+            line += [value] if not a.option_strings else [a.option_strings[-1], value]
+        for a in actions:
+            if not a.option_strings or a.type is None or a.choices:
+                continue
+            try:
+                parsed = a.type("1")
+            except (argparse.ArgumentTypeError, TypeError, ValueError):
+                continue
+            if isinstance(parsed, int) or (isinstance(parsed, list) and parsed and isinstance(parsed[0], int)):
+                yield line, a.option_strings[-1]
+
+    return list(walk(cli.build_parser(), []))
+
+
+def test_every_integer_option_is_bounded_where_it_is_parsed(capsys):
+    """Issue 44 item 13: `contamination --k 10^30` and `report --discoverable-n 10^23` exited 70; every
+    integer option refuses a huge number as it is parsed, exit 2, naming the option and the bound."""
+    options = _integer_options()
+    named = {(line[0], option) for line, option in options}
+    assert {("contamination", "--k"), ("report", "--discoverable-n"), ("trace", "--actors"), ("index", "--shards"),
+            ("index", "--shard-ids"), ("prompts", "--seed")} <= named, named
+    huge = str(10 ** 30)
+    for line, option in options:
+        argv = [*line, option, f"1,{huge}" if option in ("--discoverable-n", "--shard-ids") else huge]
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert option in err and "expected an integer <=" in err, (argv, err)
+    # the library and the task metadata read n through the same bound
+    from propme_metrics.core.errors import ConfigError
+    from propme_metrics.metrics.likelihood import check_n
+
+    with pytest.raises(ConfigError, match="at most 1,000,000,000"):
+        check_n(f"1,{huge}")
