@@ -1,4 +1,4 @@
-"""`propme index build|info|verify|join`: build, inspect and check infini-gram indexes."""
+"""`propme index build|adopt|info|verify|join`: build, adopt, inspect and check infini-gram indexes."""
 from __future__ import annotations
 
 import argparse
@@ -55,6 +55,25 @@ def _build_on_ray(args: argparse.Namespace, source):
                               progress=not args.quiet, sa_builder=args.sa_builder)
 
 
+def cmd_index_adopt(args: argparse.Namespace) -> int:
+    from propme_metrics.core.outputs import check_outputs
+    from propme_metrics.index.adopt import adopt_index
+
+    check_outputs({"--out": args.out}, folders={"IG_DIR": args.ig_dir}, output_folders=("--out",),
+                  index_outputs=("--out",))
+    manifest = adopt_index(args.ig_dir, args.out, args.tokenizer, tokenizer_revision=args.tokenizer_revision,
+                           source_field=args.source_field, force=args.force, progress=not args.quiet)
+    adopted = manifest.adopted or {}
+    for check in adopted.get("checks", []):
+        print(f"ok   {check['name']}: {check['detail']}")
+    if adopted.get("computed"):
+        print(f"computed (the infini-gram folder lacks them): {', '.join(adopted['computed'])}")
+    print(f"index {args.out}: adopted {adopted.get('from')}: {manifest.total_documents:,} documents, "
+          f"{manifest.total_tokens:,} tokens in {manifest.num_shards} shard(s), {manifest.token_width * 8}-bit, "
+          f"tokenizer {manifest.tokenizer.name}; pass it as --index {args.out}")
+    return ExitCode.OK
+
+
 def cmd_index_info(args: argparse.Namespace) -> int:
     from propme_metrics.index.reader import index_info
 
@@ -86,6 +105,8 @@ def info_table(info: dict):
         ("excluded sources", ", ".join(m["source"].get("exclude_sources", [])) or "none"),
         ("size on disk", f"{info['bytes_total'] / 2**20:,.1f} MiB"),
         ("built", f"{m['created']} with propme {m['versions'].get('propme')}, infini-gram {m['versions'].get('infini-gram')}"),
+        *([("adopted from", f"{m['adopted']['from']} (computed: {', '.join(m['adopted']['computed']) or 'nothing'})")]
+          if m.get("adopted") else []),
         ("sample document", f"{info['sample_document']['metadata']}: {info['sample_document']['text_start']!r}"),
     ]
     for key, value in rows:
@@ -124,9 +145,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from propme_metrics.index.suffix_array import SA_BUILDERS
     from propme_metrics.index.tokenizer import DEFAULT_TOKENIZER
 
-    index = sub.add_parser("index", help="build, inspect and check infini-gram indexes",
-                           description="Build, inspect and check infini-gram suffix-array indexes of a corpus.")
-    isub = index.add_subparsers(dest="index_command", required=True, metavar="{build,info,verify,join}")
+    index = sub.add_parser("index", help="build, adopt, inspect and check infini-gram indexes",
+                           description="Build, adopt, inspect and check infini-gram suffix-array indexes of a corpus.")
+    isub = index.add_subparsers(dest="index_command", required=True, metavar="{build,adopt,info,verify,join}")
 
     b = isub.add_parser("build", help="index a corpus (local JSONL/parquet or a HF dataset) with any HF tokenizer",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -166,6 +187,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--skip-space-check", action="store_true", help="do not check free disk space first")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_index_build)
+
+    a = isub.add_parser("adopt", help="make an index that infini-gram's own indexer wrote usable as --index",
+                        description="Turn a folder written by infini-gram's indexer (v4: tokenized.N, table.N, "
+                                    "offset.N, optionally metadata.N, metaoff.N, unigram.N) into a PropMe index at "
+                                    "--out that links to its files. Nothing in the folder is written, so it may be "
+                                    "read-only. The files' sizes, separators, sampled suffix-array ranks and that "
+                                    "the tokenizer reproduces sampled documents are checked; missing unigram and "
+                                    "metadata files are computed into --out.")
+    a.add_argument("ig_dir", metavar="IG_DIR", help="the folder infini-gram's indexer wrote (its --save_dir)")
+    a.add_argument("--tokenizer", required=True, help="HF tokenizer id or local folder: the one the index was "
+                   "built with (docs/index-format.md lists those of the published indexes)")
+    a.add_argument("--tokenizer-revision", default=None, help="revision of a hub tokenizer")
+    a.add_argument("--out", required=True, help="index folder to create (outside IG_DIR)")
+    a.add_argument("--source-field", default=None, help="key inside each document's metadata that names its "
+                   f"source, dotted for a nested one (e.g. meta.pile_set_name; default: {DEFAULT_SOURCE_FIELD})")
+    a.add_argument("--force", action="store_true", help="replace the PropMe index that --out holds")
+    a.add_argument("--quiet", action="store_true", help="no progress bars")
+    a.set_defaults(func=cmd_index_adopt)
 
     i = isub.add_parser("info", help="show an index's manifest, sizes and a sample document")
     i.add_argument("index", help="index folder")

@@ -251,10 +251,7 @@ def _build_locked(plan: BuildPlan) -> IndexManifest:
         source_counts = count_sources(work, plan.shard_ids, plan.width, plan.params["source"]["source_field"])
     manifest = IndexManifest(
         source=plan.params["source"],
-        tokenizer=TokenizerInfo(
-            name=plan.tokenizer, revision=plan.tokenizer_revision, cls=type(tok).__name__, vocab_size=len(tok),
-            max_id=plan.max_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
-            family=vocab.family, sha256=plan.tok_hash, files_sha256=files_sha256(work / TOKENIZER_DIRNAME)),
+        tokenizer=tokenizer_info(tok, plan.tokenizer, plan.tokenizer_revision, plan.tok_hash, vocab, work),
         token_width=plan.width,
         delimiter_ids=vocab.delimiter_ids,
         num_shards=plan.num_shards,
@@ -279,14 +276,26 @@ def _build_locked(plan: BuildPlan) -> IndexManifest:
     return manifest
 
 
+def write_tokenizer_files(folder: Path, tok, vocab: VocabInfo) -> None:
+    """The index's copy of its tokenizer and its list of word-start ids (what tracing reads)."""
+    tok.save_pretrained(folder / TOKENIZER_DIRNAME)
+    (folder / WORD_STARTS_NAME).write_text("".join(f"{i}\n" for i in vocab.word_start_ids))
+
+
+def tokenizer_info(tok, name: str, revision: str | None, tok_hash: str, vocab: VocabInfo, folder: Path) -> TokenizerInfo:
+    """The manifest's record of the tokenizer whose copy `write_tokenizer_files` saved in `folder`."""
+    return TokenizerInfo(name=name, revision=revision, cls=type(tok).__name__, vocab_size=len(tok),
+                         max_id=max_token_id(tok), eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+                         family=vocab.family, sha256=tok_hash, files_sha256=files_sha256(folder / TOKENIZER_DIRNAME))
+
+
 def _run_steps(plan: BuildPlan, state: dict[str, Any]) -> dict[str, dict[str, int]]:
     """Tokenize (unless done), then build each shard's suffix array not yet built; save progress after each."""
     work, tok = plan.work, plan.tok
     with progress_bar(plan.progress) as bar:
         if state["tokenized"] is None:
             t = time.perf_counter()
-            tok.save_pretrained(work / TOKENIZER_DIRNAME)
-            (work / WORD_STARTS_NAME).write_text("".join(f"{i}\n" for i in plan.vocab.word_start_ids))
+            write_tokenizer_files(work, tok, plan.vocab)
             writer = ShardWriter(work, plan.width, plan.max_id + 1, plan.shard_ids,
                                  plan.params["source"]["source_field"])
 

@@ -185,7 +185,12 @@ def parse_metadata(raw: str, unwrap: bool = False) -> dict[str, Any]:
 
 def unwrap_metadata(metadata: Any) -> Any:
     """A nested 'metadata' dict if the record has one, else the record (how the published tracer
-    reads source ids)."""
+    reads source ids). The line infini-gram's indexer writes, `{"path", "linenum", "metadata"}`,
+    names its document by file and line: its `id` is "path:linenum" unless the document has an
+    `id` or `doc_id` of its own."""
     if isinstance(metadata, dict) and isinstance(metadata.get("metadata"), dict):
-        return metadata["metadata"]
+        inner = metadata["metadata"]
+        if "path" in metadata and "linenum" in metadata and not (inner.get("id") or inner.get("doc_id")):
+            return {**inner, "id": f"{metadata['path']}:{metadata['linenum']}"}
+        return inner
     return metadata

@@ -49,7 +49,11 @@ MANIFEST_SCHEMA: dict[str, Any] = {
         "created": {"type": "string"},
         "files": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["bytes", "xxh3_128", "sample"],
-            "properties": {"bytes": _COUNT, "xxh3_128": {"type": "string"}, "sample": {"type": "string"}}}},
+            "properties": {"bytes": _COUNT, "xxh3_128": {"type": ["string", "null"]}, "sample": {"type": "string"}}}},
+        "adopted": {"type": ["object", "null"], "required": ["from", "referred", "computed", "checks"],
+                    "properties": {"from": {"type": "string"}, "referred": {"type": "array", "items": {"type": "string"}},
+                                   "computed": {"type": "array", "items": {"type": "string"}},
+                                   "checks": {"type": "array", "items": {"type": "object"}}}},
     },
 }
 
@@ -119,10 +123,14 @@ class IndexManifest:
     versions: dict[str, str]
     created: str
     format: str = INDEX_FORMAT
-    #: relative path -> {bytes, xxh3_128, sample}: content checksums of every file (empty for old indexes)
+    #: relative path -> {bytes, xxh3_128, sample}: content checksums of every file (empty for old indexes;
+    #: xxh3_128 None for an adopted infini-gram file, which adoption never reads in full)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: source -> {documents, tokens}, sources named by source["source_field"] (None: built before it was recorded)
     source_counts: dict[str, dict[str, int]] | None = None
+    #: for an index adopted from an infini-gram folder (`index/adopt.py`): {from: that folder, referred:
+    #: its files the index links to, computed: shard files PropMe computed, checks: [{name, detail}]}
+    adopted: dict[str, Any] | None = None
 
     @property
     def complete(self) -> bool:
@@ -173,6 +181,11 @@ class IndexManifest:
                                    f"{aside}): re-run that `propme index build` to finish it" if aside.is_dir() else
                                    "build one with `propme index build SOURCE --out DIR`")
         if not path.is_file():
+            if any(Path(folder).glob("tokenized.*")):  # shard files without a manifest: infini-gram's own indexer
+                raise IndexFormatError(
+                    f"{folder} is an index written by infini-gram's indexer, not a PropMe index (no {MANIFEST_NAME})",
+                    f"adopt it (nothing in it is changed): `propme index adopt {folder} --tokenizer TOKENIZER "
+                    "--out NEW_FOLDER`, with the tokenizer the index was built with; then pass --index NEW_FOLDER")
             raise IndexFormatError(f"{folder} is not a PropMe index (no {MANIFEST_NAME})",
                                    "an index is complete only once its build has finished; "
                                    "(re)run `propme index build` for it")

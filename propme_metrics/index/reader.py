@@ -167,6 +167,14 @@ class Index:
         for s in m.shards:
             paths = {kind: shard_file(self.path, kind, s.id) for kind in SHARD_FILES}
             missing = [p.name for p in paths.values() if not p.is_file()]
+            if missing and m.adopted:
+                gone = shard_file(self.path, ShardFile(missing[0].split(".")[0]), s.id)
+                raise IndexFormatError(f"{self.path} refers to {os.readlink(gone) if gone.is_symlink() else gone}, "
+                                       f"which is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+                                       f"the infini-gram folder {m.adopted['from']} was moved, is not mounted or lost "
+                                       "files: bring it back, or adopt it again from where it is now "
+                                       f"(`propme index adopt FOLDER --tokenizer {m.tokenizer.name} --out {self.path} "
+                                       "--force`)")
             if missing:
                 raise IndexFormatError(f"{self.path} is missing {', '.join(missing)}",
                                        "the index is incomplete or was moved partly; rebuild it")
@@ -187,8 +195,15 @@ class Index:
             raise tokenizer_mismatch(self.path, m, "the tokenizer stored in the index", bad[0])
         if bad:
             raise IndexFormatError(f"{self.path}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
-                                   "a file was changed after the build (disk error, copy gone wrong, edit); "
-                                   "rebuild the index or copy it again")
+                                   damage_hint(m))
+
+
+def damage_hint(manifest: IndexManifest) -> str:
+    """What to do about an index file that no longer matches its recorded checksum."""
+    if manifest.adopted:
+        return (f"a file of the infini-gram folder {manifest.adopted['from']} changed after it was adopted (disk "
+                "error, copy gone wrong, edit): restore it from the published index, then adopt the folder again")
+    return "a file was changed after the build (disk error, copy gone wrong, edit); rebuild the index or copy it again"
 
 
 def tokenizer_mismatch(path: Path, manifest: IndexManifest, what: str, found: str) -> IndexFormatError:
@@ -202,7 +217,8 @@ def tokenizer_mismatch(path: Path, manifest: IndexManifest, what: str, found: st
 
 
 def checksum_mismatches(folder: Path, recorded: dict[str, dict[str, Any]], full: bool) -> list[str]:
-    """What differs from the checksums recorded at build: sizes and sampled digests, or (`full`) every byte."""
+    """What differs from the checksums recorded at build: sizes and sampled digests, or (`full`) every
+    byte of the files whose full digest was recorded (an adopted infini-gram file has sampled ones only)."""
     bad = []
     for name, rec in recorded.items():
         p = folder / name
@@ -210,9 +226,9 @@ def checksum_mismatches(folder: Path, recorded: dict[str, dict[str, Any]], full:
             bad.append(f"{name} is missing")
         elif p.stat().st_size != rec.get("bytes"):
             bad.append(f"{name} has {p.stat().st_size} bytes, the manifest says {rec.get('bytes')}")
-        elif full and file_digest(p) != rec.get(ALGORITHM):
+        elif full and rec.get(ALGORITHM) is not None and file_digest(p) != rec.get(ALGORITHM):
             bad.append(f"{name} does not match its {ALGORITHM} checksum")
-        elif not full and not sample_matches(p, rec.get("sample")):
+        elif (not full or rec.get(ALGORITHM) is None) and not sample_matches(p, rec.get("sample")):
             bad.append(f"{name} does not match its sampled checksum")
     return bad
 
@@ -266,6 +282,28 @@ class VerifyReport:
 VERIFY_SAMPLES = 2000
 
 
+def suffix_order_faults(folder: Path, sid: int, width: int, samples: int, rng: np.random.Generator) -> tuple[int, int]:
+    """(pairs out of order, pairs checked) of `samples` random adjacent ranks of shard `sid`'s suffix
+    array (all when the shard has fewer): both pointers must be whole tokens inside `tokenized.N`,
+    and the first suffix must not sort after the second (compared on their first 4,096 bytes)."""
+    ds = np.memmap(shard_file(folder, ShardFile.TOKENIZED, sid), dtype=np.uint8, mode="r")
+    sa = np.memmap(shard_file(folder, ShardFile.TABLE, sid), dtype=np.uint8, mode="r")
+    ds_bytes = len(ds)
+    ptr_size = pointer_size(ds_bytes)
+    n = ds_bytes // width
+
+    def ptr_at(rank: int) -> int:
+        return int(pointers(np.asarray(sa[rank * ptr_size:(rank + 1) * ptr_size]), ptr_size)[0])
+
+    ranks = np.arange(n - 1) if samples >= n - 1 else rng.choice(n - 1, size=samples, replace=False)
+    faults = 0
+    for rank in ranks:
+        a, b = ptr_at(int(rank)), ptr_at(int(rank) + 1)
+        if a % width or b % width or a >= ds_bytes or b >= ds_bytes or bytes(ds[a:a + 4096]) > bytes(ds[b:b + 4096]):
+            faults += 1
+    return faults, len(ranks)
+
+
 def verify_index(path: str | Path, samples: int = VERIFY_SAMPLES, seed: int = 0, full: bool = False) -> VerifyReport:
     """Check sizes, the tokenizer's hash, suffix-array order on sampled ranks, sampled documents and
     unigram sums; with `full`, every file's content checksum as well."""
@@ -283,31 +321,21 @@ def verify_index(path: str | Path, samples: int = VERIFY_SAMPLES, seed: int = 0,
     if full:
         recorded = index.manifest.files
         bad = checksum_mismatches(index.path, recorded, full=True)
+        sampled = sum(rec.get(ALGORITHM) is None for rec in recorded.values())
         report.checks.append(Check(
             "checksums", bool(recorded) and not bad,
-            (f"{len(recorded)} files, {ALGORITHM}" + (f"; {'; '.join(bad[:5])}" if bad else "")) if recorded
+            (f"{len(recorded) - sampled} files, {ALGORITHM}"
+             + (f"; {sampled} adopted infini-gram files by their sampled blocks" if sampled else "")
+             + (f"; {'; '.join(bad[:5])}" if bad else "")) if recorded
             else "no checksums recorded (built by an older PropMe): rebuild the index to get them"))
     rng = np.random.default_rng(seed)
     width = index.token_width
     bad_order = 0
     checked = 0
     for s in index.manifest.shards:
-        ds = np.memmap(shard_file(index.path, ShardFile.TOKENIZED, s.id), dtype=np.uint8, mode="r")
-        sa = np.memmap(shard_file(index.path, ShardFile.TABLE, s.id), dtype=np.uint8, mode="r")
-        ptr_size = pointer_size(s.ds_bytes)
-        n = s.ds_bytes // width
-
-        def ptr_at(rank: int) -> int:
-            return int(pointers(np.asarray(sa[rank * ptr_size:(rank + 1) * ptr_size]), ptr_size)[0])
-
-        ranks = np.arange(n - 1) if samples >= n - 1 else rng.choice(n - 1, size=samples, replace=False)
-        for rank in ranks:
-            a, b = ptr_at(int(rank)), ptr_at(int(rank) + 1)
-            if a % width or b % width or a >= s.ds_bytes or b >= s.ds_bytes:
-                bad_order += 1
-            elif bytes(ds[a:a + 4096]) > bytes(ds[b:b + 4096]):
-                bad_order += 1
-            checked += 1
+        faults, pairs = suffix_order_faults(index.path, s.id, width, samples, rng)
+        bad_order += faults
+        checked += pairs
     report.checks.append(Check("suffix array sorted", bad_order == 0,
                                f"{checked} sampled adjacent pairs, {bad_order} out of order"))
     n_docs = index.manifest.total_documents

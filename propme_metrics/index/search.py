@@ -78,8 +78,9 @@ class DocWindow(NamedTuple):
 
     @property
     def meta(self) -> dict[str, Any]:
-        """The metadata line parsed (JSON as the build wrote it)."""
-        return parse_metadata(self.metadata)
+        """The metadata line parsed (JSON as the build wrote it; of an adopted infini-gram index,
+        the document's own record inside the line: `format.unwrap_metadata`)."""
+        return parse_metadata(self.metadata, unwrap=True)
 
 
 def _map(path: Path, dtype, random_access: bool = True) -> np.ndarray:

@@ -118,13 +118,19 @@ class ShardWriter:
         count) and return the counts."""
         self.close_files()
         for sid in self.shard_ids:
-            unigrams = self._unigrams[sid]
-            with open(shard_file(self.folder, ShardFile.UNIGRAM, sid), "w") as fh:
-                for tid in np.flatnonzero(unigrams):
-                    fh.write(f"{tid} {unigrams[tid]}\n")
-                fh.write(f"{self.layout.separator} {self._counts[sid]['documents']}\n")
+            write_unigrams(shard_file(self.folder, ShardFile.UNIGRAM, sid), self._unigrams[sid], self.layout.separator,
+                           self._counts[sid]["documents"])
         return WrittenShards(shards={str(sid): c for sid, c in self._counts.items()},
                              sources=dict(sorted(self._sources.items())))
+
+
+def write_unigrams(path: Path, counts: np.ndarray, separator: int, documents: int) -> None:
+    """A `unigram.N` file: a row (id, count) for every id that occurs, the separator's row last
+    (its count is the shard's document count, one separator per document)."""
+    with open(path, "w") as fh:
+        for tid in np.flatnonzero(counts):
+            fh.write(f"{tid} {counts[tid]}\n")
+        fh.write(f"{separator} {documents}\n")
 
 
 def tokenize_corpus(source: CorpusSource, writer: ShardWriter, encode: Callable[[list[str]], list[list[int]]],

@@ -40,9 +40,21 @@ UNKNOWN_SOURCE = "unknown"
 CACHE_FORMAT = "propme-source-counts/1"
 
 
+def metadata_field(metadata: Any, field: str) -> Any:
+    """The value of `field` in a document's metadata (None when absent); a dotted name that is not
+    a key itself walks nested records (`meta.pile_set_name`, as the Pile has its source)."""
+    if not isinstance(metadata, dict):
+        return None
+    if field in metadata or "." not in field:
+        return metadata.get(field)
+    for key in field.split("."):
+        metadata = metadata.get(key) if isinstance(metadata, dict) else None
+    return metadata
+
+
 def source_of(metadata: Any, field: str = DEFAULT_SOURCE_FIELD) -> str:
     """The source a document's metadata names (`unknown` when the field is absent or empty)."""
-    value = metadata.get(field) if isinstance(metadata, dict) else None
+    value = metadata_field(metadata, field)
     return UNKNOWN_SOURCE if value is None or str(value).strip() == "" else str(value)
 
 
