@@ -284,8 +284,9 @@ VERIFY_SAMPLES = 2000
 
 def suffix_order_faults(folder: Path, sid: int, width: int, samples: int, rng: np.random.Generator) -> tuple[int, int]:
     """(pairs out of order, pairs checked) of `samples` random adjacent ranks of shard `sid`'s suffix
-    array (all when the shard has fewer): both pointers must be whole tokens inside `tokenized.N`,
-    and the first suffix must not sort after the second (compared on their first 4,096 bytes)."""
+    array (all when the shard has fewer), and the first and last 16 pairs (the file's ends, where
+    truncated and badly copied files differ): both pointers must be whole tokens inside
+    `tokenized.N`, and the first suffix must not sort after the second (on their first 4,096 bytes)."""
     ds = np.memmap(shard_file(folder, ShardFile.TOKENIZED, sid), dtype=np.uint8, mode="r")
     sa = np.memmap(shard_file(folder, ShardFile.TABLE, sid), dtype=np.uint8, mode="r")
     ds_bytes = len(ds)
@@ -295,7 +296,8 @@ def suffix_order_faults(folder: Path, sid: int, width: int, samples: int, rng: n
     def ptr_at(rank: int) -> int:
         return int(pointers(np.asarray(sa[rank * ptr_size:(rank + 1) * ptr_size]), ptr_size)[0])
 
-    ranks = np.arange(n - 1) if samples >= n - 1 else rng.choice(n - 1, size=samples, replace=False)
+    ranks = np.arange(n - 1) if samples >= n - 1 else np.unique(np.concatenate((
+        rng.choice(n - 1, size=samples, replace=False), np.arange(min(16, n - 1)), np.arange(max(0, n - 17), n - 1))))
     faults = 0
     for rank in ranks:
         a, b = ptr_at(int(rank)), ptr_at(int(rank) + 1)
