@@ -233,3 +233,89 @@ def test_adopted_index_opens_like_an_own_one(adopted_two):
     doc = index.document(0, max_tokens=16)
     assert doc.meta["id"] and doc.meta["source"]
     assert index.count(index.encode(index.decode(doc.token_ids))) >= 1
+
+
+# --- every command takes the adopted folder as --index ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_two(corpus, gpt2_dir, tmp_path_factory) -> Path:
+    return _own(corpus, tmp_path_factory.mktemp("own2") / "index", gpt2_dir, num_shards=2)
+
+
+def _prompts(cli_run, index: Path, out: Path) -> list[dict]:
+    import json
+
+    code, _, err = cli_run("prompts", "build", "--index", index, "--setting", "prefix", "--n", "6", "--out", out,
+                           "--quiet")
+    assert code == 0, err
+    identity = IndexManifest.read(index).identity
+    return [json.loads(line.replace(identity, "IDENTITY")) for line in out.read_text(encoding="utf-8").splitlines()]
+
+
+def test_prompts_build_on_an_adopted_index_equals_the_own_build(adopted_two, own_two, tmp_path, cli_run):
+    adopted, built = _prompts(cli_run, adopted_two, tmp_path / "a.jsonl"), _prompts(cli_run, own_two, tmp_path / "b.jsonl")
+    assert len(adopted) == 6 and adopted == built
+    code, _, err = cli_run("tasks-new", "mycorpus", "--index", adopted_two, "--language", "en", "--out", tmp_path / "t")
+    assert code == 0, err
+
+
+MC_YAML = """task: adopt_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_target: gold
+doc_to_choice: choices
+metric_list:
+  - metric: acc
+"""
+
+
+def test_contamination_on_an_adopted_index_equals_the_own_build(corpus, adopted_two, own_two, tmp_path, cli_run):
+    import json
+
+    docs = [json.loads(line)["text"] for line in (corpus / "docs.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [{"question": docs[i][:200] if i % 2 == 0 else f"Novel question number {i} about zebras?",
+             "choices": ["ja", "nej"], "gold": 0} for i in range(10)]
+    folder = tmp_path / "tasks"
+    (folder / "adopt_mc.yaml").parent.mkdir()
+    (folder / "adopt_mc.yaml").write_text(MC_YAML.format(data=write_jsonl(folder / "mc.jsonl", rows)))
+    found = {}
+    for name, index in (("adopted", adopted_two), ("own", own_two)):
+        code, _, err = cli_run("contamination", "--tasks", "adopt_mc", "--include-path", folder, "--index", index,
+                               "--out", tmp_path / name, "--quiet")
+        assert code == 0, err
+        found[name] = json.loads((tmp_path / name / "contamination.json").read_text())["tasks"]["adopt_mc"]
+    assert found["adopted"]["contaminated"] == 5
+    assert found["adopted"] == found["own"]
+
+
+def test_a_task_loads_an_adopted_index_from_its_metadata(adopted_two, gpt2_dir, tmp_path, monkeypatch, cli_run):
+    from propme_tasks import hooks
+
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    code, _, err = cli_run("prompts", "build", "--index", adopted_two, "--setting", "prefix", "--n", "3",
+                           "--out", tmp_path / "p.jsonl", "--quiet")
+    assert code == 0, err
+    ds = hooks.load_prompts(corpus="demo", setting="prefix", language=None, demo_index=str(adopted_two),
+                            demo_prefix_prompts=str(tmp_path / "p.jsonl"), pretrained=str(gpt2_dir))["test"]
+    assert len(ds) == 3 and set(ds["index_identity"]) == {IndexManifest.read(adopted_two).identity}
+    items = hooks.process_results(ds[0], [[ds[0]["continuation"]]])
+    assert items["trace"]["failed"] == 0 and items["fmr"] == {"sum": 1.0, "n": 1}
+
+
+def test_report_reads_an_adopted_index_for_the_leaks_by_source(adopted_two, tmp_path, cli_run):
+    from support.runs import DFM, stage1_settings, write_run
+
+    identity = IndexManifest.read(adopted_two).identity
+    folder = write_run(tmp_path / "run", DFM, "", stage1_settings(), identity=identity)
+    for p in folder.iterdir():
+        p.write_text(p.read_text(encoding="utf-8").replace('"/idx"', f'"{adopted_two}"'), encoding="utf-8")
+    code, _, err = cli_run("report", tmp_path / "run", "--out", tmp_path / "r", "--bootstrap", 50)
+    assert code == 0, err
+    page = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    assert "cannot be read here" not in page and "their share of the corpus is unknown" not in page
