@@ -260,36 +260,25 @@ def test_prompts_build_on_an_adopted_index_equals_the_own_build(adopted_two, own
     assert code == 0, err
 
 
-MC_YAML = """task: adopt_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_target: gold
-doc_to_choice: choices
-metric_list:
-  - metric: acc
-"""
 
 
 def test_contamination_on_an_adopted_index_equals_the_own_build(corpus, adopted_two, own_two, tmp_path, cli_run):
     import json
 
+    from contamination.test_contamination import MC_YAML  # the planted-items task of the contamination tests
+
     docs = [json.loads(line)["text"] for line in (corpus / "docs.jsonl").read_text(encoding="utf-8").splitlines()]
     rows = [{"question": docs[i][:200] if i % 2 == 0 else f"Novel question number {i} about zebras?",
              "choices": ["ja", "nej"], "gold": 0} for i in range(10)]
     folder = tmp_path / "tasks"
-    (folder / "adopt_mc.yaml").parent.mkdir()
-    (folder / "adopt_mc.yaml").write_text(MC_YAML.format(data=write_jsonl(folder / "mc.jsonl", rows)))
+    (folder / "contam_mc.yaml").parent.mkdir()
+    (folder / "contam_mc.yaml").write_text(MC_YAML.format(data=write_jsonl(folder / "mc.jsonl", rows)))
     found = {}
     for name, index in (("adopted", adopted_two), ("own", own_two)):
-        code, _, err = cli_run("contamination", "--tasks", "adopt_mc", "--include-path", folder, "--index", index,
+        code, _, err = cli_run("contamination", "--tasks", "contam_mc", "--include-path", folder, "--index", index,
                                "--out", tmp_path / name, "--quiet")
         assert code == 0, err
-        found[name] = json.loads((tmp_path / name / "contamination.json").read_text())["tasks"]["adopt_mc"]
+        found[name] = json.loads((tmp_path / name / "contamination.json").read_text())["tasks"]["contam_mc"]
     assert found["adopted"]["contaminated"] == 5
     assert found["adopted"] == found["own"]
 
