@@ -59,16 +59,16 @@ def cmd_index_adopt(args: argparse.Namespace) -> int:
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.adopt import adopt_index
 
-    check_outputs({"--out": args.out}, folders={"IG_DIR": args.ig_dir}, output_folders=("--out",),
+    check_outputs({"--out": args.out}, folders={f"IG_DIR {d}": d for d in args.ig_dirs}, output_folders=("--out",),
                   index_outputs=("--out",))
-    manifest = adopt_index(args.ig_dir, args.out, args.tokenizer, tokenizer_revision=args.tokenizer_revision,
+    manifest = adopt_index(args.ig_dirs, args.out, args.tokenizer, tokenizer_revision=args.tokenizer_revision,
                            source_field=args.source_field, force=args.force, progress=not args.quiet)
     adopted = manifest.adopted or {}
     for check in adopted.get("checks", []):
         print(f"ok   {check['name']}: {check['detail']}")
     if adopted.get("computed"):
         print(f"computed (the infini-gram folder lacks them): {', '.join(adopted['computed'])}")
-    print(f"index {args.out}: adopted {adopted.get('from')}: {manifest.total_documents:,} documents, "
+    print(f"index {args.out}: adopted {', '.join(adopted.get('from', []))}: {manifest.total_documents:,} documents, "
           f"{manifest.total_tokens:,} tokens in {manifest.num_shards} shard(s), {manifest.token_width * 8}-bit, "
           f"tokenizer {manifest.tokenizer.name}; pass it as --index {args.out}")
     return ExitCode.OK
@@ -105,7 +105,7 @@ def info_table(info: dict):
         ("excluded sources", ", ".join(m["source"].get("exclude_sources", [])) or "none"),
         ("size on disk", f"{info['bytes_total'] / 2**20:,.1f} MiB"),
         ("built", f"{m['created']} with propme {m['versions'].get('propme')}, infini-gram {m['versions'].get('infini-gram')}"),
-        *([("adopted from", f"{m['adopted']['from']} (computed: {', '.join(m['adopted']['computed']) or 'nothing'})")]
+        *([("adopted from", f"{', '.join(m['adopted']['from'])} (computed: {', '.join(m['adopted']['computed']) or 'nothing'})")]
           if m.get("adopted") else []),
         ("sample document", f"{info['sample_document']['metadata']}: {info['sample_document']['text_start']!r}"),
     ]
@@ -195,7 +195,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "read-only. The files' sizes, separators, sampled suffix-array ranks and that "
                                     "the tokenizer reproduces sampled documents are checked; missing unigram and "
                                     "metadata files are computed into --out.")
-    a.add_argument("ig_dir", metavar="IG_DIR", help="the folder infini-gram's indexer wrote (its --save_dir)")
+    a.add_argument("ig_dirs", metavar="IG_DIR", nargs="+", help="the folder infini-gram's indexer wrote (its "
+                   "--save_dir); several folders of one corpus (an index published in parts) make one index, their "
+                   "shards numbered on in the order given")
     a.add_argument("--tokenizer", required=True, help="HF tokenizer id or local folder: the one the index was "
                    "built with (docs/index-format.md lists those of the published indexes)")
     a.add_argument("--tokenizer-revision", default=None, help="revision of a hub tokenizer")

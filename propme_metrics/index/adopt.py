@@ -81,8 +81,10 @@ EMPTY_RECORD = b"{}\n"
 class _Shard:
     """One shard of the infini-gram folder: its files there, and what adoption learnt of it."""
 
-    id: int
+    id: int                        #: the shard's id in the adopted index
     files: dict[ShardFile, Path]
+    folder: Path                   #: the infini-gram folder that holds it ...
+    local_id: int                  #: ... under this id
     ds_bytes: int = 0
     sa_bytes: int = 0
     documents: int = 0
@@ -96,7 +98,7 @@ class _Shard:
 class _Adoption:
     """What one adoption found and decided, before anything is written."""
 
-    ig_dir: Path
+    ig_dirs: list[Path]
     out: Path
     tokenizer: str
     revision: str | None
@@ -111,16 +113,23 @@ class _Adoption:
         self.checks.append(Check(name, True, detail))
 
 
-def adopt_index(ig_dir: str | Path, out: str | Path, tokenizer: str, tokenizer_revision: str | None = None,
-                source_field: str | None = None, force: bool = False, progress: bool = True) -> IndexManifest:
-    """Adopt the infini-gram index in `ig_dir` as a PropMe index at `out` (or return the one already
-    there); `tokenizer` is the tokenizer the index was built with, `source_field` the key inside each
+def adopt_index(ig_dirs: str | Path | list[str | Path], out: str | Path, tokenizer: str,
+                tokenizer_revision: str | None = None, source_field: str | None = None, force: bool = False,
+                progress: bool = True) -> IndexManifest:
+    """Adopt the infini-gram index in `ig_dirs` (one folder, or several whose shards together make one
+    corpus, numbered on in the order given) as a PropMe index at `out`, or return the one already
+    there; `tokenizer` is the tokenizer the index was built with, `source_field` the key inside each
     document's metadata that names its source (dotted for a nested one)."""
-    ig = Path(ig_dir).resolve()
+    igs = [Path(d).resolve() for d in ([ig_dirs] if isinstance(ig_dirs, (str, Path)) else ig_dirs)]
     out = real_out(Path(out))
-    _check_folders(ig, out)
+    if len(set(igs)) < len(igs):
+        raise ConfigError("an infini-gram folder is named twice", "name each folder once")
+    shards: list[_Shard] = []
+    for ig in igs:
+        _check_folders(ig, out)
+        shards += _find_shards(ig, len(shards))
     tok = load_tokenizer(tokenizer, tokenizer_revision)
-    plan = _Adoption(ig, out, tokenizer, tokenizer_revision, tok, max_token_id(tok), 0, _find_shards(ig),
+    plan = _Adoption(igs, out, tokenizer, tokenizer_revision, tok, max_token_id(tok), 0, shards,
                      source_field or DEFAULT_SOURCE_FIELD)
     plan.width = _token_width(plan)
     offsets, pairs = np.sum([_check_shard(plan, shard) for shard in plan.shards], axis=0).tolist()
@@ -138,7 +147,7 @@ def adopt_index(ig_dir: str | Path, out: str | Path, tokenizer: str, tokenizer_r
     recorded = {name: {"bytes": p.stat().st_size, ALGORITHM: None, "sample": sampled_digest(p)}
                 for name, p in referred.items()}
     plan.check("checksums", f"sampled blocks of {len(recorded)} files recorded (compared whenever the index opens)")
-    params = {"adopted_from": str(ig), "files": {n: {"bytes": r["bytes"], "sample": r["sample"]} for n, r in recorded.items()},
+    params = {"adopted_from": [str(d) for d in igs], "files": {n: {"bytes": r["bytes"], "sample": r["sample"]} for n, r in recorded.items()},
               "tokenizer": {"name": tokenizer, "revision": tokenizer_revision, "sha256": tokenizer_hash(tok)},
               "token_width": plan.width, "source_field": plan.source_field}
     params_hash = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
@@ -169,9 +178,9 @@ def _check_folders(ig: Path, out: Path) -> None:
                           "choose an --out outside the infini-gram folder (adoption never writes there)")
 
 
-def _find_shards(ig: Path) -> list[_Shard]:
-    """The shards of the folder, by id; refuses a folder without shards, a gap in the ids, and a
-    shard that lacks one of its essential files."""
+def _find_shards(ig: Path, first: int) -> list[_Shard]:
+    """The shards of the folder, by id, numbered from `first` in the adopted index; refuses a folder
+    without shards, a gap in the ids, and a shard that lacks one of its essential files."""
     found: dict[int, dict[ShardFile, Path]] = {}
     for p in ig.iterdir():
         m = _NAME.match(p.name)
@@ -195,7 +204,7 @@ def _find_shards(ig: Path) -> list[_Shard]:
         if lacking:
             raise IndexFormatError(f"{ig} lacks {', '.join(lacking)}",
                                    "the folder is incomplete: download or copy the missing files")
-        shards.append(_Shard(sid, files))
+        shards.append(_Shard(first + sid, files, ig, sid))
     return shards
 
 
@@ -208,7 +217,7 @@ def _token_width(plan: _Adoption) -> int:
             raise IndexFormatError(f"{s.path(ShardFile.TOKENIZED)} is empty", "the shard is damaged: copy it again")
         fits = {w: s.ds_bytes % w == 0 and s.sa_bytes == s.ds_bytes // w * pointer_size(s.ds_bytes) for w in (1, 2, 4)}
         if fits[1] and not (fits[2] or fits[4]):
-            raise ConfigError(f"{plan.ig_dir} is an index of bytes (infini-gram's --token_dtype u8), not of tokens",
+            raise ConfigError(f"{s.folder} is an index of bytes (infini-gram's --token_dtype u8), not of tokens",
                               "PropMe adopts indexes of 16- or 32-bit tokens (u16, u32) only")
         ok = [w for w in (2, 4) if fits[w]]
         if not ok:
@@ -219,8 +228,8 @@ def _token_width(plan: _Adoption) -> int:
                                    "the file is truncated or from another index: copy it again")
         widths.add(ok[0])
     if len(widths) > 1:
-        raise IndexFormatError(f"the shards of {plan.ig_dir} mix 16- and 32-bit tokens",
-                               "the folder holds files of two indexes: keep one index per folder")
+        raise IndexFormatError(f"the shards of {', '.join(map(str, plan.ig_dirs))} mix 16- and 32-bit tokens",
+                               "the folders hold files of two indexes: adopt the folders of one index together")
     width = widths.pop()
     layout = token_layout(width)
     if plan.max_id > layout.max_id:
@@ -265,7 +274,7 @@ def _check_shard(plan: _Adoption, s: _Shard) -> tuple[int, int]:
     if ShardFile.METAOFF in s.files:
         _check_metaoff(s)
     _check_unigrams(plan, s)
-    faults, pairs = suffix_order_faults(plan.ig_dir, s.id, width, SUFFIX_SAMPLES, np.random.default_rng(s.id))
+    faults, pairs = suffix_order_faults(s.folder, s.local_id, width, SUFFIX_SAMPLES, np.random.default_rng(s.id))
     if faults:
         raise IndexFormatError(f"{s.path(ShardFile.TABLE)} is not the sorted suffix array of "
                                f"{s.path(ShardFile.TOKENIZED).name}: {faults} of {pairs} sampled adjacent pairs are out "
@@ -402,7 +411,7 @@ def _check_tokenizer(plan: _Adoption) -> None:
             failed.append(f"{s.id}/{doc}")
     if tried and tried - len(failed) < ROUND_TRIP_SHARE * tried:
         raise ConfigError(f"tokenizer {plan.tokenizer!r} does not reproduce the tokens of {len(failed)} of {tried} "
-                          f"sampled documents of {plan.ig_dir} (shard/document {', '.join(failed[:5])}): the index "
+                          f"sampled documents of {', '.join(map(str, plan.ig_dirs))} (shard/document {', '.join(failed[:5])}): the index "
                           "was built with another tokenizer",
                           "name the tokenizer the index was built with (its documentation says which)")
     plan.check("tokenizer", f"{plan.tokenizer} reproduces the tokens of {tried - len(failed)} of {tried} sampled "
@@ -446,7 +455,7 @@ def _write(plan: _Adoption, work: Path, referred: dict[str, Path], recorded: dic
     own = [TOKENIZER_DIRNAME, WORD_STARTS_NAME, *computed, *(toplevel_path("", s.id).name for s in plan.shards)]
     files = {**recorded, **checksum_files(work, own)}
     manifest = IndexManifest(
-        source={"kind": SOURCE_KIND, "location": str(plan.ig_dir), "source_field": plan.source_field},
+        source={"kind": SOURCE_KIND, "location": ", ".join(map(str, plan.ig_dirs)), "source_field": plan.source_field},
         tokenizer=tokenizer_info(plan.tok, plan.tokenizer, plan.revision, tokenizer_hash(plan.tok), vocab, work),
         token_width=plan.width,
         delimiter_ids=vocab.delimiter_ids,
@@ -458,7 +467,7 @@ def _write(plan: _Adoption, work: Path, referred: dict[str, Path], recorded: dic
         versions=build_versions(),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         files=dict(sorted(files.items())),
-        adopted={"from": str(plan.ig_dir), "referred": sorted(referred), "computed": sorted(computed),
+        adopted={"from": [str(d) for d in plan.ig_dirs], "referred": sorted(referred), "computed": sorted(computed),
                  "checks": [{"name": c.name, "detail": c.detail} for c in plan.checks]},
     )
     manifest.write(work)

@@ -51,7 +51,7 @@ MANIFEST_SCHEMA: dict[str, Any] = {
             "type": "object", "required": ["bytes", "xxh3_128", "sample"],
             "properties": {"bytes": _COUNT, "xxh3_128": {"type": ["string", "null"]}, "sample": {"type": "string"}}}},
         "adopted": {"type": ["object", "null"], "required": ["from", "referred", "computed", "checks"],
-                    "properties": {"from": {"type": "string"}, "referred": {"type": "array", "items": {"type": "string"}},
+                    "properties": {"from": {"type": "array", "items": {"type": "string"}, "minItems": 1}, "referred": {"type": "array", "items": {"type": "string"}},
                                    "computed": {"type": "array", "items": {"type": "string"}},
                                    "checks": {"type": "array", "items": {"type": "object"}}}},
     },
@@ -128,7 +128,7 @@ class IndexManifest:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: source -> {documents, tokens}, sources named by source["source_field"] (None: built before it was recorded)
     source_counts: dict[str, dict[str, int]] | None = None
-    #: for an index adopted from an infini-gram folder (`index/adopt.py`): {from: that folder, referred:
+    #: for an index adopted from infini-gram folders (`index/adopt.py`): {from: those folders, referred:
     #: its files the index links to, computed: shard files PropMe computed, checks: [{name, detail}]}
     adopted: dict[str, Any] | None = None
 

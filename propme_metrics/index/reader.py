@@ -171,9 +171,9 @@ class Index:
                 gone = shard_file(self.path, ShardFile(missing[0].split(".")[0]), s.id)
                 raise IndexFormatError(f"{self.path} refers to {os.readlink(gone) if gone.is_symlink() else gone}, "
                                        f"which is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
-                                       f"the infini-gram folder {m.adopted['from']} was moved, is not mounted or lost "
-                                       "files: bring it back, or adopt it again from where it is now "
-                                       f"(`propme index adopt FOLDER --tokenizer {m.tokenizer.name} --out {self.path} "
+                                       f"the infini-gram folder(s) {', '.join(m.adopted['from'])} were moved, are not "
+                                       "mounted or lost files: bring them back, or adopt them again from where they "
+                                       f"are now (`propme index adopt FOLDER --tokenizer {m.tokenizer.name} --out {self.path} "
                                        "--force`)")
             if missing:
                 raise IndexFormatError(f"{self.path} is missing {', '.join(missing)}",
@@ -201,8 +201,8 @@ class Index:
 def damage_hint(manifest: IndexManifest) -> str:
     """What to do about an index file that no longer matches its recorded checksum."""
     if manifest.adopted:
-        return (f"a file of the infini-gram folder {manifest.adopted['from']} changed after it was adopted (disk "
-                "error, copy gone wrong, edit): restore it from the published index, then adopt the folder again")
+        return (f"a file of the infini-gram folder(s) {', '.join(manifest.adopted['from'])} changed after it was "
+                "adopted (disk error, copy gone wrong, edit): restore it from the published index, then adopt again")
     return "a file was changed after the build (disk error, copy gone wrong, edit); rebuild the index or copy it again"
 
 

@@ -100,7 +100,7 @@ def test_adopting_a_read_only_folder_changes_nothing_in_it(ig_two, gpt2_dir, tmp
     assert "2 shard(s)" in out and "tokenizer" in out and "suffix array" in out
     assert _snapshot(ig_two) == before
     manifest = IndexManifest.read(tmp_path / "a")
-    assert manifest.adopted["from"] == str(ig_two) and manifest.adopted["computed"] == []
+    assert manifest.adopted["from"] == [str(ig_two)] and manifest.adopted["computed"] == []
     assert {c["name"] for c in manifest.adopted["checks"]} >= {"token width", "documents", "unigram counts",
                                                                 "suffix array", "tokenizer", "metadata", "checksums"}
     # the same command again is a no-op (the same index), still without writing into the folder
@@ -211,6 +211,32 @@ def test_a_source_field_no_document_has_is_refused(ig_two, gpt2_dir, tmp_path, c
     code, _, err = cli_run("index", "adopt", ig_two, "--tokenizer", gpt2_dir, "--out", tmp_path / "a",
                            "--source-field", "meta.pile_set_name", "--quiet")
     assert code == 2 and "meta.pile_set_name" in err and "id, source" in err, err
+
+
+def test_the_folders_of_an_index_published_in_parts_make_one_index(corpus, ig_two, ig_wide, tmp_path_factory,
+                                                                     gpt2_dir, cli_run):
+    """Two folders of 16-bit shards (0, 1 and 0, 1 again) adopted together: 4 shards, the documents of both,
+    and the traces of an own 4-shard build of the corpus twice over; a folder of other tokens is refused."""
+    root = tmp_path_factory.mktemp("parts")
+    code, _, err = cli_run("index", "adopt", ig_two, ig_two, "--tokenizer", gpt2_dir, "--out", root / "x", "--quiet")
+    assert code == 2 and "twice" in err
+    second = _copy(ig_two, root / "second")
+    code, out, err = cli_run("index", "adopt", ig_two, second, "--tokenizer", gpt2_dir, "--out", root / "a", "--quiet")
+    assert code == 0, err
+    manifest = IndexManifest.read(root / "a")
+    assert manifest.num_shards == 4 and manifest.total_documents == 180
+    assert os.readlink(root / "a" / "tokenized.3") == str(second / "tokenized.1")
+    twice = corpus.parent / "twice"
+    twice.mkdir()
+    text = (corpus / "docs.jsonl").read_text(encoding="utf-8")
+    (twice / "docs.jsonl").write_text(text + text, encoding="utf-8")
+    texts = _generations(corpus, 8)
+    adopted = [len(t["final_spans"]) and t["final_spans"][0]["count"] for t in _traces(root / "a", texts)]
+    own = [len(t["final_spans"]) and t["final_spans"][0]["count"]
+           for t in _traces(_own(twice, root / "own", gpt2_dir, num_shards=4), texts)]
+    assert adopted == own and any(adopted)
+    code, _, err = cli_run("index", "adopt", ig_two, ig_wide, "--tokenizer", gpt2_dir, "--out", root / "b", "--quiet")
+    assert code == 3 and "mix 16- and 32-bit" in err, err
 
 
 def test_out_inside_the_infini_gram_folder_is_refused(ig_two, gpt2_dir, cli_run):
