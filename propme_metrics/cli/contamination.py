@@ -39,25 +39,26 @@ def rule_from(args: argparse.Namespace):
         raise ConfigError(f"bad contamination rule: {exc}", f"see `propme {args.command} --help`") from None
 
 
-def _items(args: argparse.Namespace) -> list:
-    """(task, items) of every task: from the runs' samples, or from lm-eval's documents (no model)."""
+def _items(args: argparse.Namespace) -> tuple[list, dict]:
+    """(task, items) of every task and the models' runs of each: from the runs' samples (the tasks
+    rebuilt from the configs the runs recorded, or from --include-path), or from lm-eval's
+    documents (no model, no runs)."""
     from propme_metrics.contamination.runs import read_runs
     from propme_metrics.core.errors import ConfigError
 
     try:
-        from propme_tasks.benchmark_docs import items_from_docs, load_tasks, task_items
+        from propme_tasks.benchmark_docs import load_tasks, logged_items, task_items
     except ImportError:
         raise ConfigError("`propme contamination` reads tasks through lm-eval, which is not installed",
                           'pip install "propme[lmeval]"') from None
     if args.runs:
         logged = read_runs(args.runs, args.tasks)
-        tasks = load_tasks([t.task for t in logged], args.include_path)
-        return [(t.task, items_from_docs(t.task, tasks[t.task], t.docs)) for t in logged]
+        return logged_items(logged, args.include_path, args.limit), {t.task: t.runs for t in logged}
     if not args.tasks:
         raise ConfigError("name the benchmark: RUN folders of an lm-eval run, or --tasks", "e.g. "
                           "`propme contamination --tasks arc_easy --index IDX --out DIR`")
     tasks = load_tasks(list(args.tasks), args.include_path)
-    return [(name, task_items(name, task, args.limit)) for name, task in tasks.items()]
+    return [(name, task_items(name, task, args.limit)) for name, task in tasks.items()], {}
 
 
 def cmd_contamination(args: argparse.Namespace) -> int:
@@ -73,14 +74,15 @@ def cmd_contamination(args: argparse.Namespace) -> int:
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, {"--index": args.index},
                   output_folders=("--out",))
     index = open_index(args.index)
-    per_task = _items(args)
+    per_task, runs = _items(args)
     search = None
     if args.ray is not None:
         from propme_metrics.trace.ray_search import ray_search
 
         search = ray_search(index, address=args.ray or None, actors=args.actors)
     try:
-        result = check_tasks(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet, search=search)
+        result = check_tasks(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet, runs=runs,
+                             search=search)
     finally:
         if search is not None:
             search.close()
@@ -117,17 +119,16 @@ def report_contamination(args: argparse.Namespace, rule, out: Path):
                              "(pass --index)", highlight=False)
         return None
     try:
-        from propme_tasks.benchmark_docs import items_from_docs, load_tasks
+        from propme_tasks.benchmark_docs import logged_items
 
-        tasks = load_tasks([t.task for t in logged], args.include_path)
-        per_task = [(t.task, items_from_docs(t.task, tasks[t.task], t.docs)) for t in logged]
+        per_task = logged_items(logged, args.include_path)
         index = open_index(path)
     except (ImportError, PropMeError) as exc:  # the report itself does not depend on it
         stderr_console.print(Text(f"no contamination section: {getattr(exc, 'message', exc)} (run `propme "
                                   "contamination` for the details)"), highlight=False)
         return None
     result = check_tasks(index, per_task, rule, 1, args.bootstrap, args.seed,
-                         samples={t.task: t.samples_path for t in logged})
+                         runs={t.task: t.runs for t in logged})
     write_outputs(out, result)
     return result
 
@@ -153,7 +154,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated tasks (with RUN: only these of the runs' tasks; without: the tasks whose "
                         "documents lm-eval loads, groups and tags expanded)")
     c.add_argument("--include-path", default=None, help="folder of local lm-eval task YAML (lm-eval's --include_path)")
-    c.add_argument("--limit", type=positive, default=None, help="without RUN: the first N documents of each task")
+    c.add_argument("--limit", type=positive, default=None, help="the first N documents of each task (with RUN: of "
+                   "those the runs logged, by doc_id)")
     add_rule_options(c)
     add_interval_options(c, "the non-0/1 metrics' intervals and of the differences")
     c.add_argument("--workers", type=positive, default=1, help="processes matching items in parallel (the "

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from propme_metrics.contamination.check import TaskCheck, apply_rule, match_items
 from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
+from propme_metrics.contamination.runs import BenchmarkRun
 from propme_metrics.contamination.sources import SHOWN_ITEMS, FlaggedItem, locate_flagged
 from propme_metrics.contamination.summary import TaskSummary, task_summary
 from propme_metrics.index.reader import Index
@@ -31,7 +31,8 @@ class ContaminationResult:
     summaries: dict[str, TaskSummary]
     flagged: dict[str, list[FlaggedItem]]   #: per task, its first flagged items with their spans' sources
     seconds: float = 0.0                     #: time spent matching
-    samples: dict[str, Path] = field(default_factory=dict)   #: task -> the samples file its items came from
+    #: task -> model label -> the model's run of it, when the items come from runs
+    runs: dict[str, dict[str, BenchmarkRun]] = field(default_factory=dict)
 
     @property
     def items(self) -> int:
@@ -40,11 +41,11 @@ class ContaminationResult:
 
 def check_tasks(index: Index, per_task: Sequence[tuple[str, Sequence[BenchmarkItem]]], rule: ContaminationRule,
                 workers: int = 1, bootstrap: int = 0, seed: int = 0, quiet: bool = True,
-                samples: dict[str, Path] | None = None, shown_items: int = SHOWN_ITEMS,
+                runs: dict[str, dict[str, BenchmarkRun]] | None = None, shown_items: int = SHOWN_ITEMS,
                 search: IndexSearch | None = None) -> ContaminationResult:
     """Match every task's items (`workers` processes), apply `rule`, summarize each task (intervals
     from `bootstrap` resamples, `seed`) and locate the spans of its first `shown_items` flagged
-    items. `samples`: the samples file of each task, when the items come from a run. `search`:
+    items. `runs`: the models' runs of each task, when the items come from runs. `search`:
     another search path than the index's own (its shards on Ray: `CorpusMatcher`)."""
     from propme_metrics.core.progress import progress_bar, rate
 
@@ -64,4 +65,4 @@ def check_tasks(index: Index, per_task: Sequence[tuple[str, Sequence[BenchmarkIt
     return ContaminationResult(
         str(index.path), index.manifest.identity, rule, bootstrap, seed, checks,
         {c.task: task_summary(c, bootstrap, seed) for c in checks},
-        {c.task: locate_flagged(matcher, c, shown_items) for c in checks}, seconds, dict(samples or {}))
+        {c.task: locate_flagged(matcher, c, shown_items) for c in checks}, seconds, dict(runs or {}))

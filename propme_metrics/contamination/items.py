@@ -1,5 +1,5 @@
 """A benchmark item as the contamination check reads it: the texts the task exposes, and the
-per-sample metric values lm-eval logged for it (none before a model run)."""
+per-sample metric values each model's lm-eval run logged for it (none before a model run)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,5 +16,6 @@ class BenchmarkItem:
     question: str
     answer: str
     joined: str
-    metrics: dict[str, float] = field(default_factory=dict)  #: per-sample values ("acc", "exact_match", ...)
+    #: model label -> its per-sample values ("acc", "exact_match", ...) (`runs.BenchmarkRun.label`)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
 

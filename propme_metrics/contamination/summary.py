@@ -60,13 +60,13 @@ class MetricSplit:
 
 @dataclass(frozen=True)
 class CurvePoint:
-    """The contaminated share and each metric's clean score under the rule at (k, min_coverage)."""
+    """The contaminated share and each model's clean score of each metric under the rule at (k, min_coverage)."""
 
     k: int
     min_coverage: float
     contaminated: int
     share: float | None
-    clean: dict[str, float | None]
+    clean: dict[str, dict[str, float | None]]   #: model label -> metric -> mean on the clean items
 
     def to_dict(self) -> dict[str, Any]:
         return {"k": self.k, "min_coverage": self.min_coverage, "contaminated": self.contaminated,
@@ -75,20 +75,22 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class TaskSummary:
-    """A task's figures under one rule (its entry of contamination.json)."""
+    """A task's figures under one rule (its entry of contamination.json): the share is the task's,
+    the metrics each model's that ran it."""
 
     items: int
     contaminated: int
     share: Estimate
     boilerplate_kgrams: int
     rule: ContaminationRule
-    metrics: dict[str, MetricSplit]
+    models: dict[str, dict[str, MetricSplit]]   #: model label -> metric -> its split
     curve: list[CurvePoint]
 
     def to_dict(self) -> dict[str, Any]:
         return {"items": self.items, "contaminated": self.contaminated, "share": self.share.to_dict(),
                 "boilerplate_kgrams": self.boilerplate_kgrams, "rule": self.rule.to_dict(),
-                "metrics": {name: m.to_dict() for name, m in self.metrics.items()},
+                "models": {label: {name: m.to_dict() for name, m in metrics.items()}
+                           for label, metrics in self.models.items()},
                 "curve": [p.to_dict() for p in self.curve]}
 
 
@@ -135,43 +137,54 @@ def difference(contaminated: np.ndarray, clean: np.ndarray, iters: int, seed: in
     return Estimate(value, low, high, BOOTSTRAP_PERCENTILE, resamples=iters)
 
 
-def metric_names(check: TaskCheck) -> list[str]:
-    """The per-sample metrics logged for the task's items, in first-seen order."""
-    return list(dict.fromkeys(name for r in check.items for name in r.item.metrics))
+def model_labels(check: TaskCheck) -> list[str]:
+    """The models whose per-sample metrics were logged for the task's items, in first-seen order."""
+    return list(dict.fromkeys(label for r in check.items for label in r.item.metrics))
 
 
-def _values(check: TaskCheck, metric: str, mask: np.ndarray) -> np.ndarray:
-    return np.array([float(r.item.metrics[metric]) for r, m in zip(check.items, mask)
-                     if m and metric in r.item.metrics], dtype=float)
+def metric_names(check: TaskCheck, model: str) -> list[str]:
+    """The per-sample metrics `model` logged for the task's items, in first-seen order."""
+    return list(dict.fromkeys(name for r in check.items for name in r.item.metrics.get(model, {})))
+
+
+def _values(check: TaskCheck, model: str, metric: str, mask: np.ndarray) -> np.ndarray:
+    """`model`'s values of `metric` on the items `mask` selects (those it ran)."""
+    return np.array([float(r.item.metrics[model][metric]) for r, m in zip(check.items, mask)
+                     if m and metric in r.item.metrics.get(model, {})], dtype=float)
+
+
+def _split(check: TaskCheck, model: str, metric: str, flagged: np.ndarray, iters: int, seed: int) -> MetricSplit:
+    every = np.ones(len(flagged), dtype=bool)
+    dirty, clean = _values(check, model, metric, flagged), _values(check, model, metric, ~flagged)
+    return MetricSplit(all=mean_with_interval(_values(check, model, metric, every), iters, seed),
+                       clean=mean_with_interval(clean, iters, seed),
+                       contaminated=mean_with_interval(dirty, iters, seed),
+                       difference=difference(dirty, clean, iters, seed))
 
 
 def task_summary(check: TaskCheck, iters: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> TaskSummary:
-    """The task's figures: share, each metric split into clean and contaminated items, the curve."""
+    """The task's figures: share, each model's metrics split into clean and contaminated items, the curve."""
     n, k = len(check.items), check.contaminated
     low, high = wilson_interval(k, n, CONFIDENCE)
     flagged = np.array([r.contaminated for r in check.items], dtype=bool)
-    every = np.ones(n, dtype=bool)
-    metrics = {name: MetricSplit(
-        all=mean_with_interval(_values(check, name, every), iters, seed),
-        clean=mean_with_interval(_values(check, name, ~flagged), iters, seed),
-        contaminated=mean_with_interval(_values(check, name, flagged), iters, seed),
-        difference=difference(_values(check, name, flagged), _values(check, name, ~flagged), iters, seed))
-        for name in metric_names(check)}
+    models = {model: {name: _split(check, model, name, flagged, iters, seed) for name in metric_names(check, model)}
+              for model in model_labels(check)}
     share = Estimate(k / n if n else None, _finite(low), _finite(high), WILSON if n else None, n)
-    return TaskSummary(n, k, share, check.boilerplate_kgrams, check.rule, metrics, curve(check))
+    return TaskSummary(n, k, share, check.boilerplate_kgrams, check.rule, models, curve(check))
 
 
 def curve(check: TaskCheck, ks: Sequence[int] = CURVE_K, coverages: Sequence[float] = CURVE_COVERAGE) -> list[CurvePoint]:
-    """Contaminated share and clean score (every metric) for each (k, coverage threshold), the
-    rule's other settings kept: how the choice of rule moves the figures."""
-    names = metric_names(check)
+    """Contaminated share and each model's clean score (every metric) for each (k, coverage
+    threshold), the rule's other settings kept: how the choice of rule moves the figures."""
+    names = {model: metric_names(check, model) for model in model_labels(check)}
     rows = []
     for k in ks:
         values = coverage_values(check.items, replace(check.rule, k=k))
         for cov in coverages:
             flagged = values >= cov
             n = len(flagged)
-            clean = {name: _mean_or_none(_values(check, name, ~flagged)) for name in names}
+            clean = {model: {name: _mean_or_none(_values(check, model, name, ~flagged)) for name in metrics}
+                     for model, metrics in names.items()}
             rows.append(CurvePoint(k, cov, int(flagged.sum()), float(flagged.mean()) if n else None, clean))
     return rows
 

@@ -61,7 +61,7 @@ def run_benchmark_task(paths, root: Path | None = None, progress: bool = False):
     from propme_metrics.demo.run import DEMO_MODEL, FINAL, lm_eval_env
     from propme_metrics.index.reader import open_index
     from propme_metrics.report.contamination_views import write_outputs
-    from propme_tasks.benchmark_docs import items_from_docs, load_tasks
+    from propme_tasks.benchmark_docs import logged_items
 
     root = paths.root if root is None else Path(root)
     folder = write_task(paths.corpus, root / "benchmark-task")
@@ -78,9 +78,8 @@ def run_benchmark_task(paths, root: Path | None = None, progress: bool = False):
             raise BuildError(f"lm-eval failed on {TASK} (exit {proc.returncode}); see {log}",
                              "fix the cause and run `propme demo` again: finished stages are reused")
     logged = read_runs([runs], (TASK,))
-    task = load_tasks([TASK], str(folder))[TASK]
-    per_task = [(TASK, items_from_docs(TASK, task, logged[0].docs))]
+    per_task = logged_items(logged, str(folder))
     result = check_tasks(open_index(paths.index), per_task, ContaminationRule(), 1, 1000, 0, not progress,
-                         samples={TASK: logged[0].samples_path})
+                         runs={TASK: logged[0].runs})
     write_outputs(root / "contamination", result)
     return result

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.contamination.assess import ContaminationResult
 from propme_metrics.contamination.sources import FlaggedItem
 from propme_metrics.contamination.summary import CONFIDENCE, Estimate, TaskSummary
-from propme_metrics.core.files import atomic_output, write_atomic
+from propme_metrics.core.files import atomic_output, is_stream, write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell
@@ -26,7 +28,7 @@ NORMALIZATION = ("texts are normalized before matching as the tracer's normalize
 #: the metric's parts in the tables: its value on all, clean and contaminated items, and the difference
 PARTS = (("all", "metric_all"), ("clean", "metric_clean"), ("contaminated", "metric_contaminated"),
          ("difference", "difference"))
-TABLE_COLUMNS = ["task", "items", "contaminated", "share", "share_low", "share_high", "metric",
+TABLE_COLUMNS = ["task", "items", "contaminated", "share", "share_low", "share_high", "model", "metric",
                  *(f"{col}{end}" for _, col in PARTS for end in ("", "_low", "_high"))]
 
 
@@ -41,31 +43,36 @@ def contamination_document(result: ContaminationResult) -> dict[str, Any]:
             "leaderboard": leaderboard_columns(result.summaries)}
 
 
-def leaderboard_columns(summaries: dict[str, TaskSummary]) -> dict[str, float | None]:
-    """`<task>_contaminated_share`, `<task>_<metric>_clean`, `<task>_<metric>_contaminated`."""
-    cols: dict[str, float | None] = {}
+def leaderboard_columns(summaries: dict[str, TaskSummary]) -> list[dict[str, Any]]:
+    """One row per model: `model`, then for each task it ran `<task>_contaminated_share` (the
+    task's), `<task>_<metric>_clean` and `<task>_<metric>_contaminated` (the model's); one row
+    with no model and the shares alone when no model ran the tasks."""
+    rows: dict[str | None, dict[str, Any]] = {}
     for task, s in summaries.items():
-        cols[f"{task}_contaminated_share"] = s.share.value
-        for metric, m in s.metrics.items():
-            cols[f"{task}_{metric}_clean"] = m.clean.value
-            cols[f"{task}_{metric}_contaminated"] = m.contaminated.value
-    return cols
+        for model in s.models or [None]:
+            row = rows.setdefault(model, {"model": model})
+            row[f"{task}_contaminated_share"] = s.share.value
+            for metric, m in s.models.get(model, {}).items():
+                row[f"{task}_{metric}_clean"] = m.clean.value
+                row[f"{task}_{metric}_contaminated"] = m.contaminated.value
+    return list(rows.values())
 
 
 def table_rows(summaries: dict[str, TaskSummary]) -> list[dict[str, Any]]:
-    """One row per task and metric (one row without a metric for a task with none)."""
+    """One row per task, model and metric (one row without a metric for a task no model ran)."""
     rows = []
     for task, s in summaries.items():
         base = {"task": task, "items": s.items, "contaminated": s.contaminated, "share": s.share.value,
                 "share_low": s.share.low, "share_high": s.share.high}
-        if not s.metrics:
+        if not any(s.models.values()):
             rows.append(base)
-        for metric, m in s.metrics.items():
-            row = dict(base, metric=metric)
-            for part, col in PARTS:
-                e: Estimate = getattr(m, part)
-                row[col], row[f"{col}_low"], row[f"{col}_high"] = e.value, e.low, e.high
-            rows.append(row)
+        for model, metrics in s.models.items():
+            for metric, m in metrics.items():
+                row = dict(base, model=model, metric=metric)
+                for part, col in PARTS:
+                    e: Estimate = getattr(m, part)
+                    row[col], row[f"{col}_low"], row[f"{col}_high"] = e.value, e.low, e.high
+                rows.append(row)
     return rows
 
 
@@ -89,33 +96,37 @@ def markdown(result: ContaminationResult) -> str:
              f"least {rule.k} tokens; k-grams shared by more than {rule.boilerplate_share:.0%} of a task's "
              f"items are boilerplate and left out. Intervals: {CONFIDENCE:.0%} (Wilson for shares and 0/1 "
              f"metrics, bootstrap otherwise and for the difference).", "",
-             "| task | items | contaminated | share | metric | all | clean | contaminated | contaminated - clean |",
-             "|---|---:|---:|---|---|---|---|---|---|"]
+             "| task | items | contaminated | share | model | metric | all | clean | contaminated | "
+             "contaminated - clean |", "|---|---:|---:|---|---|---|---|---|---|---|"]
     for r in table_rows(result.summaries):
         cells = [r["task"], r["items"], r["contaminated"], fmt_interval(r["share"], r["share_low"], r["share_high"]),
-                 r.get("metric", UNDEFINED.table)]
+                 r.get("model", UNDEFINED.table), r.get("metric", UNDEFINED.table)]
         cells += [_interval(r, col) for _, col in PARTS]
         lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def contamination_lines(result: ContaminationResult) -> list[str]:
-    """One line per task for the terminal: its contaminated share and each metric clean vs contaminated."""
+    """One line per task for the terminal: its contaminated share, then each model's metrics clean
+    vs contaminated."""
     out = []
     for task, s in result.summaries.items():
         line = f"{task}: {s.contaminated} of {s.items} items contaminated ({_shown(s.share)})"
-        for metric, m in s.metrics.items():
-            line += (f"; {metric} clean {fmt_value(m.clean.value)}, contaminated "
-                     f"{fmt_value(m.contaminated.value)}, difference {_shown(m.difference)}")
+        for model, metrics in s.models.items():
+            line += f"; {model}:" + ",".join(
+                f" {metric} clean {fmt_value(m.clean.value)}, contaminated {fmt_value(m.contaminated.value)}, "
+                f"difference {_shown(m.difference)}" for metric, m in metrics.items())
         out.append(line)
     return out
 
 
 def curve_plot(result: ContaminationResult, path: Path) -> Path:
-    """contamination_curve.png: per task, the contaminated share and the clean score of its first
-    metric against the coverage threshold, one line per k (the rule's point marked)."""
+    """contamination_curve.png: per task, the contaminated share and each model's clean score of
+    its first metric against the coverage threshold, one line per k (and model; the rule's point marked)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from propme_metrics.report.figures import plain
 
     tasks = list(result.summaries.items())
     fig = Figure(figsize=(10, 3.2 * max(1, len(tasks))))
@@ -123,15 +134,17 @@ def curve_plot(result: ContaminationResult, path: Path) -> Path:
     axes = fig.subplots(max(1, len(tasks)), 2, squeeze=False)
     rule = result.rule
     for (task, s), (ax_share, ax_clean) in zip(tasks, axes):
-        metric = next(iter(s.metrics), None)
+        shown = [(model, next(iter(metrics))) for model, metrics in s.models.items() if metrics]
+        metric = shown[0][1] if shown else None
         for k in sorted({p.k for p in s.curve}):
             points = [p for p in s.curve if p.k == k]
             xs = [p.min_coverage for p in points]
             style = "-" if k == rule.k else "--"
             ax_share.plot(xs, [p.share for p in points], style, marker="o", label=f"k = {k}")
-            if metric is not None:
-                ys = [float("nan") if p.clean.get(metric) is None else p.clean[metric] for p in points]
-                ax_clean.plot(xs, ys, style, marker="o", label=f"k = {k}")
+            for model, name in shown:
+                ys = [float("nan") if p.clean[model].get(name) is None else p.clean[model][name] for p in points]
+                label = f"k = {k}" if len(shown) == 1 else f"{plain(model)}, {name}, k = {k}"
+                ax_clean.plot(xs, ys, style, marker="o", label=label)
         ax_share.axvline(rule.min_coverage, color="grey", lw=0.8)
         ax_share.set(title=f"{task}: contaminated share", xlabel="coverage threshold", ylabel="share", ylim=(-0.02, 1.02))
         ax_share.legend(fontsize=7)
@@ -140,7 +153,9 @@ def curve_plot(result: ContaminationResult, path: Path) -> Path:
             ax_clean.text(0.5, 0.5, "no per-sample metric (no model run)", ha="center", va="center")
         else:
             ax_clean.axvline(rule.min_coverage, color="grey", lw=0.8)
-            ax_clean.set(title=f"{task}: {metric} on clean items", xlabel="coverage threshold", ylabel=metric)
+            title = f"{task}: {metric} of {plain(shown[0][0])} on clean items" if len(shown) == 1 else \
+                f"{task}: each model's score on clean items"
+            ax_clean.set(title=title, xlabel="coverage threshold", ylabel=metric if len(shown) == 1 else "score")
             ax_clean.legend(fontsize=7)
     fig.tight_layout()
     with atomic_output(path, "wb") as fh:
@@ -148,24 +163,66 @@ def curve_plot(result: ContaminationResult, path: Path) -> Path:
     return path
 
 
+#: the folder inside --out the files are written into before they are moved into place
+STAGING_NAME = ".propme-contamination-staging"
+OUTPUT_NAMES = ("contamination.json", "contamination_items.jsonl", "contamination.csv", "contamination.md",
+                "contamination_leaderboard.csv", "contamination_curve.png")
+
+
+def _write_file(name: str, path: Path, result: ContaminationResult, doc: dict[str, Any]) -> None:
+    """Write the output file `name` of the check to `path`."""
+    if name == "contamination.json":
+        write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    elif name == "contamination_items.jsonl":
+        with atomic_output(path) as fh:
+            for check in result.checks:
+                for r in check.items:
+                    fh.write(json_line(r.to_dict(check.rule)))
+    elif name == "contamination.csv":
+        write_csv(path, TABLE_COLUMNS, table_rows(result.summaries))
+    elif name == "contamination.md":
+        write_atomic(path, markdown(result))
+    elif name == "contamination_leaderboard.csv":
+        board = doc["leaderboard"]
+        write_csv(path, list(dict.fromkeys(c for row in board for c in row)), board)
+    else:
+        curve_plot(result, path)
+
+
 def write_outputs(out: Path, result: ContaminationResult) -> list[Path]:
-    """Every output file of `propme contamination` into `out`; returns their paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {name: out / name for name in ("contamination.json", "contamination_items.jsonl", "contamination.csv",
-                                           "contamination.md", "contamination_leaderboard.csv",
-                                           "contamination_curve.png")}
+    """Every output file of `propme contamination` into `out`; returns their paths. They are written
+    into a staging folder inside `out` and moved into place once all are written (as the report's
+    files are), so a check that cannot write one (a full disk) leaves the earlier outputs as they
+    were, never some of each; ConfigError names the file that could not be written."""
+    from propme_metrics.core.errors import ConfigError
+
+    stage = out / STAGING_NAME
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(stage, ignore_errors=True)   # a killed check's staging folder
+        stage.mkdir()
+    except OSError as exc:
+        raise ConfigError(f"cannot create the output folder {out}: {exc}", "choose a writable --out") from None
     doc = contamination_document(result)
-    write_atomic(paths["contamination.json"], json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
-    with atomic_output(paths["contamination_items.jsonl"]) as fh:
-        for check in result.checks:
-            for r in check.items:
-                fh.write(json_line(r.to_dict(check.rule)))
-    write_csv(paths["contamination.csv"], TABLE_COLUMNS, table_rows(result.summaries))
-    write_atomic(paths["contamination.md"], markdown(result))
-    board = doc["leaderboard"]
-    write_csv(paths["contamination_leaderboard.csv"], list(board), [board])
-    curve_plot(result, paths["contamination_curve.png"])
-    return list(paths.values())
+    try:
+        for name in OUTPUT_NAMES:
+            try:
+                _write_file(name, stage / name, result, doc)
+            except OSError as exc:
+                raise ConfigError(f"cannot write {out / name}: {exc}; the files already in {out} were left as "
+                                  "they were", "free space or choose another --out, then run it again") from None
+        for name in OUTPUT_NAMES:
+            target = out / name
+            try:
+                if is_stream(target):
+                    write_atomic(target, (stage / name).read_bytes())
+                else:
+                    os.replace(stage / name, target)
+            except OSError as exc:
+                raise ConfigError(f"cannot move {target} into place: {exc}", "run it again") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [out / name for name in OUTPUT_NAMES]
 
 
 #: the id of the JSON block holding the flagged items' spans (report.js reads `propme-data-<block>`)
@@ -183,10 +240,11 @@ def html_section(result: ContaminationResult, docs_per_span: int = HTML_DOCS_PER
 
     parts = ["<section id='contamination'><h2>Contamination of the benchmark items</h2>",
              f"<p>{html.escape(contamination_note(result))}</p>", "<table><tr><th>task</th><th>items</th>"
-             "<th>contaminated</th><th>metric</th><th>clean</th><th>contaminated</th><th>difference</th></tr>"]
+             "<th>contaminated</th><th>model</th><th>metric</th><th>clean</th><th>contaminated</th><th>difference</th>"
+             "</tr>"]
     for r in table_rows(result.summaries):
         cells = [r["task"], r["items"], f"{r['contaminated']} ({fmt_interval(r['share'], r['share_low'], r['share_high'])})",
-                 r.get("metric", UNDEFINED.table)]
+                 r.get("model", UNDEFINED.table), r.get("metric", UNDEFINED.table)]
         cells += [_interval(r, col) for _, col in PARTS[1:]]
         parts.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     parts.append("</table>")

@@ -15,8 +15,8 @@ Each base metric of each setting and each PM is one `evaluation_result`:
 - `source_data` (a private data set): the index identity, prompt-set fingerprint and start token.
 
 With a contamination check of the runs' other benchmarks (`propme report --index`), the record of
-the model that ran a benchmark also holds, per task, `propme.contamination.<task>.contaminated_share`
-(Wilson interval over items) and, for every per-sample metric lm-eval logged,
+each model that ran a benchmark also holds, per task, `propme.contamination.<task>.contaminated_share`
+(Wilson interval over items) and, for every per-sample metric its run logged,
 `propme.contamination.<task>.<metric>.{all,clean,contaminated}` with their intervals and
 `propme.contamination.<task>.<metric>.difference` (contaminated - clean, bootstrap interval); the
 rule is in each result's `metric_parameters`, the index identity in its `source_data`.
@@ -167,9 +167,10 @@ def _contamination_source(result: Any, task: str) -> dict[str, Any]:
     return {"dataset_name": task, "source_type": "other", "additional_details": details}
 
 
-def _contamination_results(result: Any, task: str, higher_is_better: dict[str, bool]) -> list[dict[str, Any]]:
-    """A benchmark task's contaminated share and its metrics on all, clean and contaminated items and
-    their difference (`contamination.summary.TaskSummary`), undefined ones left out."""
+def _contamination_results(result: Any, task: str, model: str, higher_is_better: dict[str, bool]) -> list[dict[str, Any]]:
+    """A benchmark task's contaminated share and the metrics of `model` (a model label) on all,
+    clean and contaminated items and their difference (`contamination.summary.TaskSummary`),
+    undefined ones left out."""
     s = result.summaries[task]
     rule = {f"rule_{k}": v for k, v in result.rule.to_dict().items()}
     prefix = f"propme.contamination.{task}"
@@ -195,7 +196,7 @@ def _contamination_results(result: Any, task: str, higher_is_better: dict[str, b
     add(f"{prefix}.contaminated_share", "contaminated share",
         f"share of {task}'s items found in the training corpus by the contamination rule", s.share, True,
         (0.0, 1.0), {}, counts)
-    for metric, m in s.metrics.items():
+    for metric, m in s.models.get(model, {}).items():
         binary = m.all.method == WILSON   # 0/1 values (accuracy): the mean lies in [0, 1]
         bounds = (0.0, 1.0) if binary else (None, None)
         # a filtered metric is logged as `<metric>_<filter>`; lm-eval records the direction of `<metric>`
@@ -211,32 +212,14 @@ def _contamination_results(result: Any, task: str, higher_is_better: dict[str, b
     return out
 
 
-def _benchmark_run(samples: Path) -> tuple[tuple[str, str, str], dict[str, bool]] | None:
-    """The (model, revision, model_args) and the metrics' higher_is_better of the lm-eval run whose
-    samples file this is (its results file beside it); None when that cannot be read."""
-    from propme_metrics.report.load import model_identity
-
-    task, date_id = samples.stem[len("samples_"):].rsplit("_", 1)
-    try:
-        data = json.loads((samples.parent / f"results_{date_id}.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    better = (data.get("higher_is_better") or {}).get(task) or {}
-    return model_identity(data), {str(k): bool(v) for k, v in better.items()}
-
-
 def _contamination_by_model(report: Report) -> dict[tuple[str, str], tuple[str, list[dict[str, Any]]]]:
-    """(model, revision) -> (model_args, contamination results) of the models that ran the benchmarks."""
+    """(model, revision) -> (model_args, contamination results) of every model that ran the benchmarks."""
     result = report.contamination
     out: dict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = {}
     for task in result.summaries if result is not None else ():
-        run = _benchmark_run(result.samples[task]) if task in result.samples else None
-        if run is None:
-            continue  # items without a model run: no model to attach them to
-        (model, revision, model_args), better = run
-        out.setdefault((model, revision), (model_args, []))[1].extend(_contamination_results(result, task, better))
+        for label, run in result.runs.get(task, {}).items():   # items without a model run: no model to attach them to
+            out.setdefault((run.model, run.revision), (run.model_args, []))[1].extend(
+                _contamination_results(result, task, label, run.higher_is_better))
     return out
 
 

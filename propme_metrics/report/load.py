@@ -6,14 +6,21 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.core.jsonl import first_non_finite, json_objects, scrub_surrogates
+from propme_metrics.core.jsonl import first_non_finite, json_objects
+from propme_metrics.core.lmeval_files import (
+    date_id,
+    model_identity,
+    read_json,
+    read_results,
+    results_files,
+    samples_path_of,
+)
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY, check_rare_max_count
 from propme_metrics.metrics.likelihood import N_KEY, P_KEY, SUBTASK_SUFFIX, DocumentLikelihood, is_likelihood_config
@@ -23,39 +30,6 @@ from propme_metrics.prompts.settings import SETTINGS
 from propme_metrics.trace.inputs import SampleRow, read_samples
 from propme_metrics.trace.result import TraceResult
 from propme_metrics.trace.summary import RETRACE_HINT, read_summary
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return scrub_surrogates(json.load(fh))[0]  # a "\ud800" in a model name cannot be written out
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc})",
-                          "pass lm-eval's results_*.json files or the folders holding them") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-
-
-def _parse_model_args(model_args: Any) -> dict[str, str]:
-    if isinstance(model_args, dict):
-        return {str(k): "" if v is None else str(v) for k, v in model_args.items()}
-    out: dict[str, str] = {}
-    for part in str(model_args or "").split(","):
-        if "=" in part:
-            key, value = part.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
-
-
-def model_identity(results: dict[str, Any]) -> tuple[str, str, str]:
-    config = results.get("config") or {}
-    raw_args = config.get("model_args")
-    args = _parse_model_args(raw_args)
-    model = (args.get("pretrained") or args.get("model") or args.get("path") or results.get("model_name")
-             or config.get("model") or "unknown model")
-    revision = args.get("revision") or ""
-    shown = raw_args if isinstance(raw_args, str) else json.dumps(raw_args or {}, sort_keys=True)
-    return str(model), str(revision), shown
 
 
 def _task_corpus_setting(task: str, metadata: dict[str, Any]) -> tuple[str, str] | None:
@@ -72,11 +46,6 @@ def _task_corpus_setting(task: str, metadata: dict[str, Any]) -> tuple[str, str]
         c, s = rest.rsplit("_", 1)
         return str(corpus or c), str(setting or s)
     return None
-
-
-def _date_id(results_path: Path) -> str:
-    # results_<date id>.json, or <name>_<date id>.json when lm-eval's --output_path ended in .json
-    return results_path.stem.rsplit("_", 1)[-1] if "_" in results_path.stem else results_path.stem
 
 
 @dataclass
@@ -302,23 +271,6 @@ def _prompt_from_arguments(row: dict[str, Any]) -> str:
         return ""
 
 
-#: an lm-eval results file: results_<date id>.json, or <name>_<date id>.json when --output_path ended in .json
-RESULTS_FILE = re.compile(r".+_\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(\.\d+)?\.json")
-
-
-def _results_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = [p for p in path.rglob("*.json") if RESULTS_FILE.fullmatch(p.name) and p.is_file()]
-        if not files:
-            raise ConfigError(f"no results_*.json (nor <name>_<date>.json of an --output_path ending in .json) "
-                              f"under {path}",
-                              "pass the --output_path folder of an lm-eval run made with --log_samples")
-        return sorted(files, key=lambda p: (_date_id(p), str(p)))
-    raise ConfigError(f"{path} does not exist")
-
-
 def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count: int | None = None) -> list[RunTask]:
     """Every PropMe subtask of an lm-eval output folder or results file, with its traced samples
     (`rare_max_count`: `fmr_rare`'s threshold instead of the runs' own, `load_samples`).
@@ -326,12 +278,10 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count:
     Raises ConfigError for unreadable files (bad JSON, missing samples file), naming the file.
     """
     tasks: list[RunTask] = []
-    for results_path in _results_files(Path(path)):
-        data = _read_json(results_path)
-        if not isinstance(data, dict) or not isinstance(data.get("configs"), dict):
-            raise ConfigError(f"{results_path} is not an lm-eval results file (no 'configs')")
+    for results_path in results_files(Path(path)):
+        data = read_results(results_path)
         model, revision, model_args = model_identity(data)
-        date_id = _date_id(results_path)
+        run_date = date_id(results_path)
         limit = _run_limit(data, results_path)
         for task, config in data["configs"].items():
             metadata = (config or {}).get("metadata") or {}
@@ -342,7 +292,7 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count:
             cs = _task_corpus_setting(task, metadata)
             if cs is None:
                 continue  # not a PropMe task
-            samples_path = results_path.parent / f"samples_{task}_{date_id}.jsonl"
+            samples_path = samples_path_of(results_path, task)
             if not samples_path.is_file():
                 raise ConfigError(f"missing samples file {samples_path} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
@@ -355,7 +305,7 @@ def load_run(path: str | Path, retraces: Sequence[Retrace] = (), rare_max_count:
                 task=task, corpus=cs[0], setting=cs[1], model=model, revision=revision, model_args=model_args,
                 metadata=metadata, index_identity=next(iter(identities), None),
                 results=(data.get("results") or {}).get(task) or {}, prompts=prompts,
-                results_path=results_path, samples_path=samples_path, date_id=date_id, limit=limit,
+                results_path=results_path, samples_path=samples_path, date_id=run_date, limit=limit,
                 start_token=start_token, rare_max_count=rare, trace_config=trace_config,
                 chat_template_sha=chat_template_sha(data)))
     return tasks
@@ -374,18 +324,18 @@ def _run_limit(data: dict[str, Any], path: Path) -> float | None:
 def load_likelihood_run(path: str | Path) -> list[LikelihoodTask]:
     """Every likelihood subtask of an lm-eval output folder or results file, with its documents."""
     tasks = []
-    for results_path in _results_files(Path(path)):
-        data = _read_json(results_path)
+    for results_path in results_files(Path(path)):
+        data = read_json(results_path)
         if not isinstance(data, dict) or not isinstance(data.get("configs"), dict):
             continue  # load.load_run names the file
         model, revision, _ = model_identity(data)
-        date_id = _date_id(results_path)
+        run_date = date_id(results_path)
         for task, config in data["configs"].items():
             if not isinstance(config, dict) or not is_likelihood_config(config):
                 continue
             metadata = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
             corpus = str(metadata.get("corpus") or task[len("propme_"):-len(SUBTASK_SUFFIX) - 1])
-            samples = results_path.parent / f"samples_{task}_{date_id}.jsonl"
+            samples = samples_path_of(results_path, task)
             if not samples.is_file():
                 raise ConfigError(f"missing samples file {samples} for task {task} of {results_path}",
                                   "run lm-eval with --log_samples (and keep the samples files beside the results)")
@@ -394,7 +344,7 @@ def load_likelihood_run(path: str | Path) -> list[LikelihoodTask]:
                 raise ConfigError(f"{samples} mixes documents of several indexes: "
                                   + ", ".join(sorted(map(str, identities))))
             tasks.append(LikelihoodTask(task, corpus, model, revision, metadata, documents, results_path, samples,
-                                        date_id, _run_limit(data, results_path), next(iter(identities), None),
+                                        run_date, _run_limit(data, results_path), next(iter(identities), None),
                                         recorded))
     return tasks
 

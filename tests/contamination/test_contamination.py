@@ -14,6 +14,7 @@ from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
 from propme_metrics.contamination.summary import task_summary
+from propme_metrics.core.lmeval_files import model_identity
 from propme_metrics.index.reader import open_index
 from propme_metrics.trace.text_rules import normalize_text
 from support.corpora import make_index, write_jsonl
@@ -194,15 +195,15 @@ def test_clean_and_contaminated_scores_recomputed_by_hand(planted, index):
     items = _items(planted["rows"])
     rng = random.Random(3)
     for it in items:
-        it.metrics = {"acc": float(rng.random() < 0.5), "score": rng.random()}
+        it.metrics = {"model-a": {"acc": float(rng.random() < 0.5), "score": rng.random()}}
     check = apply_rule("contam_mc", match_items(items, CorpusMatcher(index)), ContaminationRule())
     s = task_summary(check, iters=500, seed=1).to_dict()
     flagged = [r.contaminated for r in check.items]
     assert s["items"] == len(items) and s["contaminated"] == sum(flagged)
     for metric in ("acc", "score"):
-        dirty = [it.metrics[metric] for it, f in zip(items, flagged) if f]
-        clean = [it.metrics[metric] for it, f in zip(items, flagged) if not f]
-        m = s["metrics"][metric]
+        dirty = [it.metrics["model-a"][metric] for it, f in zip(items, flagged) if f]
+        clean = [it.metrics["model-a"][metric] for it, f in zip(items, flagged) if not f]
+        m = s["models"]["model-a"][metric]
         assert m["contaminated"]["value"] == pytest.approx(sum(dirty) / len(dirty))
         assert m["clean"]["value"] == pytest.approx(sum(clean) / len(clean))
         assert m["difference"]["value"] == pytest.approx(sum(dirty) / len(dirty) - sum(clean) / len(clean))
@@ -288,10 +289,14 @@ def test_after_a_stock_lm_eval_run(cli_run, lm_eval_run, local_tasks, planted, t
         assert s["contaminated"] == sum(flagged.values())
         dirty = [v for d, v in logged.items() if flagged[d]]
         clean = [v for d, v in logged.items() if not flagged[d]]
-        assert s["metrics"][metric]["contaminated"]["value"] == pytest.approx(sum(dirty) / len(dirty))
-        assert s["metrics"][metric]["clean"]["value"] == pytest.approx(sum(clean) / len(clean))
-        assert doc["leaderboard"][f"{task}_{metric}_clean"] == pytest.approx(sum(clean) / len(clean))
-        assert doc["leaderboard"][f"{task}_contaminated_share"] == pytest.approx(s["contaminated"] / s["items"])
+        (model,) = s["models"]   # the run's model, as its results file names it
+        assert model == model_identity(json.loads(next(lm_eval_run.rglob("results_*.json")).read_text()))[0]
+        assert s["models"][model][metric]["contaminated"]["value"] == pytest.approx(sum(dirty) / len(dirty))
+        assert s["models"][model][metric]["clean"]["value"] == pytest.approx(sum(clean) / len(clean))
+        (board,) = doc["leaderboard"]
+        assert board["model"] == model
+        assert board[f"{task}_{metric}_clean"] == pytest.approx(sum(clean) / len(clean))
+        assert board[f"{task}_contaminated_share"] == pytest.approx(s["contaminated"] / s["items"])
     # the multiple-choice task exposes the gold choice: what the planted rows say
     mc = {r["doc_id"]: r for r in rows if r["task"] == "contam_mc"}
     for i, row in enumerate(planted["rows"]):
@@ -307,8 +312,8 @@ def test_before_a_model_run_through_the_task_manager(cli_run, local_tasks, plant
                              planted["index"], "--out", tmp_path / "c", "--quiet")
     assert code == 0, err
     doc = json.loads((tmp_path / "c" / "contamination.json").read_text())
-    assert doc["tasks"]["contam_mc"]["contaminated"] == 3 * PER_KIND and doc["tasks"]["contam_mc"]["metrics"] == {}
-    assert "_clean" not in "".join(doc["leaderboard"])
+    assert doc["tasks"]["contam_mc"]["contaminated"] == 3 * PER_KIND and doc["tasks"]["contam_mc"]["models"] == {}
+    assert doc["leaderboard"] == [{"model": None, "contam_mc_contaminated_share": pytest.approx(0.5)}]
 
 
 def test_tasks_of_the_include_path_alone_skip_the_builtin_index(local_tasks, monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 from propme_metrics.contamination.assess import check_tasks
 from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.rule import ContaminationRule
+from propme_metrics.contamination.runs import BenchmarkRun
 from propme_metrics.index.reader import open_index
 from propme_metrics.metrics.pm import WILSON, wilson_interval
 from propme_metrics.report.assemble import build_report
@@ -26,6 +27,7 @@ from support.runs import COMMA, DATE1, DFM, stage1_settings, write_run
 SCHEMAS = Path(__file__).parent.parent / "data" / "every_eval_ever"
 ITEMS = 16
 HOSTILE = "<script>alert('x')</script> & \"quoted\""
+MODEL = f"{DFM}@stage1"   #: the label of the benchmark's model in the check
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -36,15 +38,15 @@ def _words(rng: random.Random, n: int) -> str:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, gpt2_dir):
     """16 items, the even ones planted verbatim in a corpus document (item 0 with markup in its
-    question); 0/1 `acc` values drawn at random; the benchmark's results and samples files of a
-    run by `model` (DFM at revision stage1) beside them."""
+    question); 0/1 `acc` values drawn at random, of a run by DFM at revision stage1."""
     rng = random.Random(5)
     root = tmp_path_factory.mktemp("contam-out")
     items, docs = [], []
     for i in range(ITEMS):
         question = _words(rng, 16) + (f" {HOSTILE}" if i == 0 else "")
         answer = _words(rng, 4)
-        item = BenchmarkItem("quiz", i, question, answer, f"{question} {answer}", {"acc": float(rng.random() < 0.5)})
+        item = BenchmarkItem("quiz", i, question, answer, f"{question} {answer}",
+                             {MODEL: {"acc": float(rng.random() < 0.5)}})
         items.append(item)
         if i % 2 == 0:
             docs.append({"id": f"doc-{i}", "text": f"{_words(rng, 12)} {item.joined} {_words(rng, 12)}",
@@ -52,19 +54,13 @@ def world(tmp_path_factory, gpt2_dir):
     docs += [{"id": f"filler-{j}", "text": _words(rng, 50), "source": "filler"} for j in range(10)]
     write_jsonl(root / "corpus.jsonl", docs)
     make_index(root / "corpus.jsonl", root / "index", gpt2_dir)
-    bench = root / "bench"
-    bench.mkdir()
-    results = {"results": {"quiz": {"acc,none": 0.5}}, "configs": {"quiz": {"task": "quiz"}},
-               "higher_is_better": {"quiz": {"acc": True}},
-               "config": {"model": "hf", "model_args": f"pretrained={DFM},revision=stage1,dtype=float32"}}
-    (bench / f"results_{DATE1}.json").write_text(json.dumps(results), encoding="utf-8")
-    samples = bench / f"samples_quiz_{DATE1}.jsonl"
-    samples.write_text("", encoding="utf-8")
     index = open_index(root / "index")
+    run = BenchmarkRun(DFM, "stage1", f"pretrained={DFM},revision=stage1,dtype=float32",
+                       root / f"samples_quiz_{DATE1}.jsonl", {"acc": True})
     result = check_tasks(index, [("quiz", items)], ContaminationRule(), bootstrap=300, seed=2,
-                         samples={"quiz": samples})
+                         runs={"quiz": {MODEL: run}})
     return {"root": root, "items": items, "docs": {d["id"]: d["text"] for d in docs}, "index": index,
-            "result": result, "bench": bench}
+            "result": result}
 
 
 def _count(index, docs: dict[str, str], ids: list[int]) -> int:
@@ -161,7 +157,7 @@ def test_eee_records_hold_the_contamination_figures(world, tmp_path, validator):
     results = _by_id(record)
     assert any(k.startswith("propme.dynaword.") for k in results)   # the PropMe results are still there
     flagged = [it.doc_id % 2 == 0 for it in world["items"]]
-    acc = [it.metrics["acc"] for it in world["items"]]
+    acc = [it.metrics[MODEL]["acc"] for it in world["items"]]
     dirty = [a for a, f in zip(acc, flagged) if f]
     clean = [a for a, f in zip(acc, flagged) if not f]
 
@@ -194,13 +190,8 @@ def test_a_benchmark_model_without_propme_runs_gets_its_own_record(world, tmp_pa
     the PropMe model's record, but to a record of their own."""
     import dataclasses
 
-    bench = tmp_path / "bench"
-    bench.mkdir()
-    data = json.loads((world["bench"] / f"results_{DATE1}.json").read_text())
-    data["config"]["model_args"] = f"pretrained={COMMA}"
-    (bench / f"results_{DATE1}.json").write_text(json.dumps(data))
-    (bench / f"samples_quiz_{DATE1}.jsonl").write_text("")
-    other = dataclasses.replace(world["result"], samples={"quiz": bench / f"samples_quiz_{DATE1}.jsonl"})
+    run = BenchmarkRun(COMMA, "", f"pretrained={COMMA}", tmp_path / f"samples_quiz_{DATE1}.jsonl", {"acc": True})
+    other = dataclasses.replace(world["result"], runs={"quiz": {MODEL: run}})
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
     rep = build_report([run], tmp_path / "report", bootstrap=0, plots=False, html=False, contamination=other)
     records = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in rep.eee if p.suffix == ".json"}

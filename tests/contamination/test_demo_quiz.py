@@ -16,6 +16,8 @@ def test_demo_quiz_contamination_line(demo_paths, tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "contamination" / "contamination_items.jsonl").read_text().splitlines()]
     # even documents copy a corpus sentence and the words after it; odd ones are made-up words
     assert [r["contaminated"] for r in sorted(rows, key=lambda r: r["doc_id"])] == [i % 2 == 0 for i in range(ITEMS)]
-    assert set(s["metrics"]) == {"acc"} and s["metrics"]["acc"]["difference"]["value"] is not None
+    (model,) = s["models"]   # the demo model at its final revision, named
+    assert "@" in model and rows[0]["metrics"].keys() == {model}
+    assert set(s["models"][model]) == {"acc"} and s["models"][model]["acc"]["difference"]["value"] is not None
     again = contamination_lines(run_benchmark_task(demo_paths, tmp_path))
     assert again == lines  # the lm-eval run is reused

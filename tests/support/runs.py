@@ -131,3 +131,39 @@ def write_run(root: Path, model: str, revision: str, settings: dict[str, list[li
         (folder / f"samples_{task}_{date}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / f"results_{date}.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     return folder
+
+
+# --- benchmark runs (another lm-eval task beside PropMe's, for the contamination check) -----------
+
+QUIZ_YAML = {"output_type": "generate_until", "test_split": "test", "doc_to_text": "{{question}}",
+             "doc_to_target": "{{answer}}", "target_delimiter": " ", "dataset_path": "json",
+             "generation_kwargs": {"until": ["\n"], "max_gen_toks": 4}, "metric_list": [{"metric": "exact_match"}]}
+
+
+def quiz_config(task: str, data: Path) -> dict:
+    """The config lm-eval records for a local generate_until task reading `data` (a JSONL of
+    question/answer rows), as its results file writes it."""
+    return {"task": task, **QUIZ_YAML, "dataset_kwargs": {"data_files": {"test": str(data)}},
+            "metadata": {"version": 1.0, "config_source": f"{task}.yaml"}}
+
+
+def write_benchmark_run(root: Path, model: str, task: str, config: dict, docs: list[dict], values: list[float], *,
+                        revision: str = "", date: str = DATE1, metric: str = "exact_match") -> Path:
+    """An lm-eval --output_path folder of one benchmark task run by `model` with --log_samples:
+    <root>/<sanitized model>/results_<date>.json and samples_<task>_<date>.jsonl, document i
+    scoring values[i]. Returns the results file."""
+    folder = root / re.sub(r'[/:"<>|\\?*\[\]]', "__", model)
+    folder.mkdir(parents=True, exist_ok=True)
+    model_args = f"pretrained={model}" + (f",revision={revision}" if revision else "")
+    results = {"results": {task: {f"{metric},none": sum(values) / len(values), "alias": task}},
+               "configs": {task: config}, "versions": {task: 1.0}, "higher_is_better": {task: {metric: True}},
+               "config": {"model": "hf", "model_args": model_args, "limit": None}, "model_name": model}
+    path = folder / f"results_{date}.json"
+    path.write_text(json.dumps(results), encoding="utf-8")
+    with open(folder / f"samples_{task}_{date}.jsonl", "w", encoding="utf-8") as fh:
+        for i, (doc, value) in enumerate(zip(docs, values)):
+            fh.write(json.dumps({"doc_id": i, "doc": doc, "target": doc.get("answer", ""),
+                                 "arguments": {"gen_args_0": {"arg_0": doc.get("question", ""), "arg_1": {}}},
+                                 "resps": [["x"]], "filtered_resps": ["x"], "filter": "none", "metrics": [metric],
+                                 metric: value}) + "\n")
+    return path
