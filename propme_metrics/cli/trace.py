@@ -116,6 +116,7 @@ def metrics_table(title: str, summary, leaked_items: int, speed: str, with_conti
                  if registry.is_undefined(summary.metrics[m.name])}
     rows = [("generations counted", f"{summary.n_counted} of {summary.n_generations} "
                                     f"({summary.n_degenerate} degenerate, {summary.n_failed} failed)"),
+            ("generations with loop spans", f"{summary.n_loops} (those spans left out of every metric)"),
             *((m.label, registry.UNDEFINED.console if m.label in undefined else f"{summary.metrics[m.name]:.4f}")
               for m in shown_metrics),
             ("PII items leaked", str(leaked_items))]

@@ -27,6 +27,7 @@ from propme_metrics.core.errors import PropMeError
 from propme_metrics.index.reader import open_index
 from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, index_source_counts, manifest_source_field
 from propme_metrics.metrics.leaks import BUCKET_LABELS, BUCKETS, UNKNOWN_BUCKET, bucket_of, generation_leaks
+from propme_metrics.metrics.loops import without_loops
 from propme_metrics.metrics.pm import Interval, IntervalSpec, bootstrap_metric, wilson_interval
 from propme_metrics.metrics.ratio import Ratio, divide
 from propme_metrics.metrics.runs import RunTask
@@ -129,10 +130,11 @@ def _open_index(tasks: Mapping[str, RunTask]):
 
 
 def _units(task: RunTask) -> list[list[TraceResult]]:
-    """The counted generations of a task, grouped by resampling unit (prompt; generation when prompt-free)."""
+    """The counted generations of a task without their loop spans (as FMR and NVR read them), grouped
+    by resampling unit (prompt; generation when prompt-free)."""
     units = []
     for p in task.prompts:
-        counted = [t for t in p.counted() if counts_for_metrics(t)]
+        counted = [without_loops(t).trace for t in p.counted() if counts_for_metrics(t)]
         if task.setting in PROMPT_FREE_SETTINGS:
             units += [[t] for t in counted]
         else:

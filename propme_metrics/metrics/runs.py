@@ -112,9 +112,10 @@ class RunTask:
         gens = [g for p in self.prompts for g in p.generations]
         failed = sum(g.error is not None for g in gens)
         degenerate = sum(g.error is None and bool(g.degenerate) for g in gens)
-        counted = sum(v is not None for p in self.prompts for v in p.values)
-        return {"prompts": len(self.prompts), "generations": len(gens), "counted": counted,
-                "failed": failed, "degenerate": degenerate}
+        counted = [v for p in self.prompts for v in p.values if v is not None]
+        loops = int(sum(v["loops"][0] for v in counted if "loops" in v))
+        return {"prompts": len(self.prompts), "generations": len(gens), "counted": len(counted),
+                "failed": failed, "degenerate": degenerate, "loops": loops}
 
 
 @dataclass

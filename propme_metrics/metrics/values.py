@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT
+from propme_metrics.metrics.loops import without_loops
 from propme_metrics.metrics.registry import METRICS, Contribution, Generation, Metric
 from propme_metrics.trace.pii import PIILeaks, leaks
 from propme_metrics.trace.result import TraceResult
@@ -25,9 +26,10 @@ def counts_for_metrics(r: TraceResult) -> bool:
 
 def contributions(r: TraceResult, metrics: Iterable[Metric] = METRICS,
                   pii: PIILeaks | None = None, rare_max_count: int = RARE_MAX_COUNT) -> Contributions:
-    """What one generation adds to each metric: its (numerator, denominator). `pii`: its leaks, if
-    known; `rare_max_count`: `fmr_rare`'s threshold."""
-    g = Generation(r, leaks(r) if pii is None else pii, rare_max_count)
+    """What one generation adds to each metric: its (numerator, denominator), read without its loop
+    spans (`metrics.loops`). `pii`: its leaks, if known; `rare_max_count`: `fmr_rare`'s threshold."""
+    view = without_loops(r)
+    g = Generation(view.trace, leaks(r) if pii is None else pii, rare_max_count, view.loops)
     return {m.name: m.contribution(g) for m in metrics}
 
 
@@ -47,6 +49,7 @@ class Summary:
     n_counted: int
     n_degenerate: int
     n_failed: int
+    n_loops: int = 0   #: counted generations with a loop span (`metrics.loops`: left out of every other metric)
     metrics: dict[str, float | None] = field(default_factory=dict)
     sums: dict[str, tuple[float, float]] = field(default_factory=dict)  #: pooled (numerator, denominator)
 
@@ -58,7 +61,8 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"n_generations": self.n_generations, "n_counted": self.n_counted,
-                "n_degenerate": self.n_degenerate, "n_failed": self.n_failed, **self.metrics}
+                "n_degenerate": self.n_degenerate, "n_failed": self.n_failed, "n_loops": self.n_loops,
+                **self.metrics}
 
 
 def summarize(results: Iterable[TraceResult], drop_degenerate: bool = True,
@@ -77,4 +81,4 @@ def summarize(results: Iterable[TraceResult], drop_degenerate: bool = True,
         sums[m.name] = pool(m, counted)
         values[m.name] = m.pooled(*sums[m.name])
     return Summary(n_generations=len(results), n_counted=len(counted), n_degenerate=degenerate,
-                   n_failed=failed, metrics=values, sums=sums)
+                   n_failed=failed, n_loops=int(sums["loops"][0]), metrics=values, sums=sums)

@@ -43,6 +43,7 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("propme_<corpus>_generations_<setting>", "generations counted (degenerate and failed excluded)"),
     ("propme_<corpus>_degenerate_<setting>", "degenerate generations (excluded from every metric)"),
     ("propme_<corpus>_failed_<setting>", "generations whose tracing failed (excluded; 0 is healthy)"),
+    ("propme_<corpus>_loops_<setting>", "counted generations with a loop span (those spans left out of every metric)"),
     ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
     ("propme_<corpus>_<setting>_<metric>_low",
      f"lower end of its {_LEVEL} interval: `{WILSON}` for the proportions ("
@@ -72,7 +73,7 @@ def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> l
         for m in pm_metrics:
             cols += [f"{p}_pm_{m}_{s}", f"{p}_pm_{m}_{s}_low", f"{p}_pm_{m}_{s}_high", f"{p}_pm_{m}_{s}_withheld"]
     for s in settings:
-        cols += [f"{p}_n_{s}", f"{p}_generations_{s}", f"{p}_degenerate_{s}", f"{p}_failed_{s}"]
+        cols += [f"{p}_n_{s}", f"{p}_generations_{s}", f"{p}_degenerate_{s}", f"{p}_failed_{s}", f"{p}_loops_{s}"]
     for s in settings:
         for m in registry.NAMES:
             if not registry.metric(m).applies(s):
@@ -98,6 +99,7 @@ def row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
         out[f"{p}_generations_{s}"] = sr.counts["counted"]
         out[f"{p}_degenerate_{s}"] = sr.counts["degenerate"]
         out[f"{p}_failed_{s}"] = sr.counts["failed"]
+        out[f"{p}_loops_{s}"] = sr.counts["loops"]
         for m, mr in sr.metrics.items():
             out[f"{p}_{s}_{m}"] = mr.value
             if registry.metric(m).has_interval:

@@ -49,7 +49,7 @@ SCHEMA_VERSION = "0.3.0"
 #: the folder of the records inside the report folder
 EEE_DIR = "eee"
 #: metrics whose values have no upper bound (the rest, and PM, lie in [0, 1])
-_UNBOUNDED = {"als": "tokens", "pii_items": "items per generation"}
+_UNBOUNDED = {"als": "tokens", "als_nl": "tokens", "pii_items": "items per generation"}
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,8 @@ def _base_results(res: CorpusResult) -> list[dict[str, Any]]:
                                                 spec.higher_is_better, params),
                 "score_details": _score(mr.value, _shown_interval(res, setting, metric, mr),
                                         {"prompts": sr.counts["prompts"], "generations_counted": sr.counts["counted"],
-                                         "degenerate": sr.counts["degenerate"], "failed": sr.counts["failed"]})})
+                                         "degenerate": sr.counts["degenerate"], "failed": sr.counts["failed"],
+                                         "loops": sr.counts["loops"]})})
     return out
 
 

@@ -93,6 +93,7 @@ class MetricRow:
     counted: int
     degenerate: int
     failed: int
+    loops: int           #: counted generations with a loop span (those spans left out of the metrics)
     cells: list[Cell]
 
 
@@ -196,6 +197,7 @@ class Page:
     confidence: str              #: the intervals' confidence level, e.g. "95%"
     pm_tables: list[PMTable]
     metric_tables: list[MetricTable]
+    natural_language_tables: list[MetricTable]   #: every generation and natural language only, side by side
     plots: list[Plot]
     problems: list[str]
     notes: list[str]
@@ -270,8 +272,9 @@ def pm_tables(rep: Report) -> list[PMTable]:
     return tables
 
 
-def metric_tables(rep: Report) -> list[MetricTable]:
-    shown = registry.VIEWS["html"]
+def metric_tables(rep: Report, view: str = "html") -> list[MetricTable]:
+    """Per corpus label, one row per model and setting: the metrics of `registry.VIEWS[view]`."""
+    shown = registry.VIEWS[view]
     tables = []
     for label in rep.labels:
         rows = []
@@ -286,7 +289,7 @@ def metric_tables(rep: Report) -> list[MetricTable]:
                     cells.append(_cell(mr.value, mr.low, mr.high, m, title=f"{percent(mr.confidence)} {mr.method}" if mr.method else ""))
                 c = sr.counts
                 rows.append(MetricRow(r.model, r.revision or "-", s, c["prompts"], c["counted"], c["degenerate"],
-                                      c["failed"], cells))
+                                      c["failed"], c["loops"], cells))
         tables.append(MetricTable(label, [registry.LABELS[m] for m in shown], rows))
     return tables
 
@@ -528,7 +531,8 @@ def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_char
         models=len({(r.model, r.revision) for r in report.results}), labels=", ".join(report.labels),
         bootstrap=f"{report.intervals.resamples:,}", seed=report.intervals.seed,
         confidence=report.intervals.percent, pm_tables=pm_tables(report),
-        metric_tables=metric_tables(report), plots=plots(report), problems=list(report.problems),
+        metric_tables=metric_tables(report), natural_language_tables=metric_tables(report, "natural_language"),
+        plots=plots(report), problems=list(report.problems),
         notes=list(report.notes), show_pii=show_pii, groups=groups,
         # script_json leaves no '<', '>' or '&' in the text: it cannot end the <script> element
         data=[Markup(script_json(b)) for b in explorer.blocks], version=__version__,

@@ -85,22 +85,28 @@ def write_markdown(path: Path, report: Report) -> None:
                 lines.append(f"| {md_cell(r.model)} | {md_cell(r.revision or '-')} | " + " | ".join(cells) + " |")
             withheld = withheld_notes(results)
             lines += [""] + [f"- withheld: {md_cell(w)}" for w in withheld] + ([""] if withheld else [])
-        shown = registry.VIEWS["markdown"]
-        lines.append("| model | revision | setting | prompts | " + " | ".join(registry.LABELS[m] for m in shown) + " |")
-        lines.append("|---|---|---|---|" + "---|" * len(shown))
-        for r in results:
-            for s, sr in r.settings.items():
-                cells = [fmt_interval(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
-                         if m in sr.metrics else UNDEFINED.table for m in shown]
-                lines.append(f"| {md_cell(r.model)} | {md_cell(r.revision or '-')} | {s} | "
-                             f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += _metric_table(results, registry.VIEWS["markdown"]) + [""]
+        lines += ["Natural-language generations only (code-like ones left out, docs/method.md), beside every "
+                  "generation:", ""] + _metric_table(results, registry.VIEWS["natural_language"]) + [""]
     lines += comparisons_markdown(report.comparisons)
     lines += leaks_markdown(report)
     lines += likelihood_markdown(report.likelihood, md_cell)
     if report.problems or report.notes:
         lines += ["## Notes", ""] + [f"- {md_cell(n)}" for n in report.problems + report.notes] + [""]
     write_atomic(path, "\n".join(lines))
+
+
+def _metric_table(results, shown: tuple[str, ...]) -> list[str]:
+    """One Markdown row per model and setting: the `shown` metrics with their intervals."""
+    lines = ["| model | revision | setting | prompts | " + " | ".join(registry.LABELS[m] for m in shown) + " |",
+             "|---|---|---|---|" + "---|" * len(shown)]
+    for r in results:
+        for s, sr in r.settings.items():
+            cells = [fmt_interval(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
+                     if m in sr.metrics else UNDEFINED.table for m in shown]
+            lines.append(f"| {md_cell(r.model)} | {md_cell(r.revision or '-')} | {s} | "
+                         f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 # --- paired comparisons (metrics/compare.py) ---------------------------------------------------------

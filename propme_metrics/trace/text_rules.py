@@ -40,14 +40,21 @@ DEGENERATE_COMPRESSION = 0.10
 DEGENERATE_LETTERS = 0.5
 
 
+def letter_share(text: str) -> float | None:
+    """The share of letters among the non-space characters (so outer white space cannot tip it);
+    None when there is none."""
+    visible = [c for c in text if not c.isspace()]
+    return sum(c.isalpha() for c in visible) / len(visible) if visible else None
+
+
 def is_degenerate(text: str) -> bool:
     """Repetitive junk: the text as given compresses below 10% with zlib and fewer than half of its
-    non-space characters are letters (so outer white space cannot tip the letter share)."""
+    non-space characters are letters (`letter_share`)."""
     raw = text.encode("utf-8", "surrogatepass")
     if not raw or len(zlib.compress(raw)) / len(raw) >= DEGENERATE_COMPRESSION:  # the cheap test first
         return False
-    visible = [c for c in text if not c.isspace()]
-    return bool(visible) and sum(c.isalpha() for c in visible) / len(visible) < DEGENERATE_LETTERS
+    share = letter_share(text)
+    return share is not None and share < DEGENERATE_LETTERS
 
 
 def continuation_reproduced(generation: str, continuation: str) -> bool | None:
