@@ -10,6 +10,13 @@ apart from each other, each paired across the models. When every resample gives 
 (no event in either model), the interval is the difference of the two models' own intervals
 (`BOUNDS`), never [0, 0]. `significant`: the interval excludes 0.
 
+A report compares many (pair, setting, metric) rows, and at 95% one null row in twenty looks
+significant by chance. So every row also carries a two-sided bootstrap p-value of "no difference"
+(`bootstrap_p_value`), the p-value adjusted by Benjamini-Hochberg over every row of the comparisons
+(`ADJUSTMENT`; scipy's `false_discovery_control`), and `significant_adjusted`: the row's own flag
+and an adjusted p-value of at most 1 - confidence, which bounds the expected share of false
+discoveries among the flagged rows by that level (`benchmarks/false_discoveries.py` simulates it).
+
 Ranks (docs/method.md, ranking): per corpus, setting and metric, a model's rank is 1 + the number
 of models significantly below it (lower leaks less); models whose differences are not significant
 share a rank.
@@ -47,6 +54,8 @@ UNPAIRED = "unpaired-bootstrap-expanded-percentile"
 BOUNDS = "bounds-difference"
 #: which pairs to compare: every pair of models, or consecutive revisions of each model (input order)
 PAIRINGS = ("all", "consecutive")
+#: how `significant_adjusted` accounts for the number of comparisons (a false discovery rate at 1 - confidence)
+ADJUSTMENT = "benjamini-hochberg"
 
 
 @dataclass
@@ -94,6 +103,11 @@ class ComparisonRow:
     resamples: int = 0
     rank_a: int | None = None    #: ranks among the compared models of this corpus, setting, metric
     rank_b: int | None = None
+    p_value: float | None = None     #: two-sided bootstrap p-value of no difference (None: undefined)
+    p_adjusted: float | None = None  #: the same, Benjamini-Hochberg-adjusted over every row of the comparisons
+    significant_adjusted: bool = False  #: significant, and p_adjusted <= 1 - confidence
+    adjustment: str = ""             #: how p_adjusted was made (ADJUSTMENT; "" without a p-value)
+    adjusted_over: int = 0           #: the number of comparisons it accounts for
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,29 +121,54 @@ class Comparisons:
     refused: list[str] = field(default_factory=list)
     pairing: str = "all"
     confidence: float = CONFIDENCE   #: of every row's interval
+    adjustment: str = ADJUSTMENT     #: how `significant_adjusted` accounts for the number of rows
+
+    @property
+    def tests(self) -> int:
+        """The comparisons the adjustment accounts for: rows with a p-value."""
+        return sum(r.p_value is not None for r in self.rows)
 
 
 # --- the paired bootstrap -------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Difference(Interval):
+    """A difference A - B with its interval and the bootstrap p-value of no difference."""
+
+    p_value: float | None = None
+
+
+def bootstrap_p_value(samples: np.ndarray) -> float | None:
+    """Two-sided p-value of "the difference is 0" from its bootstrap distribution: twice the smaller
+    share of resamples at or beyond 0 on either side, each count and the total plus one (so it is
+    never 0), at most 1. None without a defined resample."""
+    s = samples[np.isfinite(samples)]
+    if not len(s):
+        return None
+    tail = min(np.count_nonzero(s <= 0), np.count_nonzero(s >= 0))
+    return min(1.0, 2 * (tail + 1) / (len(s) + 1))
+
+
 def _finish(estimate: float, samples: np.ndarray, units: int, intervals: IntervalSpec, method: str,
-            bounds: Any) -> Interval:
+            bounds: Any) -> Difference:
     """The percentile interval of the difference, or `bounds()` (the sides' intervals' difference)
-    when every resample gives one value."""
+    when every resample gives one value; with the p-value of the resamples."""
     low, high = percentile_bounds(samples, intervals.confidence, units)
+    p = bootstrap_p_value(samples)
     if low == high or low != low:
         a, b = bounds()
         lo = None if a.low is None or b.high is None else a.low - b.high
         hi = None if a.high is None or b.low is None else a.high - b.low
-        return Interval(estimate, lo, hi, BOUNDS, intervals.confidence)
-    return Interval(estimate, low, high, method, intervals.confidence, intervals.resamples)
+        return Difference(estimate, lo, hi, BOUNDS, intervals.confidence, p_value=p)
+    return Difference(estimate, low, high, method, intervals.confidence, intervals.resamples, p_value=p)
 
 
 def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Ratio], paired: bool,
-                      intervals: IntervalSpec) -> Interval:
+                      intervals: IntervalSpec) -> Difference:
     """A - B of one metric over units (aligned by position when `paired`)."""
     va, vb = ratio(a), ratio(b)
     if va is None or vb is None:
-        return Interval(None)
+        return Difference(None)
     estimate = va - vb
     iters, rng = intervals.resamples, np.random.default_rng(intervals.seed)
     if paired:
@@ -142,12 +181,12 @@ def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Rat
 
 
 def pm_difference(spec: registry.Metric, a: tuple[Sequence[Ratio], Sequence[Ratio]],
-                  b: tuple[Sequence[Ratio], Sequence[Ratio]], paired: bool, intervals: IntervalSpec) -> Interval:
+                  b: tuple[Sequence[Ratio], Sequence[Ratio]], paired: bool, intervals: IntervalSpec) -> Difference:
     """PM(A) - PM(B); `a` and `b` are (propensity units, prefix units). The propensity units are
     resampled together across the models when `paired`, the prefix units always are."""
     pa, pb = pm(ratio(a[0]), ratio(a[1])), pm(ratio(b[0]), ratio(b[1]))
     if pa is None or pb is None:
-        return Interval(None)
+        return Difference(None)
     estimate = pa - pb
     iters, rng = intervals.resamples, np.random.default_rng(intervals.seed)
     if paired:
@@ -212,12 +251,12 @@ def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], intervals: IntervalS
     rows = []
     settings = [s for s in a.units if s in b.units]
 
-    def row(setting: str, metric: str, va, vb, iv: Interval, paired: bool, units: int) -> ComparisonRow:
+    def row(setting: str, metric: str, va, vb, iv: Difference, paired: bool, units: int) -> ComparisonRow:
         lo, hi = iv.low, iv.high
         significant = lo is not None and hi is not None and (lo > 0 or hi < 0)
         return ComparisonRow(a.model, a.revision, b.model, b.revision, a.corpus, setting, metric, va, vb,
                              iv.estimate, lo, hi, significant, iv.method, paired, units, intervals.confidence,
-                             iv.resamples)
+                             iv.resamples, p_value=iv.p_value)
 
     for s in settings:
         for spec in registry.for_setting(s):
@@ -259,6 +298,20 @@ def rank(rows: Sequence[ComparisonRow]) -> None:
         r.rank_b = 1 + counts[(r.model_b, r.revision_b)]
 
 
+def adjust(comparisons: Comparisons) -> None:
+    """Fill every row's p_adjusted (Benjamini-Hochberg over the rows with a p-value: `ADJUSTMENT`) and
+    significant_adjusted (significant, and p_adjusted at most 1 - confidence)."""
+    rows = [r for r in comparisons.rows if r.p_value is not None]
+    if not rows:
+        return
+    from scipy.stats import false_discovery_control  # imported here: only reports with comparisons need it
+
+    alpha = 1 - comparisons.confidence
+    for r, q in zip(rows, false_discovery_control([r.p_value for r in rows], method="bh")):
+        r.p_adjusted, r.adjustment, r.adjusted_over = float(q), ADJUSTMENT, len(rows)
+        r.significant_adjusted = r.significant and r.p_adjusted <= alpha
+
+
 def compare_arms(arms: Sequence[Arm], pm_metrics: Sequence[str], intervals: IntervalSpec,
                  pairing: str = "all") -> Comparisons:
     """Every selected pair of arms of one corpus label compared; pairs that cannot be paired refused."""
@@ -270,6 +323,7 @@ def compare_arms(arms: Sequence[Arm], pm_metrics: Sequence[str], intervals: Inte
             continue
         out.rows += compare_pair(a, b, pm_metrics, intervals)
     rank(out.rows)
+    adjust(out)
     return out
 
 
@@ -309,4 +363,5 @@ def compare_results(results: Sequence[CorpusResult], pm_metrics: Sequence[str], 
         if rx.corpus == ry.corpus:
             why = pairing_problem(arm(rx), arm(ry)) or "they are reported apart"
             out.refused.append(f"runs of {x} and {y} are not compared on shared prompts: {why}")
+    adjust(out)  # over every row of the report: the number of comparisons a reader sees in comparisons.csv
     return out if out.rows or out.refused else None

@@ -8,7 +8,8 @@ links to its tables and generations in `report.html`.
 The page is made from plain inputs, so any caller can lay out its own numbers: the leaderboard rows
 (dicts holding `model`, `revision` and the columns), the names of the columns to show (a value column
 `X` with its interval in `X_low` and `X_high` when the rows have them) and the comparison rows
-(`model_a`, `model_b`, `corpus`, `setting`, `metric`, `diff`, `low`, `high`, `significant`, `method`).
+(`model_a`, `model_b`, `corpus`, `setting`, `metric`, `diff`, `low`, `high`, `significant`, `method`, and
+`significant_adjusted`, `adjustment`, `adjusted_over` when the flags were adjusted for the number of comparisons).
 Everything printed goes through the report's escaping Jinja environment (`report.html`): names,
 corpus labels and revisions can only appear as text.
 """
@@ -110,6 +111,7 @@ class ComparisonView:
     interval: str
     significant: bool | None
     method: str
+    significant_adjusted: bool | None   #: the flag adjusted for the number of comparisons (None: not adjusted)
 
 
 def _number(v: Any) -> float | None:
@@ -148,10 +150,17 @@ def _comparison(c: Mapping[str, Any]) -> ComparisonView:
     diff, low, high = (_number(c.get(k)) for k in ("diff", "low", "high"))
     metric = str(c.get("metric", ""))
     interval = registry.UNDEFINED.table if low is None or high is None else f"[{fmt_value(low)}, {fmt_value(high)}]"
-    sig = c.get("significant")
+    sig, adj = c.get("significant"), c.get("significant_adjusted") if c.get("adjustment") else None
     return ComparisonView(who("a"), who("b"), str(c.get("corpus", "")), str(c.get("setting", "")),
                          metric, fmt_value(diff), interval, sig if isinstance(sig, bool) else None,
-                         str(c.get("method") or ""))
+                         str(c.get("method") or ""), adj if isinstance(adj, bool) else None)
+
+
+def adjustment_note(comparisons: Sequence[Mapping[str, Any]]) -> str:
+    """How the comparisons' adjusted flags were made, e.g. "benjamini-hochberg over 60 comparisons"
+    ("" when none was adjusted)."""
+    made = sorted({(str(c["adjustment"]), int(c.get("adjusted_over") or 0)) for c in comparisons if c.get("adjustment")})
+    return "; ".join(f"{name} over {n} comparisons" for name, n in made)
 
 
 @dataclass(frozen=True)
@@ -160,12 +169,14 @@ class LeaderboardPage:
     columns: list[PageColumn]
     rows: list[PageRow]
     comparisons: list[ComparisonView]
+    adjustment: str                         #: `adjustment_note` of the comparisons
     corpora: list[str]
     settings: list[str]
     report_href: str
     links: tuple[tuple[str, str], ...]
     version: str
     confidence: str = percent(CONFIDENCE)   #: the intervals' confidence level, e.g. "95%"
+    alpha: str = percent(1 - CONFIDENCE)    #: the false discovery rate the adjusted flags keep, e.g. "5%"
 
 
 def page_view(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], comparisons: Sequence[Mapping[str, Any]] = (),
@@ -190,8 +201,9 @@ def page_view(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], compari
     comps = [_comparison(c) for c in comparisons]
     corpora = sorted({c.corpus for c in cols if c.corpus} | {c.corpus for c in comps if c.corpus})
     settings = [s for s in SETTINGS if any(c.setting == s for c in cols) or any(c.setting == s for c in comps)]
-    return LeaderboardPage(title, cols, page_rows, comps, corpora, settings, report_href or "",
-                           REPORT_LINKS if report_href else (), __version__, percent(confidence))
+    return LeaderboardPage(title, cols, page_rows, comps, adjustment_note(comparisons), corpora, settings,
+                           report_href or "", REPORT_LINKS if report_href else (), __version__, percent(confidence),
+                           percent(1 - confidence))
 
 
 def render_page(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], comparisons: Sequence[Mapping[str, Any]] = (),

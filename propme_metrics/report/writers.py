@@ -124,19 +124,20 @@ def shown_comparisons(comparisons: Comparisons) -> list[ComparisonRow]:
 
 
 def comparison_cells(r: ComparisonRow) -> list[str]:
-    """model A, model B, setting, metric, A, B, A - B [interval], significant, ranks, method: table text."""
+    """model A, model B, setting, metric, A, B, A - B [interval], significant, significant after adjustment,
+    ranks, method: table text."""
     label = r.metric if not r.metric.startswith("pm_") else "PM " + registry.LABELS[r.metric[3:]]
     label = registry.LABELS.get(r.metric, label)
     return [_who(r.model_a, r.revision_a), _who(r.model_b, r.revision_b), r.setting, label,
             fmt_value(r.value_a, r.metric), fmt_value(r.value_b, r.metric), fmt_interval(r.diff, r.low, r.high, r.metric),
-            "yes" if r.significant else "no", f"{r.rank_a} / {r.rank_b}",
+            "yes" if r.significant else "no", "yes" if r.significant_adjusted else "no", f"{r.rank_a} / {r.rank_b}",
             r.method + ("" if r.paired else " (unpaired)")]
 
 
 def comparison_heads(comparisons: Comparisons) -> list[str]:
     """The comparison tables' column heads (`comparison_cells`), the interval's confidence in its head."""
     return ["model A", "model B", "setting", "metric", "A", "B", f"A - B [{percent(comparisons.confidence)}]",
-            "significant", "rank A / B", "method"]
+            "significant", "significant (adjusted)", "rank A / B", "method"]
 
 
 def _who(model: str, revision: str) -> str:
@@ -156,7 +157,10 @@ def comparisons_markdown(comparisons: Comparisons | None) -> list[str]:
         return []
     lines = ["## Paired comparisons", "",
              f"A - B on the same prompts, {percent(comparisons.confidence)} paired bootstrap (prompts resampled jointly for both models); "
-             "significant: the interval excludes 0. Rank: 1 + the models significantly lower (lower leaks less; "
+             "significant: the interval excludes 0; significant (adjusted): also after adjusting for the "
+             f"{comparisons.tests} comparisons of comparisons.csv ({comparisons.adjustment}: the expected share of "
+             f"false discoveries among the flagged rows is at most {percent(1 - comparisons.confidence)}). "
+             "Rank: 1 + the models significantly lower (lower leaks less; "
              f"pairs: {comparisons.pairing}). Headline metrics here; every metric is in comparisons.csv.", ""]
     shown = shown_comparisons(comparisons)
     if shown:

@@ -134,3 +134,74 @@ def test_comparison_expansion_counts_the_prompts_where_a_model_has_an_event():
     assert tail < expanded_alpha(0.95, 100) / 2
     low, high = np.quantile(ra - rb, [tail, 1 - tail])
     assert (iv.low, iv.high) == (pytest.approx(low), pytest.approx(high))
+
+
+# --- comparisons that survive many tests (Benjamini-Hochberg) -------------------------------------------
+
+def _brute_bh(p_values: list[float], alpha: float) -> list[bool]:
+    """The step-up procedure as Benjamini and Hochberg (1995) state it: reject the k smallest p-values,
+    k the largest rank with p_(k) <= k alpha / m."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    k = max((rank for rank, i in enumerate(order, 1) if p_values[i] <= rank * alpha / m), default=0)
+    rejected = set(order[:k])
+    return [i in rejected for i in range(m)]
+
+
+def test_bootstrap_p_value_counts_both_tails():
+    from propme_metrics.metrics.compare import bootstrap_p_value
+
+    s = np.array([-0.1] * 3 + [0.0] * 2 + [0.2] * 95)  # 5 of 100 resamples at or below 0
+    assert bootstrap_p_value(s) == pytest.approx(2 * (5 + 1) / 101)
+    assert bootstrap_p_value(-s) == pytest.approx(2 * 6 / 101)      # symmetric
+    assert bootstrap_p_value(np.zeros(50)) == 1.0                    # no difference: never below 1
+    assert bootstrap_p_value(np.full(9, 0.3)) == pytest.approx(2 / 10)  # never 0
+    assert bootstrap_p_value(np.array([np.nan, np.nan])) is None
+
+
+def test_adjusted_flags_are_benjamini_hochberg_over_every_row():
+    from propme_metrics.metrics.compare import ADJUSTMENT, Comparisons, adjust
+
+    rng = np.random.default_rng(4)
+    p = [float(x) for x in np.concatenate([rng.uniform(0, 0.004, 5), rng.uniform(0, 1, 40), [0.03, 0.045]])]
+    rows = [ComparisonRow("a", "", "b", "", "c", "generic", f"m{i}", 0.1, 0.0, 0.1, None, None,
+                          significant=q < 0.05, method=PAIRED, paired=True, units=100, p_value=q)
+            for i, q in enumerate(p)]
+    rows.append(ComparisonRow("a", "", "b", "", "c", "generic", "nvr", None, 0.0, None, None, None, False, "", True, 0))
+    comparisons = Comparisons(rows=rows)
+    adjust(comparisons)
+    expected = _brute_bh(p, 0.05)
+    assert [r.significant_adjusted for r in rows[:-1]] == expected
+    assert sum(expected) < sum(q < 0.05 for q in p)  # some rows flagged on their own do not survive
+    assert all(r.adjustment == ADJUSTMENT and r.adjusted_over == len(p) for r in rows[:-1])
+    assert comparisons.tests == len(p)
+    undefined = rows[-1]  # no p-value: not counted, not flagged
+    assert undefined.p_adjusted is None and not undefined.significant_adjusted and undefined.adjustment == ""
+    # the adjusted p-values: min over j >= rank of m p_(j) / j, at most 1
+    m, order = len(p), sorted(range(len(p)), key=lambda i: p[i])
+    for pos, i in enumerate(order):
+        want = min(1.0, min(m * p[j] / (k + 1) for k, j in enumerate(order) if k >= pos))
+        assert rows[i].p_adjusted == pytest.approx(want)
+
+
+def test_an_adjusted_flag_needs_the_rows_own_flag():
+    from propme_metrics.metrics.compare import Comparisons, adjust
+
+    # a tiny p-value whose (bounds) interval includes 0: not significant, so not significant after adjustment
+    row = ComparisonRow("a", "", "b", "", "c", "generic", "fmr", 0.0, 0.0, 0.0, -0.01, 0.02, False, BOUNDS, True,
+                        100, p_value=0.001)
+    adjust(Comparisons(rows=[row]))
+    assert row.p_adjusted == pytest.approx(0.001) and not row.significant_adjusted
+
+
+def test_compared_arms_carry_p_values_and_adjusted_flags():
+    # model A: 40 generic hits of 100 prompts on every metric; B: none (a clear difference everywhere);
+    # two revisions of A alike (no difference anywhere)
+    a, b, c = _arm("A", "r1", 50, 40), _arm("A", "r2", 50, 40), _arm("B", "", 50, 0)
+    out = compare_arms([a, b, c], [], IntervalSpec(500, 0))
+    ac = next(r for r in out.rows if (r.revision_a, r.model_b, r.setting, r.metric) == ("r1", "B", "generic", "fmr"))
+    assert ac.significant and ac.significant_adjusted and ac.p_value == pytest.approx(2 / 501)
+    ab = next(r for r in out.rows if (r.revision_a, r.revision_b, r.setting, r.metric) == ("r1", "r2", "generic", "fmr"))
+    assert not ab.significant and not ab.significant_adjusted and ab.p_value == 1.0
+    assert all(r.adjusted_over == out.tests for r in out.rows if r.p_value is not None)
+    assert out.tests == len(out.rows) and all(r.p_adjusted >= r.p_value for r in out.rows)

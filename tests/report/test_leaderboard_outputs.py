@@ -187,6 +187,17 @@ def test_comparisons_written_everywhere(three):
     assert len(_csv(rep.comparisons_csv)) == len(rows)
     md = rep.leaderboard_md.read_text()
     assert "## Paired comparisons" in md and "A - B [95%]" in md
+    # two checkpoints and a second model: every row also carries the flag adjusted for the number of rows
+    tested = [r for r in rows if r["p_value"] is not None]
+    assert tested and all(r["adjustment"] == "benjamini-hochberg" and r["adjusted_over"] == len(tested)
+                          and r["p_adjusted"] >= r["p_value"] for r in tested)
+    assert all(r["significant"] or not r["significant_adjusted"] for r in rows)
+    # 300 resamples: no p-value is below 2/301, too coarse for hundreds of rows to survive the adjustment
+    assert sum(r["significant_adjusted"] for r in rows) <= sum(r["significant"] for r in rows)
+    assert f"adjusting for the {len(tested)} comparisons" in md and "benjamini-hochberg" in md
+    assert "| significant | significant (adjusted) |" in md
+    page = rep.leaderboard_html.read_text()
+    assert "significant (adjusted)" in page and f"benjamini-hochberg over {len(tested)} comparisons" in page
     buf = io.StringIO()
     print_summary(rep, Console(file=buf, width=250, color_system=None))
     assert "Paired comparisons" in buf.getvalue()
