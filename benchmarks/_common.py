@@ -11,6 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def commit() -> str:
+    """The short hash of the checked-out commit, for a run's header ('?' where git cannot tell)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(__file__)).stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
 def parse_size(text: str) -> int:
     """'10M' -> 10,000,000; '1B' (or '1G') -> 10^9; a plain number as it is."""
     text = text.strip().upper()

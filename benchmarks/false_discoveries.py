@@ -20,14 +20,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+from _common import commit
 
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.compare import PAIRED, ComparisonRow, Comparisons, adjust, metric_difference
+from propme_metrics.metrics.compare import ComparisonRow, Comparisons, adjust, metric_difference
 from propme_metrics.metrics.pm import IntervalSpec
 from propme_metrics.metrics.ratio import Ratio
 
@@ -85,12 +85,7 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples per row (the default's)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(__file__)).stdout.strip()
-    except OSError:
-        commit = "?"
-    print(f"commit {commit}; reps {args.reps}, {args.comparisons} comparisons, {args.prompts} prompts, rate "
+    print(f"commit {commit()}; reps {args.reps}, {args.comparisons} comparisons, {args.prompts} prompts, rate "
           f"{args.rate}, resamples {args.resamples}, seed {args.seed}; load {os.getloadavg()[0]:.1f}; "
           f"python {sys.version.split()[0]}")
     start = time.perf_counter()

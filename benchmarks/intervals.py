@@ -28,11 +28,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+from _common import commit
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import metric_difference, pm_difference
@@ -155,12 +155,7 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(__file__)).stdout.strip()
-    except OSError:
-        commit = "?"
-    print(f"commit {commit}; reps {args.reps}, resamples {args.resamples}, seed {args.seed}; "
+    print(f"commit {commit()}; reps {args.reps}, resamples {args.resamples}, seed {args.seed}; "
           f"load {os.getloadavg()[0]:.1f}; python {sys.version.split()[0]}")
     start, cpu = time.perf_counter(), time.process_time()
     print("\nProportions (exact): coverage of the 95% interval; * outside 93-97% (rate 0 is one-sided: not marked)")
