@@ -84,15 +84,31 @@ def _describe_conflict(a: ComparableTasks, b: ComparableTasks) -> str:
     return f"corpus '{a.corpus}' mixes runs that cannot be compared"
 
 
+def _new_group(task: RunTask, groups: list[ComparableTasks]) -> ComparableTasks:
+    group = ComparableTasks(task.corpus, task.index_identity, {}, [], limit=task.limit,
+                            chat_template_sha=task.chat_template_sha)
+    groups.append(group)
+    return group
+
+
 def group_tasks(tasks: list[RunTask], separate: bool) -> list[ComparableTasks]:
+    """The tasks in groups that can be reported together (`ComparableTasks`), labelled. A model's
+    tasks of one corpus (one revision and --limit) stay together: into the first group that takes
+    all of them, else into a group of their own, so a model that ran another prompt set for one
+    setting is reported whole beside the others (and the pairing refused, saying the sets differ),
+    not split into parts that each lack a setting. Only a task its own model's group does not take
+    (another index or tracing settings) goes elsewhere."""
     groups: list[ComparableTasks] = []
+    units: dict[tuple[str, str, str, float | None], list[RunTask]] = {}
     for task in tasks:
-        group = next((g for g in groups if g.corpus == task.corpus and g.accepts(task)), None)
-        if group is None:
-            group = ComparableTasks(task.corpus, task.index_identity, {}, [], limit=task.limit,
-                                    chat_template_sha=task.chat_template_sha)
-            groups.append(group)
-        group.add(task)
+        units.setdefault((task.corpus, task.model, task.revision, task.limit), []).append(task)
+    for unit in units.values():
+        home = next((g for g in groups if g.corpus == unit[0].corpus and all(g.accepts(t) for t in unit)), None)
+        home = home or _new_group(unit[0], groups)
+        for task in unit:
+            group = home if home.accepts(task) else next(
+                (g for g in groups if g.corpus == task.corpus and g.accepts(task)), None) or _new_group(task, groups)
+            group.add(task)
     by_corpus: dict[str, list[ComparableTasks]] = {}
     for g in groups:
         by_corpus.setdefault(g.family, []).append(g)

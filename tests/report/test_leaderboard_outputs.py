@@ -212,3 +212,19 @@ def test_propme_compare_and_its_refusal(three, tmp_path, capsys):
     assert main(["compare", str(runs[0]), str(other), "--out", str(tmp_path / "cmp2"), "--bootstrap", "100"]) == 2
     err = capsys.readouterr().err
     assert "nothing to compare on shared prompts" in err and "prompt sets" in err
+
+
+def test_compare_of_a_smaller_prompt_set_for_one_setting_says_the_sets_differ(tmp_path, cli_run):
+    """B ran 60 of A's 100 generic prompts and all of its prefix prompts: the prompt sets differ, said
+    with their counts; B is reported whole (its PM from its own prefix run), nothing called missing."""
+    a = write_run(tmp_path / "a", DFM, "", stage1_settings()).parent
+    settings = stage1_settings()
+    settings["generic"] = settings["generic"][:60]
+    b = write_run(tmp_path / "b", COMMA, "", settings).parent
+    code, _, err = cli_run("compare", a, b, "--out", tmp_path / "cmp", "--bootstrap", 100)
+    assert code == 2 and "nothing to compare on shared prompts" in err
+    assert "different generic prompt sets (100 and 60 prompts, 60 in common)" in " ".join(err.split())
+    assert "missing" not in err
+    rep = build_report([a, b], tmp_path / "rep", bootstrap=50, plots=False, html=False, separate=True)
+    pm = {r.model: r.pm for r in rep.results}
+    assert set(pm) == {DFM, COMMA} and all(pm.values())
