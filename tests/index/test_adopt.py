@@ -121,6 +121,20 @@ def test_adopted_traces_equal_propme_own_build(corpus, ig_two, adopted_two, gpt2
     assert index_source_counts(adopted_two).sources == IndexManifest.read(own).source_counts
 
 
+def test_propme_trace_on_an_adopted_index_writes_the_own_build_traces(corpus, adopted_two, tmp_path, gpt2_dir, cli_run):
+    import json
+
+    own = _own(corpus, tmp_path / "own", gpt2_dir, num_shards=2)
+    inp = write_jsonl(tmp_path / "g.jsonl", [{"id": str(i), "completion": t} for i, t in enumerate(_generations(corpus, 8))])
+    rows = {}
+    for name, index in (("adopted", adopted_two), ("own", own)):
+        code, _, err = cli_run("trace", "--index", index, "--input", inp, "--out", tmp_path / f"{name}.jsonl",
+                               "--summary", tmp_path / f"{name}.json", "--quiet")
+        assert code == 0, err
+        rows[name] = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+    assert len(rows["adopted"]) == 8 and rows["adopted"] == rows["own"]
+
+
 def test_adopted_wide_index_without_metadata_computes_what_is_missing(corpus, ig_wide, gpt2_dir, tmp_path, cli_run):
     before = _snapshot(ig_wide)
     code, out, err = cli_run("index", "adopt", ig_wide, "--tokenizer", gpt2_dir, "--out", tmp_path / "a", "--quiet")
@@ -204,6 +218,22 @@ def test_the_wrong_tokenizer_is_refused(ig_two, tmp_path, cli_run):
     small = word_level_tokenizer(tmp_path / "words", 300)
     code, _, err = cli_run("index", "adopt", ig_two, "--tokenizer", small, "--out", tmp_path / "a", "--quiet")
     assert code == 2 and "another tokenizer" in err, err
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_tokenizer_of_the_same_size_that_numbers_pieces_otherwise_is_refused(ig_two, gpt2_dir, tmp_path, cli_run):
+    """GPT-2's pieces and merges with every id but the last moved by 1,000: the ids fit, the texts do not."""
+    import json
+
+    data = json.loads((gpt2_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    last = max(data["model"]["vocab"].values())
+    data["model"]["vocab"] = {p: i if i == last else (i + 1000) % last for p, i in data["model"]["vocab"].items()}
+    other = tmp_path / "shifted"
+    other.mkdir()
+    (other / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    shutil.copy(gpt2_dir / "tokenizer_config.json", other / "tokenizer_config.json")
+    code, _, err = cli_run("index", "adopt", ig_two, "--tokenizer", other, "--out", tmp_path / "a", "--quiet")
+    assert code == 2 and "does not reproduce the tokens" in err, err
     assert not (tmp_path / "a").exists()
 
 
