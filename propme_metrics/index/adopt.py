@@ -131,6 +131,36 @@ def adopt_index(ig_dirs: str | Path | list[str | Path], out: str | Path, tokeniz
     tok = load_tokenizer(tokenizer, tokenizer_revision)
     plan = _Adoption(igs, out, tokenizer, tokenizer_revision, tok, max_token_id(tok), 0, shards,
                      source_field or DEFAULT_SOURCE_FIELD)
+    referred = {shard_file("", kind, s.id).name: s.path(kind) for s in plan.shards for kind in s.files}
+    recorded = {name: {"bytes": p.stat().st_size, ALGORITHM: None, "sample": sampled_digest(p)}
+                for name, p in referred.items()}
+    params = {"adopted_from": [str(d) for d in igs], "files": {n: {"bytes": r["bytes"], "sample": r["sample"]}
+                                                               for n, r in recorded.items()},
+              "tokenizer": {"name": tokenizer, "revision": tokenizer_revision, "sha256": tokenizer_hash(tok)},
+              "source_field": plan.source_field}
+    params_hash = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+    work = staging_dir(out)
+    with write_errors(work), build_lock(out):
+        recover_interrupted_install(out, work)
+        existing = existing_index(out, params_hash, force)
+        if existing is not None:  # adopted already from these very files (sizes and sampled checksums)
+            return existing
+        finished = finished_build(work, params_hash)
+        if finished is not None:
+            install(work, out)
+            return finished
+        _check(plan, explicit_source_field=source_field is not None)
+        plan.check("checksums", f"sampled blocks of {len(recorded)} files recorded (compared whenever the index "
+                                "opens)")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        manifest = _write(plan, work, referred, recorded, params_hash, progress)
+        install(work, out)
+    return manifest
+
+
+def _check(plan: _Adoption, explicit_source_field: bool) -> None:
+    """Every check of the folders (the token width first: the others read the files with it)."""
     plan.width = _token_width(plan)
     offsets, pairs = np.sum([_check_shard(plan, shard) for shard in plan.shards], axis=0).tolist()
     plan.check("shards", f"{len(plan.shards)} shard(s) 0..{len(plan.shards) - 1}, each with tokenized, table and "
@@ -141,31 +171,8 @@ def adopt_index(ig_dirs: str | Path | list[str | Path], out: str | Path, tokeniz
     plan.check("unigram counts", "every position counted once, one separator per document, no id above the "
                                  "tokenizer's" + (f" (computed from tokenized.N of shard(s) {computed})" if computed else ""))
     plan.check("suffix array", f"{pairs:,} sampled adjacent pairs in order")
-    _check_metadata(plan, explicit=source_field is not None)
+    _check_metadata(plan, explicit=explicit_source_field)
     _check_tokenizer(plan)
-    referred = {shard_file("", kind, s.id).name: s.path(kind) for s in plan.shards for kind in s.files}
-    recorded = {name: {"bytes": p.stat().st_size, ALGORITHM: None, "sample": sampled_digest(p)}
-                for name, p in referred.items()}
-    plan.check("checksums", f"sampled blocks of {len(recorded)} files recorded (compared whenever the index opens)")
-    params = {"adopted_from": [str(d) for d in igs], "files": {n: {"bytes": r["bytes"], "sample": r["sample"]} for n, r in recorded.items()},
-              "tokenizer": {"name": tokenizer, "revision": tokenizer_revision, "sha256": tokenizer_hash(tok)},
-              "token_width": plan.width, "source_field": plan.source_field}
-    params_hash = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
-    work = staging_dir(out)
-    with write_errors(work), build_lock(out):
-        recover_interrupted_install(out, work)
-        existing = existing_index(out, params_hash, force)
-        if existing is not None:
-            return existing
-        finished = finished_build(work, params_hash)
-        if finished is not None:
-            install(work, out)
-            return finished
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        manifest = _write(plan, work, referred, recorded, params_hash, progress)
-        install(work, out)
-    return manifest
 
 
 def _check_folders(ig: Path, out: Path) -> None:
