@@ -19,7 +19,8 @@ on a zero denominator). Intervals carry the method that made them:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache
 from dataclasses import asdict, dataclass, replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING
@@ -194,11 +195,17 @@ def joint_ratios(stats: Sequence[Sequence[Ratio]], iters: int, rng: np.random.Ge
     n = len(stats[0])
     if not n:
         raise ValueError("cannot bootstrap a setting with no prompts")
+    return _joint_ratios_over(stats, resample_indices(n, iters, rng))
+
+
+def _joint_ratios_over(stats: Sequence[Sequence[Ratio]], draws: Iterable[np.ndarray]) -> list[np.ndarray]:
+    """`joint_ratios` over given resamples (chunks of index rows)."""
+    n = len(stats[0])
     if any(len(s) != n for s in stats):
         raise ValueError("paired unit lists must have one length")
     arrays = [_arrays(s) for s in stats]
     parts: list[list[np.ndarray]] = [[] for _ in stats]
-    for idx in resample_indices(n, iters, rng):
+    for idx in draws:
         for k, (num, den) in enumerate(arrays):
             parts[k].append(divide_arrays(num[idx].sum(axis=1), den[idx].sum(axis=1)))
     return [np.concatenate(p) for p in parts]
@@ -215,6 +222,23 @@ def resample_indices(n: int, iters: int, rng: np.random.Generator) -> Iterator[n
     chunk = max(1, _CHUNK_ENTRIES // n)
     for start in range(0, iters, chunk):
         yield rng.integers(0, n, size=(min(chunk, iters - start), n))
+
+
+@lru_cache(maxsize=1)
+def _one_chunk_of_draws(n: int, iters: int, seed: int) -> tuple[np.ndarray, ...]:
+    draws = tuple(resample_indices(n, iters, np.random.default_rng(seed)))
+    for idx in draws:
+        idx.setflags(write=False)  # shared by every interval that asks
+    return draws
+
+
+def _seeded_draws(n: int, iters: int, seed: int) -> Iterable[np.ndarray]:
+    """`resample_indices` of a fresh generator seeded with `seed`. When they fit one chunk they are
+    drawn once and kept: the intervals of one table (a leak table's sources) resample the same units
+    with the same seed, and drawing is half of each one's cost."""
+    if n * iters <= _CHUNK_ENTRIES:
+        return _one_chunk_of_draws(n, iters, seed)
+    return resample_indices(n, iters, np.random.default_rng(seed))
 
 
 def _t_quantile(z: float, df: int) -> float:
@@ -275,7 +299,7 @@ def bootstrap_metric(stats: Sequence[Ratio], intervals: IntervalSpec = IntervalS
         return Interval(estimate, 0.0, unit_max, ONE_UNIT, confidence)
     if len({s.numerator / s.denominator for s in stats if s.denominator > 0}) == 1:  # every resample alike
         return Interval(estimate, *uniform_bounds(estimate, len(stats), unit_max, confidence), UNIFORM, confidence)
-    samples = _resampled_ratios(stats, intervals.resamples, np.random.default_rng(intervals.seed))
+    samples = _joint_ratios_over([stats], _seeded_draws(len(stats), intervals.resamples, intervals.seed))[0]
     low, high = percentile_bounds(samples, confidence, informative_units(stats))
     return Interval(estimate, low, high, PERCENTILE, confidence, intervals.resamples)
 

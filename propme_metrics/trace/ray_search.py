@@ -129,7 +129,7 @@ def _tracer_class():
             self._ray = connect(address)
             self._n_actors = actors
             super().__init__(index, config)
-            _ = self._logprob  # computed once here, not raced by tracing threads
+            self.warm()  # the actors start now, and nothing lazy is raced by tracing threads
 
         def _open_search(self) -> RaySearch:
             return RaySearch(self.index, self._ray, self._n_actors)

@@ -118,29 +118,46 @@ class Tracer:
 
     def __init__(self, index: Index | str | Path, config: TraceConfig | None = None):
         self.index = index if isinstance(index, Index) else open_index(index)
-        self.search = self._open_search()
         self.config = config or TraceConfig()
         self.index.check_tokenizer()
         backend = self.index.backend
         self._separator = self.index.separator
         self._log_total = math.log(self.index.total_positions)
         self._backend = backend
-        self._decoder = TokenDecoder(backend)
         self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
-        self._word_initial = self._word_initial_ids(backend)
+        # the search, the byte table and the word starts are built on first use: a job whose
+        # generations are all empty needs none of them
+        self._warm = False
+
+    def warm(self) -> None:
+        """Build now what tracing builds on first use (before forking workers, or sharing the tracer
+        between threads)."""
+        for name in ("search", "_decoder", "_word_initial", "_logprob"):
+            getattr(self, name)
+        self._warm = True
+
+    @cached_property
+    def search(self) -> IndexSearch:
+        return self._open_search()
 
     def _open_search(self) -> IndexSearch:
         """Where the suffix arrays are searched: this process (a cluster backend overrides it)."""
         return self.index.search
 
-    def _word_initial_ids(self, backend) -> bytes:
+    @cached_property
+    def _decoder(self) -> TokenDecoder:
+        return TokenDecoder(self._backend)
+
+    @cached_property
+    def _word_initial(self) -> bytes:
         """1 at each id whose surface form begins with the space marker (docs/method.md, word starts): the
         stored word starts without the newline pieces (a newline is no space marker); one byte per id."""
         newline = ("Ċ", "<0x0A>", "<0x0D>", "\n")
         starts = self.index.word_starts.tolist()
         mask = bytearray(max(starts, default=-1) + 1)  # an id past the end is no word start
+        id_to_token = self._backend.id_to_token
         for i in starts:
-            if not (backend.id_to_token(i) or "").startswith(newline):
+            if not (id_to_token(i) or "").startswith(newline):
                 mask[i] = 1
         return bytes(mask)
 
@@ -325,7 +342,11 @@ class Tracer:
         return TraceRunner(self, jobs, workers)
 
     def safe_trace_one(self, text: str, key: str = "", continuation: str | None = None) -> TraceResult:
-        """`trace_one` that records a failure in `error` instead of raising (one bad generation never loses a run)."""
+        """`trace_one` that records a failure in `error` instead of raising (one bad generation never loses a run).
+        What tracing opens on first use (the shards, the byte table) is opened outside that: a broken
+        index raises, as it would have when the tracer was made."""
+        if not self._warm and has_text(text):
+            self.warm()
         try:
             return self.trace_one(text, key, continuation)
         except Exception as exc:  # deliberately broad: the failure is kept and reported, not hidden
@@ -544,37 +565,79 @@ def _work(job: tuple[str, str, str | None]) -> TraceResult:
     return _WORKER.safe_trace_one(*job)
 
 
+#: a batch given workers is traced in this process for up to this many seconds first; workers are
+#: forked for the rest only when it would take longer than WORKERS_PAY_AFTER seconds more at the rate
+#: measured: forking, sending results back and the parent's idle wait cost more than a short rest saves
+PROBE_SECONDS = 0.2
+WORKERS_PAY_AFTER = 0.4
+#: a generation's weight in the estimate of the rest: its characters and a few more for the fixed part
+_FIXED_CHARS = 8
+
+
+def _weight(job: tuple[str, str, str | None]) -> int:
+    return len(job[0]) + _FIXED_CHARS
+
+
 class TraceRunner:
     """Iterates the results of `jobs` in input order, in this process or in forked workers.
 
-    Workers inherit the opened tracer (memory maps are shared, nothing is reopened); each result
-    depends on its own input only, so any number of workers gives the same results. A worker that
-    dies (killed, out of memory) ends the iteration with TraceWorkerError instead of a hang."""
+    With workers, the first jobs are traced here for up to PROBE_SECONDS; the rest goes to workers
+    only when it pays (WORKERS_PAY_AFTER), so a small job is traced in this process alone. Workers
+    inherit the opened, warmed tracer (memory maps are shared, nothing is reopened); each result
+    depends on its own input only, so any number of workers, and any split, gives the same results.
+    A worker that dies (killed, out of memory) ends the iteration with TraceWorkerError instead of
+    a hang."""
 
     def __init__(self, tracer: Tracer, jobs: list[tuple[str, str, str | None]], workers: int):
         self.tracer, self.jobs, self.workers, self.pool, self.results = tracer, jobs, workers, None, None
+        self.probed: list[TraceResult] = []
 
     def __enter__(self) -> TraceRunner:
         if self.workers > 1 and len(self.jobs) > 1:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
-            global _WORKER
-            _WORKER = self.tracer
-            self.pool = ProcessPoolExecutor(min(self.workers, len(self.jobs)), mp_context=mp.get_context("fork"),
-                                            initializer=_init_worker, initargs=(os.getpid(),))
-            # objects alive now are never collected by the workers: their garbage collector leaves
-            # them alone instead of walking them (which copies every inherited page it touches)
-            gc.freeze()
-            try:  # the first submission forks every worker, before the executor starts its thread
-                self.results = self.pool.map(_work, self.jobs, chunksize=max(1, min(8, len(self.jobs) // (8 * self.workers))))
-            finally:
-                gc.unfreeze()
+            self._probe()
+            rest = self.jobs[len(self.probed):]
+            if len(rest) > 1 and self._pays(rest):
+                self._fork(rest)
         return self
 
+    def _probe(self) -> None:
+        """Trace jobs here, in order, until PROBE_SECONDS have passed or none is left."""
+        started = time.perf_counter()
+        for job in self.jobs:
+            if time.perf_counter() - started >= PROBE_SECONDS:
+                break
+            self.probed.append(self.tracer.safe_trace_one(*job))
+        self._probe_seconds = time.perf_counter() - started
+
+    def _pays(self, rest: list[tuple[str, str, str | None]]) -> bool:
+        """Whether the rest, at the probe's rate per weight, takes longer than WORKERS_PAY_AFTER
+        (nothing probed: it is not known, so it is taken to pay)."""
+        done = sum(map(_weight, self.jobs[:len(self.probed)]))
+        return not done or self._probe_seconds * sum(map(_weight, rest)) / done > WORKERS_PAY_AFTER
+
+    def _fork(self, rest: list[tuple[str, str, str | None]]) -> None:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        global _WORKER
+        self.tracer.warm()  # what the workers would each build lazily is built once, here, and inherited
+        _WORKER = self.tracer
+        workers = min(self.workers, len(rest))
+        self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"),
+                                        initializer=_init_worker, initargs=(os.getpid(),))
+        # objects alive now are never collected by the workers: their garbage collector leaves
+        # them alone instead of walking them (which copies every inherited page it touches)
+        gc.freeze()
+        try:  # the first submission forks every worker, before the executor starts its thread
+            self.results = self.pool.map(_work, rest, chunksize=max(1, min(8, len(rest) // (8 * workers))))
+        finally:
+            gc.unfreeze()
+
     def __iter__(self) -> Iterator[TraceResult]:
+        yield from self.probed
+        rest = self.jobs[len(self.probed):]
         if self.pool is None:
-            yield from (self.tracer.safe_trace_one(*job) for job in self.jobs)
+            yield from (self.tracer.safe_trace_one(*job) for job in rest)
             return
         from concurrent.futures.process import BrokenProcessPool
 

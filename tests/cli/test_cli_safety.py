@@ -77,6 +77,7 @@ def test_killed_worker_is_one_message_and_finished_results_resume(tmp_path, monk
     inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
     assert cli_run(*trace_args(synthetic_index, inp, tmp_path / "once"))[0] == 0
     monkeypatch.setattr(resume_module, "CHUNK_PER_WORKER", 1)
+    monkeypatch.setattr(tracer_module, "PROBE_SECONDS", 0.0)  # every generation to the workers, however few
     with monkeypatch.context() as m:
         m.setattr(tracer_module, "_work", _kill_worker_at_g5)
         code, _, err = cli_run(*trace_args(synthetic_index, inp, tmp_path / "twice", "--workers", "2"))

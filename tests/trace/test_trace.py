@@ -696,15 +696,58 @@ def test_snippet_shows_the_span(planted_index):
             assert d.metadata["id"] == d.source_id
 
 
-def test_results_identical_for_any_worker_count(tracer, synthetic_records):
+def _worker_texts(synthetic_records) -> list[str]:
     texts = [r["text"][i * 7:i * 7 + 300] for i, r in enumerate(synthetic_records[:18])]
-    texts += ["Zorblax quintessa flumphed the grindlewort.", ""]
+    return texts + ["Zorblax quintessa flumphed the grindlewort.", ""]
+
+
+class _Clock:
+    """A stand-in for the tracer module's `time`: perf_counter advances `step` seconds a call."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 0.0, step
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+    time = staticmethod(__import__("time").time)
+
+
+@pytest.mark.parametrize("split", ["all to workers", "probe then workers", "probe then here", "all here"])
+def test_results_identical_for_any_worker_count_and_split(tracer, synthetic_records, monkeypatch, split):
+    """With workers, the first generations are traced in the parent (the probe) and the rest by
+    forked workers only when that pays; every split gives the bytes of one process."""
+    import propme_metrics.trace.tracer as tracer_module
+
+    texts = _worker_texts(synthetic_records)
     keys = [f"k{i}" for i in range(len(texts))]
-    one = [json.dumps(r.to_dict(), ensure_ascii=False) for r in tracer.trace(texts, keys, workers=1)]
-    two = [json.dumps(r.to_dict(), ensure_ascii=False) for r in tracer.trace(texts, keys, workers=2)]
-    again = [json.dumps(r.to_dict(), ensure_ascii=False) for r in tracer.trace(texts, keys, workers=1)]
-    assert one == two == again
-    assert all('"error": null' in line for line in one)
+    one = [r.json_bytes() for r in tracer.trace(texts, keys, workers=1)]
+    # the clock advances 0.05 s a reading: the probe (0.2 s) traces 3 generations, unless it is 0
+    monkeypatch.setattr(tracer_module, "time", _Clock(0.05 if split != "all here" else 1e-6))
+    monkeypatch.setattr(tracer_module, "PROBE_SECONDS", 0.0 if split == "all to workers" else 0.2)
+    monkeypatch.setattr(tracer_module, "WORKERS_PAY_AFTER", 1e9 if split == "probe then here" else 0.0)
+    with tracer.runner(texts, keys, workers=2) as runner:
+        two = [r.json_bytes() for r in runner]
+        probed, forked = len(runner.probed), runner.pool is not None
+    assert (probed, forked) == {"all to workers": (0, True), "probe then workers": (3, True),
+                                "probe then here": (3, False), "all here": (len(texts), False)}[split]
+    assert one == two
+    assert all(b'"error":null' in line.replace(b" ", b"") for line in one)
+
+
+def test_a_tracer_builds_its_search_and_byte_table_only_for_text(synthetic_index, monkeypatch):
+    """Empty generations need no search, no byte table and no word starts; the first one with text
+    builds them all (outside the per-generation error handling: a broken index raises)."""
+    t = Tracer(synthetic_index)
+    lazy = ("search", "_decoder", "_word_initial")
+    assert [r.n_tokens for r in t.trace(["", "  ", "\n"])] == [0, 0, 0]
+    assert not any(name in vars(t) for name in lazy)
+    (r,) = t.trace([" kommunen besluttede"])
+    assert r.error is None and r.n_tokens > 0 and all(name in vars(t) for name in lazy)
+    monkeypatch.setattr(Tracer, "search", property(lambda self: 1 / 0))  # opening the shards fails
+    with pytest.raises(ZeroDivisionError):
+        Tracer(synthetic_index).trace(["some text"])
 
 
 def test_failures_are_recorded_not_raised(tracer, monkeypatch):
