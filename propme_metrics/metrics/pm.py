@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from functools import lru_cache
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
