@@ -27,6 +27,9 @@ from propme_metrics.trace.tracer import TRACE_RULES_VERSION, Tracer
 JOURNAL_FORMAT = "propme-trace-journal/1"
 #: generations traced between two journal writes, per worker (what an interruption can cost)
 CHUNK_PER_WORKER = 64
+#: the journal is forced to disk (fsync) at most this often: a killed process loses nothing written,
+#: a crash of the machine at most this much tracing more, and a short job waits for no disk flushes
+SYNC_SECONDS = 1.0
 
 
 def journal_path(out: Path) -> Path:
@@ -72,12 +75,15 @@ def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path
                            workers=workers) as traced, progress_bar(progress) as bar:
             task = bar.add_task("tracing", total=len(generations), completed=resumed, rate="")
             lines: list[bytes] = []
+            synced = time.monotonic()
             try:
                 for res in traced:
                     results.append(res)
                     lines.append(res.json_bytes())
                     if len(lines) == chunk or len(results) == len(generations):
-                        _append(fh, lines)
+                        sync = time.monotonic() - synced >= SYNC_SECONDS
+                        _append(fh, lines, sync)
+                        synced = time.monotonic() if sync else synced
                         lines = []
                         bar.update(task, completed=len(results),
                                    rate=rate(len(results) - resumed, time.time() - started, "gen"))
@@ -89,11 +95,13 @@ def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path
         fh.close()  # releases the lock
 
 
-def _append(fh: IO[bytes], lines: list[bytes]) -> None:
-    """Add finished results to the journal, on disk before more tracing (what a kill may cost is one chunk)."""
+def _append(fh: IO[bytes], lines: list[bytes], sync: bool = True) -> None:
+    """Add finished results to the journal, written before more tracing (what a kill may cost is one
+    chunk); `sync`: forced to the disk too."""
     fh.write(b"".join(lines))
     fh.flush()
-    os.fsync(fh.fileno())
+    if sync:
+        os.fsync(fh.fileno())
 
 
 def finish(out: Path) -> None:

@@ -89,6 +89,40 @@ def test_killed_worker_is_one_message_and_finished_results_resume(tmp_path, monk
     assert (tmp_path / "twice" / "r.jsonl").read_bytes() == (tmp_path / "once" / "r.jsonl").read_bytes()
 
 
+class _Monotonic:
+    """The runner module's `time`, its monotonic clock advancing `step` seconds a reading."""
+
+    def __init__(self, step: float):
+        import time
+
+        self.now, self.step, self.time = 0.0, step, time.time
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.mark.parametrize("step", [0.0, 2.0])
+def test_the_journal_is_forced_to_disk_at_most_once_a_second(tmp_path, monkeypatch, synthetic_index,
+                                                            synthetic_records, cli_run, step):
+    """Every chunk is written to the journal as it comes (a killed run keeps it), but fsync runs only
+    when a second has passed since the last one: a short job waits for no disk flush."""
+    inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
+    synced, written = [], []
+    monkeypatch.setattr(resume_module, "CHUNK_PER_WORKER", 1)
+    monkeypatch.setattr(resume_module, "time", _Monotonic(step))
+    monkeypatch.setattr(resume_module.os, "fsync", lambda fd: synced.append(fd))
+    real_append = resume_module._append
+    def append(fh, lines, sync=True):
+        before = len(synced)
+        real_append(fh, lines, sync)
+        written.append((len(lines), len(synced) - before))  # results written, fsyncs of the journal
+
+    monkeypatch.setattr(resume_module, "_append", append)
+    assert cli_run(*trace_args(synthetic_index, inp, tmp_path / "out"))[0] == 0
+    assert written == [(1, 0 if step == 0.0 else 1)] * 9
+
+
 def test_journal_of_another_job_or_cut_short_is_not_reused(tmp_path, monkeypatch, synthetic_index,
                                                            synthetic_records, cli_run):
     inp = generations_file(tmp_path / "g.jsonl", synthetic_records)
