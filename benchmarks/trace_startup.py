@@ -270,6 +270,7 @@ def main() -> None:
     ap.add_argument("--generations", type=Path, action="append", default=[], help="another set (repeatable)")
     ap.add_argument("--text-field", default="completion", help="the field of a --generations JSONL file")
     ap.add_argument("--docs", type=int, default=12000, help="documents of the generated corpus (about 305 tokens each)")
+    ap.add_argument("--sets", default="study-shaped,900", help="the built-in sets to trace (comma-separated)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--goal", type=float, default=10.0, help="published / PropMe wall time, in every round")
@@ -282,7 +283,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     try:
         index, probs = build(work, args.docs)
-        sets = {"study-shaped": study_shaped(index), "900": nine_hundred(index, work)}
+        makers = {"study-shaped": lambda: study_shaped(index), "900": lambda: nine_hundred(index, work)}
+        sets = {name: makers[name]() for name in args.sets.split(",") if name}
         for path in args.generations:
             sets[path.name] = read_generation_file(path, args.text_field)
         commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
