@@ -204,7 +204,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--text-field", default="completion", help="field of a JSONL row holding the generation")
     t.add_argument("--key-field", default=None, help="field naming a generation (default: key, id or doc_id if "
                    "present, else the line number)")
-    t.add_argument("--workers", type=positive, default=1, help="processes tracing in parallel (with --ray: "
+    t.add_argument("--workers", type=positive, default=1, help="processes tracing in parallel, forked only when "
+                   "the rest of the job pays for them once its first generations are traced here (with --ray: "
                    "generations traced concurrently by driver threads)")
     add_ray_option(t, "search the shards")
     t.add_argument("--actors", type=positive, default=None, help="with --ray: actors holding the shards "

@@ -1045,3 +1045,20 @@ def test_text_without_space_is_split_and_joined(text):
     from propme_metrics.trace.tracer import _without_space
 
     assert _without_space(text) == "".join(text.split())
+
+
+def test_propme_trace_loads_no_heavy_dependency(synthetic_index, synthetic_records, tmp_path):
+    """A whole `propme trace` run (tokenizer, search, NV-recall, leak tables, summary) in a fresh
+    interpreter imports none of the libraries a trace does not need: its fixed cost stays small."""
+    inp = write_jsonl(tmp_path / "g.jsonl", [{"completion": r["text"][:200]} for r in synthetic_records[:3]]
+                      + [{"completion": ""}])
+    code = ("import sys\nfrom propme_metrics.cli.app import main\n"
+            "assert main(sys.argv[1:]) == 0\n"
+            "heavy = ('torch', 'transformers', 'datasets', 'matplotlib', 'pandas', 'pyarrow', 'jinja2', 'lm_eval',"
+            " 'infini_gram', 'ray')\n"
+            "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code, "trace", "--index", str(synthetic_index), "--input", str(inp),
+                           "--out", str(tmp_path / "r.jsonl"), "--summary", str(tmp_path / "s.json"), "--workers", "2",
+                           "--quiet"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
