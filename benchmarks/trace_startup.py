@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _common import commit
+
 HERE = Path(__file__).resolve().parent
 ENV = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 #: the name the published tracer loads its tokenizer by
@@ -287,9 +289,7 @@ def main() -> None:
         sets = {name: makers[name]() for name in args.sets.split(",") if name}
         for path in args.generations:
             sets[path.name] = read_generation_file(path, args.text_field)
-        commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-        print(f"commit {commit}, {os.cpu_count()} CPUs, {args.workers} workers each, {args.rounds} rounds; "
+        print(f"commit {commit()}, {os.cpu_count()} CPUs, {args.workers} workers each, {args.rounds} rounds; "
               f"index {index} ({json.loads((index / 'propme-manifest.json').read_text())['total_tokens']:,} tokens)")
         met = True
         for name, texts in sets.items():
