@@ -20,22 +20,24 @@ from propme_metrics.core.errors import ExitCode
 def cmd_report(args: argparse.Namespace) -> int:
     from propme_metrics import build_report
     from propme_metrics.core.outputs import check_outputs
+    from propme_metrics.report.assemble import report_lock
     from propme_metrics.report.console import print_summary
     from propme_metrics.report.contents import IncompleteReportError
 
     rule = rule_from(args)
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs} | {f"--retraced {r}": r for r in args.retraced},
                   output_folders=("--out",))
-    contamination = report_contamination(args, rule, Path(args.out) / "contamination")
     try:
-        report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
-                              pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
-                              html_docs_per_span=args.html_docs, html_snippet_chars=args.html_snippet_chars,
-                              retraced=args.retraced, show_pii=args.show_pii,
-                              discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
-                              retraced_other_settings=args.retraced_other_settings,
-                              rare_max_count=args.rare_max_count, pairing=args.pairing,
-                              contamination=contamination)
+        with report_lock(args.out):  # held for the contamination section too: one writer of --out
+            contamination = report_contamination(args, rule, Path(args.out) / "contamination")
+            report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
+                                  pm_metrics=args.pm_metrics, separate=args.separate, html=not args.no_html,
+                                  html_docs_per_span=args.html_docs, html_snippet_chars=args.html_snippet_chars,
+                                  retraced=args.retraced, show_pii=args.show_pii,
+                                  discoverable_n=args.discoverable_n, discoverable_p=args.discoverable_p,
+                                  retraced_other_settings=args.retraced_other_settings,
+                                  rare_max_count=args.rare_max_count, pairing=args.pairing,
+                                  contamination=contamination)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
             print_summary(exc.report)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,12 +93,46 @@ def open_locked(path: Path, mode: str, busy: Exception) -> IO:
     return fh
 
 
+#: the lock files held through `hold_lock`, with the thread holding each (its nested hold passes)
+_HELD_PATHS: set[tuple[str, int]] = set()
+
+
+@contextmanager
+def hold_lock(path: Path, busy: Exception) -> Iterator[None]:
+    """Hold the lock file `path` (`open_locked`) for the block, then remove it; `busy` is raised at
+    once when another process holds it. A process that finds the file unlinked under its lock (the
+    holder before it removing it) tries again. A nested hold of the same path in the same thread
+    passes (a command that locks its output folder around a library call that locks it too); any
+    other thread or process gets `busy`."""
+    key = (os.path.realpath(path), threading.get_ident())
+    if key in _HELD_PATHS:
+        yield
+        return
+    while True:
+        fh = open_locked(path, "a", busy)
+        try:
+            same = os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        fh.close()
+    _HELD_PATHS.add(key)
+    try:
+        yield
+    finally:
+        _HELD_PATHS.discard(key)
+        path.unlink(missing_ok=True)
+        fh.close()
+
+
 def _drop_inherited_locks() -> None:
     """In a freshly forked child: point every inherited lock descriptor at /dev/null (opened read-only),
     so the lock's file is no longer shared with the child and ends with its parent. The descriptor
     numbers stay valid, so nothing the child inherited closes another file by mistake."""
     held = [fh for fh in _HELD_LOCKS if not fh.closed]
     _HELD_LOCKS.clear()
+    _HELD_PATHS.clear()
     if not held:
         return
     null = os.open(os.devnull, os.O_RDONLY)

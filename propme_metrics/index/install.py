@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError, IndexFormatError
-from propme_metrics.core.files import open_locked
+from propme_metrics.core.files import hold_lock
 from propme_metrics.core.memory import is_out_of_memory, out_of_memory
 from propme_metrics.index.format import MANIFEST_NAME, STATE_NAME, index_file_names, lock_path, old_dir
 from propme_metrics.index.manifest import IndexManifest
@@ -63,25 +63,12 @@ def check_out_spares_source(out: Path, source: CorpusSource) -> None:
 
 @contextmanager
 def build_lock(out: Path) -> Iterator[None]:
-    """Hold `.<out>.propme-lock` beside `out` for the whole build; a second build of `out` stops at once.
-    The lock file is removed at the end (a build that finds it unlinked under its lock tries again)."""
-    path = lock_path(out)
+    """Hold `.<out>.propme-lock` beside `out` for the whole build (`hold_lock`); a second build of
+    `out` stops at once."""
     busy = ConfigError(f"another `propme index build` is building {out} right now",
                        "wait for it to finish (re-running the same command afterwards is a no-op)")
-    while True:
-        fh = open_locked(path, "a", busy)
-        try:
-            same = os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        fh.close()
-    try:
+    with hold_lock(lock_path(out), busy):
         yield
-    finally:
-        path.unlink(missing_ok=True)
-        fh.close()
 
 
 def recover_interrupted_install(out: Path, work: Path) -> None:

@@ -50,14 +50,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from glob import escape as glob_escape
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.core.files import is_stream, write_atomic
+from propme_metrics.core.files import hold_lock, is_stream, write_atomic
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import PAIRINGS, compare_results
 from propme_metrics.metrics.extraction_curve import LikelihoodResult, likelihood_results
@@ -117,6 +118,22 @@ def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]
 WRITTEN_NAME = "propme-report-files.json"
 #: the hidden folder inside the report folder where a report is written before it is moved into place
 STAGING_NAME = ".propme-report-staging"
+
+
+@contextmanager
+def report_lock(out: str | Path) -> Iterator[None]:
+    """Hold `.<out>.propme-report-lock` beside the report folder while a report is made and written
+    into it (`core.files.hold_lock`): a second report into the same folder stops at once, before any
+    work, instead of sharing the staging folder and mixing two reports' files."""
+    final = Path(os.path.realpath(Path(out).absolute()))
+    busy = ConfigError(f"another `propme report` is writing {out} right now",
+                       "wait for it to finish, or give this report another --out")
+    with ExitStack() as held:
+        try:
+            held.enter_context(hold_lock(final.parent / f".{final.name}.propme-report-lock", busy))
+        except OSError as exc:
+            raise ConfigError(f"cannot create the report folder {out}: {exc}") from None
+        yield
 
 
 def _record_written(out: Path, paths: list[Path]) -> None:
@@ -187,22 +204,23 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
         rare_max_count = check_rare_max_count(rare_max_count, "--rare-max-count")
     if not runs:
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
-    intervals = IntervalSpec(bootstrap, seed)
-    notes: list[str] = []
-    tasks = _load_tasks(runs, retraced, retraced_other_settings, notes, rare_max_count)
-    computed = _compute(group_tasks(tasks, separate), pm_metrics, intervals, notes)
-    likelihood_tasks = dedupe_likelihood([t for run in runs for t in load_likelihood_run(run)], notes)
-    likelihood = likelihood_results(likelihood_tasks, computed.results, intervals, notes, discoverable_n,
-                                    discoverable_p)
-    report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, intervals, notes)
-    report.comparisons = _comparisons(report, pairing)
-    if contamination is not None:
-        report.contamination = contamination
-        report.contamination_html = html_section(contamination, html_docs_per_span, html_snippet_chars, show_pii)
-    _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
-           html_snippet_chars=html_snippet_chars, show_pii=show_pii)
-    _raise_if_incomplete(report, computed)
-    return report
+    with report_lock(out):  # a second report into `out` stops here, before any work
+        intervals = IntervalSpec(bootstrap, seed)
+        notes: list[str] = []
+        tasks = _load_tasks(runs, retraced, retraced_other_settings, notes, rare_max_count)
+        computed = _compute(group_tasks(tasks, separate), pm_metrics, intervals, notes)
+        likelihood_tasks = dedupe_likelihood([t for run in runs for t in load_likelihood_run(run)], notes)
+        likelihood = likelihood_results(likelihood_tasks, computed.results, intervals, notes, discoverable_n,
+                                        discoverable_p)
+        report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, intervals, notes)
+        report.comparisons = _comparisons(report, pairing)
+        if contamination is not None:
+            report.contamination = contamination
+            report.contamination_html = html_section(contamination, html_docs_per_span, html_snippet_chars, show_pii)
+        _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
+               html_snippet_chars=html_snippet_chars, show_pii=show_pii)
+        _raise_if_incomplete(report, computed)
+        return report
 
 
 def _comparisons(report: Report, pairing: str):

@@ -556,3 +556,35 @@ def test_nvr_1_in_every_prompt_has_an_interval_of_width_at_both_ends(tmp_path):
     md = (tmp_path / "rep" / "leaderboard.md").read_text()
     assert "1 [1, 1]" not in md and "1 [0.964, 1]" in md
     assert fmt_interval(1.0, 1 - 3.7e-5, 1.0, "fmr") == "1 [0.99996, 1]"
+
+
+def test_a_second_report_into_one_folder_is_refused_while_the_first_writes(tmp_path, monkeypatch, capsys):
+    """Issue 44 item 6: two reports into one --out shared the staging folder (both failed, or one
+    finished beside the other's files). A second writer stops at once with exit 2, as `propme trace`
+    and `propme index build` do; the first report is whole, and the lock is gone afterwards."""
+    import threading
+
+    import propme_metrics.report.assemble as assemble
+
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    other = write_run(tmp_path / "other", DFM, "", small_settings(4)).parent
+    out = tmp_path / "rep"
+    real_write_plots, second = assemble.write_plots, {}
+
+    def while_writing(report, into):  # the first report is writing: a second one starts (another thread)
+        def run_second():
+            second["code"] = main(["report", str(other), "--out", str(out), "--bootstrap", "0", "--no-html"])
+            second["err"] = capsys.readouterr().err
+        thread = threading.Thread(target=run_second)
+        thread.start()
+        thread.join()
+        return real_write_plots(report, into)
+
+    monkeypatch.setattr(assemble, "write_plots", while_writing)
+    assert main(["report", str(run), "--out", str(out), "--bootstrap", "0"]) == 0
+    assert second["code"] == 2 and "another `propme report` is writing" in second["err"], second
+    assert csv_row(out / "leaderboard_full.csv")["propme_dynaword_n_prefix"] == "8"  # the first report's
+    assert not any(p.name.endswith("propme-report-lock") for p in tmp_path.iterdir())
+    monkeypatch.setattr(assemble, "write_plots", real_write_plots)
+    assert main(["report", str(other), "--out", str(out), "--bootstrap", "0", "--no-html"]) == 0  # free again
+    assert csv_row(out / "leaderboard_full.csv")["propme_dynaword_n_prefix"] == "4"
