@@ -42,7 +42,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np  # noqa: E402
 from _common import parse_size, size_name  # noqa: E402
 
-from propme_metrics.contamination.check import apply_rule, match_items  # noqa: E402
+from propme_metrics.contamination.check import KgramCounts, apply_rule, match_items  # noqa: E402
 from propme_metrics.contamination.coverage import kgram_keys  # noqa: E402
 from propme_metrics.contamination.items import BenchmarkItem  # noqa: E402
 from propme_metrics.contamination.match import CorpusMatcher  # noqa: E402
@@ -105,8 +105,8 @@ def _cpu() -> float:
 def propme_pass(index: Index, items: list[BenchmarkItem], rule: ContaminationRule, workers: int = 1,
                 cpu: dict | None = None, search=None) -> tuple[float, list]:
     t, c = time.perf_counter(), _cpu()
-    results = match_items(items, CorpusMatcher(index, workers=workers, search=search))
-    check = apply_rule("bench", results, rule)
+    matcher = CorpusMatcher(index, workers=workers, search=search)
+    check = apply_rule("bench", match_items(items, matcher), rule, KgramCounts(matcher))
     if cpu is not None:
         cpu["seconds"] = _cpu() - c
     return time.perf_counter() - t, check.items
@@ -215,7 +215,8 @@ def main() -> None:
               f"{same}); load average {os.getloadavg()[0]:.1f}", flush=True)
     sample = items[:args.engine_items]
     eng_s, eng_cov = engine_coverage(index, sample, rule.k)
-    mine = joined_coverages(apply_rule("bench", match_items(sample, CorpusMatcher(index)), plain).items)
+    matcher = CorpusMatcher(index)
+    mine = joined_coverages(apply_rule("bench", match_items(sample, matcher), plain, KgramCounts(matcher)).items)
     same = all((a is None and b is None) or abs(a - b) < 1e-12 for a, b in zip(eng_cov, mine))
     eng_rate = len(sample) / eng_s
     print(f"infini-gram engine, a count per {rule.k}-gram: {eng_rate:,.1f} items/s on {len(sample)} items "

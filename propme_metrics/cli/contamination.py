@@ -12,6 +12,7 @@ from propme_metrics.core.errors import ExitCode
 def add_rule_options(parser) -> None:
     """The contamination rule's options (`propme contamination` and `propme report`), defined once."""
     from propme_metrics.contamination.rule import (
+        DEFAULT_BOILERPLATE_MIN_COUNT,
         DEFAULT_BOILERPLATE_SHARE,
         DEFAULT_K,
         DEFAULT_MIN_COVERAGE,
@@ -24,7 +25,12 @@ def add_rule_options(parser) -> None:
     parser.add_argument("--field", choices=FIELDS, default="joined", help="the item text the rule reads")
     parser.add_argument("--boilerplate-share", type=share, default=DEFAULT_BOILERPLATE_SHARE,
                         help="k-grams found in more than this share of a task's items (and in two or more) are "
-                             "boilerplate: they cover nothing and are left out of the share (1: none)")
+                             "shared; shared k-grams that mark a template are boilerplate: they cover nothing and "
+                             "are left out of the share (1: none)")
+    parser.add_argument("--boilerplate-count", type=positive, default=DEFAULT_BOILERPLATE_MIN_COUNT,
+                        help="a shared k-gram found at least this often in the corpus is boilerplate; one the corpus "
+                             "lacks is boilerplate at a fixed position in every item; fewer copies count as "
+                             "contamination (a passage several items copy)")
 
 
 def rule_from(args: argparse.Namespace):
@@ -34,7 +40,7 @@ def rule_from(args: argparse.Namespace):
 
     try:
         return ContaminationRule(k=args.k, min_coverage=args.min_coverage, field=args.field,
-                                 boilerplate_share=args.boilerplate_share)
+                                 boilerplate_share=args.boilerplate_share, boilerplate_min_count=args.boilerplate_count)
     except ValueError as exc:
         raise ConfigError(f"bad contamination rule: {exc}", f"see `propme {args.command} --help`") from None
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from propme_metrics.contamination.check import TaskCheck, apply_rule, match_items
+from propme_metrics.contamination.check import KgramCounts, TaskCheck, apply_rule, match_items
 from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
@@ -50,6 +50,7 @@ def check_tasks(index: Index, per_task: Sequence[tuple[str, Sequence[BenchmarkIt
     from propme_metrics.core.progress import progress_bar, rate
 
     matcher = CorpusMatcher(index, workers=workers, search=search)
+    counts = KgramCounts(matcher)
     total = sum(len(items) for _, items in per_task)
     started = time.time()
     checks = []
@@ -60,7 +61,7 @@ def check_tasks(index: Index, per_task: Sequence[tuple[str, Sequence[BenchmarkIt
             bar.update(job, advance=n, rate=rate(bar.tasks[job].completed + n, time.time() - started, "items"))
 
         for name, items in per_task:
-            checks.append(apply_rule(name, match_items(items, matcher, advance), rule))
+            checks.append(apply_rule(name, match_items(items, matcher, advance), rule, counts))
     seconds = time.time() - started
     return ContaminationResult(
         str(index.path), index.manifest.identity, rule, bootstrap, seed, checks,

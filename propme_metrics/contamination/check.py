@@ -1,7 +1,8 @@
 """Every item of a task against the corpus, and the rule applied to it.
 
 Searching is done once per text; the rule (k, coverage threshold, field, boilerplate) is applied
-afterwards from the stored match lengths, so the curve across thresholds costs no search.
+afterwards from the stored match lengths, so the curve across thresholds costs no search but the
+corpus counts of the k-grams many items share (`KgramCounts`, each counted once).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from propme_metrics.contamination.coverage import Coverage, field_coverages
+from propme_metrics.contamination.coverage import Coverage, Discounted, field_coverages
 from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher, TextMatch
 from propme_metrics.contamination.rule import FIELDS, ContaminationRule
@@ -35,12 +36,35 @@ class ItemResult:
             m, cov = self.matches[name], self.coverage.get(name)
             fields[name] = {"text": m.text, **m.to_dict(), "coverage": None if cov is None else cov.value,
                             "covered_spans": [] if cov is None else
-                            [[m.offsets[a][0], m.offsets[b - 1][1]] for a, b in cov.spans()]}
+                            [[m.offsets[a][0], m.offsets[b - 1][1]] for a, b in cov.spans()],
+                            "discounted_spans": [] if cov is None else [_discounted(m, d) for d in cov.discounted]}
         return {"task": self.item.task, "doc_id": self.item.doc_id, "contaminated": self.contaminated,
                 "field": rule.field, "coverage": self.coverage[rule.field].value,
                 "longest_match": main.longest, "longest_text": main.longest_text, "count": main.count,
                 "source_doc_ix": main.doc_ix, "source_id": main.source_id, "source": main.source,
                 "source_context": main.context, "metrics": self.item.metrics, "fields": fields}
+
+
+def _discounted(m: TextMatch, d: Discounted) -> dict[str, Any]:
+    """A boilerplate run of a text as `contamination_items.jsonl` shows it: its characters and why."""
+    return {"chars": [m.offsets[d.start][0], m.offsets[d.end - 1][1]], "text": m.char_range(d.start, d.end),
+            "reason": d.reason, "items": d.items, "corpus_count": d.corpus_count}
+
+
+class KgramCounts:
+    """Corpus counts of k-grams through a matcher's search, each k-gram counted once (the rule and
+    the curve ask for the same ones)."""
+
+    def __init__(self, matcher: CorpusMatcher):
+        self.matcher = matcher
+        self.known: dict[bytes, int] = {}
+
+    def __call__(self, grams: list[np.ndarray]) -> list[int]:
+        keys = [np.asarray(g, dtype=np.int64).tobytes() for g in grams]
+        asked = {key: g for key, g in zip(keys, grams) if key not in self.known}
+        if asked:
+            self.known.update(zip(asked, self.matcher.counts(list(asked.values()))))
+        return [self.known[key] for key in keys]
 
 
 @dataclass
@@ -51,6 +75,7 @@ class TaskCheck:
     rule: ContaminationRule
     items: list[ItemResult]
     boilerplate_kgrams: int = 0   #: k-grams of the rule's field found to be boilerplate
+    counts: KgramCounts | None = field(default=None, repr=False)   #: the corpus counts the rule read
 
     @property
     def contaminated(self) -> int:
@@ -94,18 +119,19 @@ def match_items(items: Sequence[BenchmarkItem], matcher: CorpusMatcher,
     return results
 
 
-def field_coverages_of(results: Sequence[ItemResult], field: str, rule: ContaminationRule) -> tuple[list[Coverage], int]:
+def field_coverages_of(results: Sequence[ItemResult], name: str, rule: ContaminationRule,
+                       counts: KgramCounts) -> tuple[list[Coverage], int]:
     """Coverage of one field of every item under `rule` (boilerplate found among these items)."""
-    texts = [r.matches[field] for r in results]
+    texts = [r.matches[name] for r in results]
     return field_coverages([m.ids for m in texts], [m.lengths for m in texts], rule.k,
-                           rule.boilerplate_items(len(texts)))
+                           rule.boilerplate_items(len(texts)), rule.boilerplate_min_count, counts)
 
 
-def apply_rule(task: str, results: Sequence[ItemResult], rule: ContaminationRule) -> TaskCheck:
+def apply_rule(task: str, results: Sequence[ItemResult], rule: ContaminationRule, counts: KgramCounts) -> TaskCheck:
     """Coverage of every field and the verdict of every item under `rule` (results updated in place)."""
     boiler_count = 0
     for name in FIELDS:
-        coverages, shared = field_coverages_of(results, name, rule)
+        coverages, shared = field_coverages_of(results, name, rule, counts)
         if name == rule.field:
             boiler_count = shared
         for r, cov in zip(results, coverages):
@@ -113,11 +139,11 @@ def apply_rule(task: str, results: Sequence[ItemResult], rule: ContaminationRule
     for r in results:
         value = r.coverage[rule.field].value
         r.contaminated = value is not None and value >= rule.min_coverage
-    return TaskCheck(task, rule, list(results), boiler_count)
+    return TaskCheck(task, rule, list(results), boiler_count, counts)
 
 
-def coverage_values(results: Sequence[ItemResult], rule: ContaminationRule) -> np.ndarray:
+def coverage_values(results: Sequence[ItemResult], rule: ContaminationRule, counts: KgramCounts) -> np.ndarray:
     """The rule's field's coverage per item under another rule (NaN: undefined), `results` unchanged."""
-    coverages, _ = field_coverages_of(results, rule.field, rule)
+    coverages, _ = field_coverages_of(results, rule.field, rule, counts)
     return np.array([np.nan if c.value is None else c.value for c in coverages], dtype=float)
 

@@ -193,6 +193,14 @@ class CorpusMatcher:
             self.describe_longest(matches)
         return matches
 
+    def counts(self, grams: Sequence[np.ndarray]) -> list[int]:
+        """Corpus occurrences of each token sequence, all in one search."""
+        if not grams:
+            return []
+        bases = np.cumsum([0] + [len(g) for g in grams[:-1]])
+        spans = [(int(b), int(b) + len(g)) for b, g in zip(bases, grams)]
+        return [occ.count for occ in self.search.locate(np.concatenate(grams), spans)]
+
     def describe_longest(self, matches: Sequence[TextMatch]) -> None:
         """Fill in each match's longest span, its corpus count and one source document (the first
         occurrence in engine order), all spans located in one search."""

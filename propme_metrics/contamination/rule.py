@@ -4,7 +4,9 @@ Default: PaLM's 8-gram 70% rule, measured per token as Llama 2 does: an item is 
 at least 70% of the tokens of its question and answer, joined as the task joins them, lie inside
 spans of at least 8 index tokens that occur in the corpus (any count: ConTAM found that ignoring
 rare matches and n above 8 miss contaminated items). k-grams that a large share of the task's items
-share (instructions, templates) are boilerplate: they neither cover tokens nor count in the share.
+share are boilerplate when they mark a template (frequent in the corpus, or at a fixed position and
+not in it: `coverage`): they neither cover tokens nor count in the share. Shared text the corpus
+holds only a few times (a passage several items copy) is contamination like any other.
 """
 from __future__ import annotations
 
@@ -15,8 +17,11 @@ from typing import Any
 FIELDS = ("joined", "question", "answer")
 DEFAULT_K = 8
 DEFAULT_MIN_COVERAGE = 0.7
-#: a k-gram found in more than this share of a task's items (and in at least two) is boilerplate
+#: a k-gram found in more than this share of a task's items (and in at least two) is shared: boilerplate
+#: when it marks a template
 DEFAULT_BOILERPLATE_SHARE = 0.2
+#: a shared k-gram found at least this often in the corpus is boilerplate (an instruction or stock phrase)
+DEFAULT_BOILERPLATE_MIN_COUNT = 10
 #: thresholds of the curve of contaminated share and clean score (every other option at its value)
 CURVE_K = (4, 8, 13, 20, 50)
 CURVE_COVERAGE = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
@@ -31,6 +36,7 @@ class ContaminationRule:
     min_coverage: float = DEFAULT_MIN_COVERAGE
     field: str = "joined"
     boilerplate_share: float = DEFAULT_BOILERPLATE_SHARE
+    boilerplate_min_count: int = DEFAULT_BOILERPLATE_MIN_COUNT
 
     def __post_init__(self):
         if self.k < 1:
@@ -41,10 +47,12 @@ class ContaminationRule:
             raise ValueError(f"field must be one of {', '.join(FIELDS)}, got {self.field!r}")
         if not 0 < self.boilerplate_share <= 1:
             raise ValueError(f"boilerplate_share must lie in (0, 1], got {self.boilerplate_share}")
+        if self.boilerplate_min_count < 1:
+            raise ValueError(f"boilerplate_min_count must be at least 1, got {self.boilerplate_min_count}")
 
     def boilerplate_items(self, n_items: int) -> int:
-        """Items a k-gram must occur in to be boilerplate: more than `boilerplate_share` of them,
-        and at least two (a k-gram of one item is that item's own text)."""
+        """Items a k-gram must occur in to be shared (boilerplate if it marks a template): more than
+        `boilerplate_share` of them, and at least two (a k-gram of one item is that item's own text)."""
         return max(2, int(self.boilerplate_share * n_items) + 1)
 
     def to_dict(self) -> dict[str, Any]:

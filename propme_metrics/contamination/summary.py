@@ -179,7 +179,7 @@ def curve(check: TaskCheck, ks: Sequence[int] = CURVE_K, coverages: Sequence[flo
     names = {model: metric_names(check, model) for model in model_labels(check)}
     rows = []
     for k in ks:
-        values = coverage_values(check.items, replace(check.rule, k=k))
+        values = coverage_values(check.items, replace(check.rule, k=k), check.counts)
         for cov in coverages:
             flagged = values >= cov
             n = len(flagged)

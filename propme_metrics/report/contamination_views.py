@@ -93,8 +93,7 @@ def markdown(result: ContaminationResult) -> str:
     lines = ["# Contamination of the benchmark items", "",
              f"Index `{result.index_identity}`. An item is contaminated when at least "
              f"{rule.min_coverage:.0%} of the tokens of its {rule.field} text lie in corpus spans of at "
-             f"least {rule.k} tokens; k-grams shared by more than {rule.boilerplate_share:.0%} of a task's "
-             f"items are boilerplate and left out. Intervals: {CONFIDENCE:.0%} (Wilson for shares and 0/1 "
+             f"least {rule.k} tokens; {boilerplate_rule(rule)}. Intervals: {CONFIDENCE:.0%} (Wilson for shares and 0/1 "
              f"metrics, bootstrap otherwise and for the difference).", "",
              "| task | items | contaminated | share | model | metric | all | clean | contaminated | "
              "contaminated - clean |", "|---|---:|---:|---|---|---|---|---|---|---|"]
@@ -302,5 +301,12 @@ def _flagged_item(item: FlaggedItem, task: str, field: str, block: dict[str, Any
 def contamination_note(result: ContaminationResult) -> str:
     rule = result.rule
     return (f"Against index {result.index_identity}: an item is contaminated when at least {rule.min_coverage:.0%} "
-            f"of its {rule.field} text's tokens lie in corpus spans of at least {rule.k} tokens (boilerplate "
-            f"shared by more than {rule.boilerplate_share:.0%} of a task's items left out); {NORMALIZATION}.")
+            f"of its {rule.field} text's tokens lie in corpus spans of at least {rule.k} tokens; "
+            f"{boilerplate_rule(rule)}; {NORMALIZATION}.")
+
+
+def boilerplate_rule(rule) -> str:
+    """The boilerplate part of the rule in words."""
+    return (f"k-grams shared by more than {rule.boilerplate_share:.0%} of a task's items are boilerplate, left out, "
+            f"when the corpus holds them {rule.boilerplate_min_count} or more times, or lacks them and they stand at "
+            "a fixed position in every item (a template); shared text the corpus holds fewer times counts")

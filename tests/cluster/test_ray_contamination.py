@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from propme_metrics.contamination.check import apply_rule, match_items
+from propme_metrics.contamination.check import KgramCounts, apply_rule, match_items
 from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
@@ -41,12 +41,14 @@ def test_contamination_on_ray_equals_local(ray_cluster, corpus_and_local, tmp_pa
     index = open_index(local)
     items = _items(records)
     rule = ContaminationRule()
-    expected = apply_rule("t", match_items(items, CorpusMatcher(index)), rule)
+    local_matcher = CorpusMatcher(index)
+    expected = apply_rule("t", match_items(items, local_matcher), rule, KgramCounts(local_matcher))
     search = ray_search(index, actors=2)
     try:
         assert [list(g.positions) for g in search.shards] == [[0, 1], [2, 3]]
         for workers in (1, 3):
-            got = apply_rule("t", match_items(items, CorpusMatcher(index, workers=workers, search=search)), rule)
+            matcher = CorpusMatcher(index, workers=workers, search=search)
+            got = apply_rule("t", match_items(items, matcher), rule, KgramCounts(matcher))
             for a, b in zip(expected.items, got.items):
                 assert a.to_dict(rule) == b.to_dict(rule)
                 assert all(np.array_equal(a.matches[f].lengths, b.matches[f].lengths) for f in a.matches)

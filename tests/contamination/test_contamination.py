@@ -9,7 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from propme_metrics.contamination.check import apply_rule, coverage_values, match_items
+from propme_metrics.contamination.check import KgramCounts, apply_rule, coverage_values, match_items
+from propme_metrics.contamination.coverage import FREQUENT
 from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
@@ -25,6 +26,7 @@ KINDS = ("verbatim", "question", "answer", "whitespace", "edited", "absent")
 PER_KIND = 5
 INSTRUCTION = ("Read the short passage below with care and then pick the one answer that fits the question "
                "best of all the answers given")
+INSTRUCTION_COPIES = 12   #: documents of the corpus holding the instruction (a stock phrase: frequent)
 
 
 def _words(rng: random.Random, n: int) -> list[str]:
@@ -63,8 +65,9 @@ def planted(tmp_path_factory, gpt2_dir):
             rows.append({"question": shown, "choices": choices, "gold": gold, "kind": kind})
             kinds.append(kind)
     docs += [" ".join(_words(rng, 60)) for _ in range(30)]
-    docs += [" ".join(_words(rng, 10)) + " " + INSTRUCTION + " " + " ".join(_words(rng, 10)) for _ in range(5)]
-    records = [{"id": f"d{i}", "text": t, "source": "planted" if i < len(docs) - 35 else "filler"}
+    docs += [" ".join(_words(rng, 10)) + " " + INSTRUCTION + " " + " ".join(_words(rng, 10))
+             for _ in range(INSTRUCTION_COPIES)]
+    records = [{"id": f"d{i}", "text": t, "source": "planted" if i < len(docs) - 30 - INSTRUCTION_COPIES else "filler"}
                for i, t in enumerate(docs)]
     write_jsonl(root / "corpus.jsonl", records)
     make_index(root / "corpus.jsonl", root / "index", gpt2_dir, num_shards=2)
@@ -101,12 +104,34 @@ def _oracle_coverage(ids: list[int], lengths: list[int], k: int, boiler: set[tup
     return sum(covered[p] for p in own) / len(own) if own else None
 
 
-def _oracle_boilerplate(texts: list[list[int]], k: int, min_items: int) -> set[tuple[int, ...]]:
-    seen: dict[tuple[int, ...], int] = {}
+def _oracle_boilerplate(texts: list[list[int]], k: int, min_items: int, min_count: int,
+                        oracle: BruteForce) -> set[tuple[int, ...]]:
+    """k-grams in at least `min_items` texts that the corpus holds `min_count` times or more, or
+    that no corpus k-gram touches while they stand at one offset from the start (or from the end)
+    in every text holding them."""
+    starts: dict[tuple[int, ...], list[set[int]]] = {}
+    ends: dict[tuple[int, ...], list[set[int]]] = {}
+    touched = set()   # k-grams a token of which lies in a corpus k-gram (of the same text)
     for ids in texts:
-        for g in {tuple(ids[j:j + k]) for j in range(len(ids) - k + 1)}:
-            seen[g] = seen.get(g, 0) + 1
-    return {g for g, n in seen.items() if n >= min_items}
+        in_corpus = [oracle.count(ids[j:j + k]) > 0 for j in range(len(ids) - k + 1)]
+        for j in range(len(ids) - k + 1):
+            if any(in_corpus[max(0, j - k + 1):j + k]):
+                touched.add(tuple(ids[j:j + k]))
+        here: dict[tuple[int, ...], set[int]] = {}
+        for j in range(len(ids) - k + 1):
+            here.setdefault(tuple(ids[j:j + k]), set()).add(j)
+        for g, at in here.items():
+            starts.setdefault(g, []).append(at)
+            ends.setdefault(g, []).append({len(ids) - k - j for j in at})
+    out = set()
+    for g, at in starts.items():
+        if len(at) < min_items:
+            continue
+        count = oracle.count(list(g))
+        fixed = bool(set.intersection(*at)) or bool(set.intersection(*ends[g]))
+        if count >= min_count or (g not in touched and fixed):
+            out.add(g)
+    return out
 
 
 def _oracle_ids(index, item: BenchmarkItem, field: str) -> list[int]:
@@ -124,12 +149,14 @@ def test_match_lengths_longest_and_coverage_equal_the_oracle(planted, index, ora
     items = _items(planted["rows"])
     for it in items[-4:]:  # joined answer first: question and answer are searched on their own
         it.joined = f"{it.answer} {it.question}"
-    results = match_items(items, CorpusMatcher(index, batch_positions=97))  # small batches: texts split across calls
-    for rule in (ContaminationRule(), ContaminationRule(k=4, boilerplate_share=0.1)):
-        check = apply_rule("contam_mc", results, rule)
+    matcher = CorpusMatcher(index, batch_positions=97)  # small batches: texts split across calls
+    results = match_items(items, matcher)
+    for rule in (ContaminationRule(), ContaminationRule(k=4, boilerplate_share=0.1, boilerplate_min_count=2)):
+        check = apply_rule("contam_mc", results, rule, KgramCounts(matcher))
         for field in ("joined", "question", "answer"):
             texts = [_oracle_ids(index, it, field) for it in items]
-            boiler = _oracle_boilerplate(texts, rule.k, rule.boilerplate_items(len(items)))
+            boiler = _oracle_boilerplate(texts, rule.k, rule.boilerplate_items(len(items)), rule.boilerplate_min_count,
+                                         oracle)
             for r, ids in zip(check.items, texts):
                 m = r.matches[field]
                 assert normalize_text(m.text) == normalize_text(getattr(r.item, field))
@@ -152,7 +179,9 @@ def oracle_in(index, doc: str, span: list[int]) -> bool:
 
 
 def test_planted_kinds_are_flagged_as_planted(planted, index):
-    check = apply_rule("contam_mc", match_items(_items(planted["rows"]), CorpusMatcher(index)), ContaminationRule())
+    matcher = CorpusMatcher(index)
+    check = apply_rule("contam_mc", match_items(_items(planted["rows"]), matcher), ContaminationRule(),
+                       KgramCounts(matcher))
     by_kind: dict[str, list[bool]] = {}
     for kind, r in zip(planted["kinds"], check.items):
         by_kind.setdefault(kind, []).append(r.contaminated)
@@ -184,10 +213,18 @@ def test_boilerplate_shared_by_every_item_flags_none(planted, index):
     rng = random.Random(5)
     own = [_words(rng, 1)[0] for _ in range(12)]
     items = [BenchmarkItem("boiler", i, f"{INSTRUCTION} {w}", "yes", f"{INSTRUCTION} {w} yes") for i, w in enumerate(own)]
-    results = match_items(items, CorpusMatcher(index))
-    shared = apply_rule("boiler", results, ContaminationRule())
+    matcher = CorpusMatcher(index)
+    results = match_items(items, matcher)
+    shared = apply_rule("boiler", results, ContaminationRule(), KgramCounts(matcher))
     assert shared.contaminated == 0 and shared.boilerplate_kgrams > 0
-    counted = apply_rule("boiler", results, ContaminationRule(boilerplate_share=1.0))  # the rule switched off
+    for r in shared.items:   # the instruction is named as what was left out, and why
+        spans = r.to_dict(shared.rule)["fields"]["joined"]["discounted_spans"]
+        # all but its first word, which starts the text without the space the corpus has before it
+        (d,) = spans
+        assert d["chars"] == [INSTRUCTION.index(" "), len(INSTRUCTION)] and d["reason"] == FREQUENT
+        assert d["items"] == len(items) and d["corpus_count"] == INSTRUCTION_COPIES
+    counted = apply_rule("boiler", results, ContaminationRule(boilerplate_share=1.0),   # the rule switched off
+                         KgramCounts(matcher))
     assert counted.contaminated == len(items)
 
 
@@ -196,7 +233,8 @@ def test_clean_and_contaminated_scores_recomputed_by_hand(planted, index):
     rng = random.Random(3)
     for it in items:
         it.metrics = {"model-a": {"acc": float(rng.random() < 0.5), "score": rng.random()}}
-    check = apply_rule("contam_mc", match_items(items, CorpusMatcher(index)), ContaminationRule())
+    matcher = CorpusMatcher(index)
+    check = apply_rule("contam_mc", match_items(items, matcher), ContaminationRule(), KgramCounts(matcher))
     s = task_summary(check, iters=500, seed=1).to_dict()
     flagged = [r.contaminated for r in check.items]
     assert s["items"] == len(items) and s["contaminated"] == sum(flagged)
@@ -212,7 +250,7 @@ def test_clean_and_contaminated_scores_recomputed_by_hand(planted, index):
     # the curve at the rule's own thresholds is the rule's verdict
     point = next(p for p in s["curve"] if p["k"] == check.rule.k and p["min_coverage"] == check.rule.min_coverage)
     assert point["contaminated"] == s["contaminated"]
-    strict = coverage_values(check.items, ContaminationRule(min_coverage=1.0)) >= 1.0
+    strict = coverage_values(check.items, ContaminationRule(min_coverage=1.0), KgramCounts(matcher)) >= 1.0
     assert strict.sum() <= s["contaminated"] and not strict[~np.array(flagged)].any()
 
 
@@ -367,8 +405,9 @@ def test_workers_give_the_same_results(planted, index, monkeypatch):
 
     monkeypatch.setattr(match, "WORKER_CHUNK", 4)  # several jobs per worker
     items = _items(planted["rows"])
-    one = apply_rule("t", match_items(items, CorpusMatcher(index)), ContaminationRule())
-    two = apply_rule("t", match_items(items, CorpusMatcher(index, workers=2)), ContaminationRule())
+    one_matcher, two_matcher = CorpusMatcher(index), CorpusMatcher(index, workers=2)
+    one = apply_rule("t", match_items(items, one_matcher), ContaminationRule(), KgramCounts(one_matcher))
+    two = apply_rule("t", match_items(items, two_matcher), ContaminationRule(), KgramCounts(two_matcher))
     for a, b in zip(one.items, two.items):
         assert a.to_dict(one.rule) == b.to_dict(two.rule)
         assert all(np.array_equal(a.matches[f].lengths, b.matches[f].lengths) for f in a.matches)

@@ -8,7 +8,7 @@ import shutil
 import pytest
 from test_contamination import _items, index, lm_eval_run, local_tasks, planted  # noqa: F401 (fixtures)
 
-from propme_metrics.contamination.check import apply_rule, match_items
+from propme_metrics.contamination.check import KgramCounts, apply_rule, match_items
 from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
 
@@ -20,9 +20,10 @@ def test_report_passes_the_rule_options_to_the_check(cli_run, lm_eval_run, local
 
     rule = ContaminationRule(k=4, min_coverage=0.5, field="answer", boilerplate_share=0.5)
     items = _items(planted["rows"])
-    expected = [r.contaminated for r in apply_rule("contam_mc", match_items(items, CorpusMatcher(index)), rule).items]
-    default = [r.contaminated for r in apply_rule("contam_mc", match_items(items, CorpusMatcher(index)),
-                                                  ContaminationRule()).items]
+    matcher = CorpusMatcher(index)
+    results = match_items(items, matcher)
+    expected = [r.contaminated for r in apply_rule("contam_mc", results, rule, KgramCounts(matcher)).items]
+    default = [r.contaminated for r in apply_rule("contam_mc", results, ContaminationRule(), KgramCounts(matcher)).items]
     assert expected != default  # so the test tells the two rules apart
     write_run(tmp_path / "propme", DFM, "", stage1_settings())
     shutil.copytree(lm_eval_run, tmp_path / "bench")

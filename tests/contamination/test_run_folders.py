@@ -11,6 +11,7 @@ import shutil
 import pytest
 import yaml
 
+from propme_metrics.contamination.coverage import TEMPLATE
 from propme_metrics.report.cells import fmt_value
 from support.corpora import make_index, write_jsonl
 from support.runs import COMMA, DATE1, DATE2, DFM, quiz_config, stage1_settings, write_benchmark_run, write_run
@@ -37,6 +38,8 @@ def bench(tmp_path_factory, gpt2_dir):
     docs = [{"id": f"p{i}", "text": f"{_words(rng, 10)} {rows[i]['question']} {rows[i]['answer']} {_words(rng, 10)}"}
             for i in PLANTED]
     docs += [{"id": f"f{j}", "text": _words(rng, 40)} for j in range(8)]
+    passage = _words(rng, 60)
+    docs.append({"id": "passage", "text": f"{_words(rng, 5)} {passage} {_words(rng, 5)}"})
     write_jsonl(root / "corpus.jsonl", docs)
     make_index(root / "corpus.jsonl", root / "index", gpt2_dir)
     data = write_jsonl(root / "data" / "quiz.jsonl", rows)
@@ -47,7 +50,8 @@ def bench(tmp_path_factory, gpt2_dir):
     runs = root / "runs"
     write_benchmark_run(runs, DFM, "quiz", config, rows, SCORES[A], revision="stage1")
     write_benchmark_run(runs, COMMA, "quiz", config, rows, SCORES[B], date=DATE2)
-    return {"root": root, "rows": rows, "index": root / "index", "tasks": tasks, "runs": runs, "config": config}
+    return {"root": root, "rows": rows, "index": root / "index", "tasks": tasks, "runs": runs, "config": config,
+            "passage": passage, "rng": rng}
 
 
 def _mean(values):
@@ -201,3 +205,58 @@ def test_a_file_that_cannot_be_written_leaves_the_earlier_outputs_whole(cli_run,
     code, _, err = cli_run(*args, "--k", 4)
     assert code == 2 and f"cannot write {out / 'contamination_curve.png'}" in err and "No space left" in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def _check(cli_run, bench, tmp_path, task: str, rows: list[dict], doc_to_text: str) -> tuple[dict, list[dict]]:
+    """`propme contamination` on a run of a local task of `rows` (its items' texts by `doc_to_text`)."""
+    data = write_jsonl(tmp_path / f"{task}.jsonl", rows)
+    config = dict(quiz_config(task, data), doc_to_text=doc_to_text)
+    write_benchmark_run(tmp_path / "runs", DFM, task, config, rows, [1.0] * len(rows))
+    code, _, err = cli_run("contamination", tmp_path / "runs", "--index", bench["index"], "--out", tmp_path / "c",
+                           "--quiet")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "c" / "contamination.json").read_text())["tasks"][task]
+    items = sorted((json.loads(x) for x in (tmp_path / "c" / "contamination_items.jsonl").read_text().splitlines()),
+                   key=lambda r: r["doc_id"])
+    return doc, items
+
+
+def test_two_items_that_copy_one_corpus_passage_are_both_contaminated(cli_run, bench, tmp_path):
+    """Two of five items copy the same corpus passage: both are contaminated (text several items
+    share is not boilerplate when the corpus holds it only a few times), the other three not."""
+    rng = random.Random(8)
+    rows = [{"question": bench["passage"] if i < 2 else _words(rng, 60), "answer": _words(rng, 2)} for i in range(5)]
+    doc, items = _check(cli_run, bench, tmp_path, "copies", rows, "{{question}}")
+    assert doc["contaminated"] == 2 and [r["contaminated"] for r in items] == [True, True, False, False, False]
+    assert all(r["fields"]["joined"]["discounted_spans"] == [] for r in items)
+
+
+def test_reading_items_that_share_a_copied_passage_are_contaminated(cli_run, bench, tmp_path):
+    """Ten reading items share one passage copied from the corpus, at one place in each: all ten
+    are contaminated; anything left out is named as a template the corpus lacks, never the passage."""
+    rng = random.Random(9)
+    rows = [{"passage": bench["passage"], "question": _words(rng, 4), "answer": _words(rng, 1)} for _ in range(10)]
+    doc, items = _check(cli_run, bench, tmp_path, "reading", rows, "Passage: {{passage}}\nQuestion: {{question}}")
+    assert doc["contaminated"] == 10
+    for r in items:
+        joined = r["fields"]["joined"]
+        assert joined["longest_match"] >= 60 and joined["count"] == 1
+        reasons = {d["reason"] for d in joined["discounted_spans"]}
+        assert reasons <= {TEMPLATE} and all(d["corpus_count"] == 0 and d["items"] == 10
+                                             for d in joined["discounted_spans"])
+
+
+def test_a_template_the_corpus_lacks_is_left_out_of_the_share(cli_run, bench, tmp_path):
+    """Every item opens with the same long instruction, absent from the corpus; item 0's own text
+    is a planted corpus item: its share is its own text's (1), not diluted by the instruction."""
+    rng = random.Random(10)
+    instruction = "Zorq quibble frumious wabe gyre, " + _words(rng, 20) + ":"
+    own = [bench["rows"][0]["question"]] + [_words(rng, 16) for _ in range(5)]
+    rows = [{"question": f"{instruction} {q}", "answer": _words(rng, 1)} for q in own]
+    doc, items = _check(cli_run, bench, tmp_path, "instructed", rows, "{{question}}")
+    assert [r["contaminated"] for r in items] == [True] + [False] * 5
+    first = items[0]["fields"]["question"]
+    assert first["coverage"] == pytest.approx(1.0, abs=0.08)
+    (d,) = first["discounted_spans"]
+    assert d["reason"] == TEMPLATE and d["items"] == 6 and d["corpus_count"] == 0
+    assert d["text"].startswith("Zorq quibble") and instruction[-10:] in d["text"]
