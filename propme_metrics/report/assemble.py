@@ -142,20 +142,36 @@ def _record_written(out: Path, paths: list[Path]) -> None:
     them, then record this report's files. A file PropMe did not write is never removed: only
     names in the earlier record are (and their `.<name>.*.tmp` temporaries)."""
     names = sorted(p.relative_to(out).as_posix() for p in paths)  # e.g. eee/<model>.json: paths inside `out`
-    try:
-        earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files", [])
-    except (OSError, ValueError, AttributeError):
-        earlier = []
-    known = [n for n in earlier if isinstance(n, str) and _inside(n) and n != WRITTEN_NAME] \
-        if isinstance(earlier, list) else []
+    record = out / WRITTEN_NAME
+    if record.is_dir() and not record.is_symlink():
+        raise ConfigError(f"{record} is a folder, where PropMe keeps the list of the report's files",
+                          "move or remove that folder (PropMe never deletes a folder it did not make)")
+    known = _earlier_files(out)
     for name in known:
         if name not in names:
             (out / name).unlink(missing_ok=True)
     for name in set(known) | set(names) | {WRITTEN_NAME}:
         where = (out / name).parent
         for tmp in where.glob(f".{glob_escape(PurePosixPath(name).name)}.*.tmp"):
-            tmp.unlink(missing_ok=True)
-    write_atomic(out / WRITTEN_NAME, json.dumps({"files": names}, indent=2) + "\n")
+            if not tmp.is_dir() or tmp.is_symlink():
+                tmp.unlink(missing_ok=True)
+    write_atomic(record, json.dumps({"files": names}, indent=2) + "\n")
+
+
+def _earlier_files(out: Path) -> list[str]:
+    """The files the earlier report's record lists; none when the record is missing or damaged (not
+    PropMe's layout, a name outside `out`, or a name that is now a folder: PropMe records files
+    only), so a damaged record never makes a report fail or removes anything."""
+    try:
+        earlier = json.loads((out / WRITTEN_NAME).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(earlier, list) or not all(isinstance(n, str) and _inside(n) for n in earlier):
+        return []
+    known = [n for n in earlier if n != WRITTEN_NAME]
+    if any((out / n).is_dir() and not (out / n).is_symlink() for n in known):
+        return []
+    return known
 
 
 def _inside(name: str) -> bool:

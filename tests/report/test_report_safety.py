@@ -588,3 +588,35 @@ def test_a_second_report_into_one_folder_is_refused_while_the_first_writes(tmp_p
     monkeypatch.setattr(assemble, "write_plots", real_write_plots)
     assert main(["report", str(other), "--out", str(out), "--bootstrap", "0", "--no-html"]) == 0  # free again
     assert csv_row(out / "leaderboard_full.csv")["propme_dynaword_n_prefix"] == "4"
+
+
+@pytest.mark.parametrize("record", [{"files": ["notes", "leaderboard.csv", "keep.txt"]},
+                                    {"files": ["keep.txt", "../outside.txt"]}, {"files": "keep.txt"}, ["keep.txt"]])
+def test_a_damaged_record_of_the_reports_files_is_treated_as_absent(tmp_path, record):
+    """Issue 44 item 17: a propme-report-files.json naming a folder made every later report fail with
+    "Is a directory". A damaged record (a folder in it, a name outside the folder, not PropMe's
+    layout) is ignored whole: the report is written, and no file or folder it names is removed."""
+    from propme_metrics.report.assemble import WRITTEN_NAME
+
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    out = tmp_path / "rep"
+    (out / "notes").mkdir(parents=True)
+    (out / "notes" / "mine.txt").write_text("user data")
+    (out / "keep.txt").write_text("user data")
+    (tmp_path / "outside.txt").write_text("user data")
+    (out / WRITTEN_NAME).write_text(json.dumps(record))
+    for _ in range(2):  # and the report after it, from the record this one wrote
+        build_report([run], out, bootstrap=0, plots=False, html=False)
+        assert (out / "notes" / "mine.txt").read_text() == (out / "keep.txt").read_text() == "user data"
+        assert (tmp_path / "outside.txt").exists() and (out / "leaderboard.csv").is_file()
+    assert "keep.txt" not in json.loads((out / WRITTEN_NAME).read_text())["files"]
+
+
+def test_a_folder_where_the_record_goes_is_one_message_and_kept(tmp_path, capsys):
+    from propme_metrics.report.assemble import WRITTEN_NAME
+
+    run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
+    (tmp_path / "rep" / WRITTEN_NAME).mkdir(parents=True)
+    assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html"]) == 2
+    assert "is a folder, where PropMe keeps the list" in capsys.readouterr().err
+    assert (tmp_path / "rep" / WRITTEN_NAME).is_dir()
