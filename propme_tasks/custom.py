@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from propme_metrics.core.errors import ConfigError
+from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, SUBTASK_SUFFIX
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SETTINGS, task_name
 
@@ -69,9 +70,11 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
 
 
 def _written_by_propme(path: Path, data: dict) -> bool:
-    """Whether the YAML at `path` is an earlier `tasks-new` file of the same group or task (replaced
-    on a re-run); anything else there is the user's."""
+    """Whether the YAML at `path` is an earlier `tasks-new` file of the same group or task, or an empty
+    file (an earlier PropMe's write cut short; both replaced on a re-run); anything else there is the user's."""
     try:
+        if path.is_file() and path.stat().st_size == 0:  # what a write cut short (a full disk) left: PropMe's
+            return True
         old = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
@@ -82,5 +85,10 @@ def _written_by_propme(path: Path, data: dict) -> bool:
 
 
 def _write_yaml(path: Path, data: dict) -> None:
-    """YAML written by a YAML library: paths with '#', ':' or quotes stay intact."""
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    """YAML written by a YAML library (paths with '#', ':' or quotes stay intact), atomically: a full
+    disk leaves the earlier file or none, never a part of one."""
+    try:
+        write_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}",
+                          "free some space (or fix the folder's permissions) and run `propme tasks-new` again") from None

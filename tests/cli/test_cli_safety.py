@@ -327,3 +327,32 @@ def test_every_integer_option_is_bounded_where_it_is_parsed(capsys):
 
     with pytest.raises(ConfigError, match="at most 1,000,000,000"):
         check_n(f"1,{huge}")
+
+
+def test_tasks_new_on_a_full_disk_leaves_nothing_a_rerun_refuses(tmp_path, synthetic_index, monkeypatch, capsys):
+    """Issue 44 item 8: `propme tasks-new` on a full disk left a 0-byte YAML that every later run refused
+    to overwrite. Its files are written atomically (a failed write leaves none, exit 2 naming it), and an
+    empty file where one goes is taken as PropMe's own, replaced; a user's file there is still refused."""
+    import errno
+
+    out = tmp_path / "tasks"
+    argv = ["tasks-new", "mine", "--index", str(synthetic_index), "--language", "en", "--out", str(out)]
+    real_fsync, calls = os.fsync, []
+
+    def full_disk(fd):  # the third file's data cannot reach the disk
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    assert cli.main(argv) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert not any(p.stat().st_size == 0 for p in out.iterdir())  # nothing half-written, no temporary left
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    (out / "propme_mine_generic.yaml").write_text("")  # what the old write left behind on a full disk
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert "task: propme_mine_generic" in (out / "propme_mine_generic.yaml").read_text()
+    (out / "propme_mine_specific.yaml").write_text("my own: task\n")
+    assert cli.main(argv) == 2 and "not written by `propme tasks-new`" in capsys.readouterr().err
+    assert (out / "propme_mine_specific.yaml").read_text() == "my own: task\n"
