@@ -24,6 +24,12 @@ TASK_VERSION = 5.0
 LIKELIHOOD_TASK_VERSION = 2.0
 
 
+def shipped_corpora() -> tuple[str, ...]:
+    """The corpora PropMe ships tasks for: the task folders that hold a `_propme_<corpus>.yaml` group."""
+    root = Path(tasks_path())
+    return tuple(sorted(p.name for p in root.iterdir() if (p / f"_propme_{p.name}.yaml").is_file()))
+
+
 def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str | Path) -> list[Path]:
     """Write `propme_<name>.yaml` (group) and one YAML per setting into `out_dir`; return their paths.
     The index must open and the language have a built-in prompt set: a task that cannot run is
@@ -31,9 +37,10 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
     from propme_metrics.index.reader import open_index
     from propme_metrics.prompts.prompt_set import available_languages
 
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in ("dynaword", "common_pile", "demo"):
+    shipped = shipped_corpora()
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in shipped:
         raise ConfigError(f"corpus name {name!r} must be lower-case letters, digits and '_' "
-                          "and not one of PropMe's own (dynaword, common_pile, demo)")
+                          f"and not one of PropMe's own ({', '.join(shipped)})")
     if language not in available_languages():
         raise ConfigError(f"--language {language!r} has no built-in prompt set; available: "
                           f"{', '.join(available_languages())}", "pass one of those")

@@ -40,6 +40,8 @@ BUILD_HINTS = {
                 "--revision 9e230b35e31a510e5ab909112ad5bfc9463b2c23 "
                 "--exclude-sources depbank,jvj,nordjyllandnews,synne --out DIR",
     "common_pile": "propme index build common-pile/comma_v0.1_training_dataset --out DIR",
+    "dolma3": "propme index adopt IG_DIR --tokenizer TOKENIZER --out DIR (IG_DIR: an infini-gram index of "
+              "allenai/dolma3_mix-6T, revision 689a3ea2d8217e64d73a5058913fa43ad15e81aa)",
 }
 
 

@@ -1,5 +1,5 @@
 """lm-eval's own checks of a contributed task (the `BaseTasks` tests of its tests/test_tasks.py), run
-over every PropMe subtask: the default groups of dynaword, common_pile and demo and the published
+over every PropMe subtask: the default groups of dynaword, common_pile, dolma3 and demo and the published
 groups, all on one small index with prompt files built here.
 
 What lm-eval checks, in PropMe's words: the dataset loads; the split flags are booleans and a split
@@ -23,8 +23,8 @@ from propme_metrics.prompts.settings import PREFIX, PREFIX_TOKENS, SETTINGS
 from propme_tasks import task_manager
 from support.corpora import make_index, write_jsonl
 
-CORPORA = {"dynaword": "da", "common_pile": "en", "demo": "da"}
-PUBLISHED = ("dynaword", "common_pile")
+CORPORA = {"dynaword": "da", "common_pile": "en", "dolma3": "en", "demo": "da"}
+PUBLISHED = ("dynaword", "common_pile", "dolma3")
 GROUPS = [f"propme_{c}" for c in CORPORA] + [f"propme_{c}_published" for c in PUBLISHED]
 #: every setting's subtask and the prefix documents scored by likelihood, in every group
 SUBTASKS = sorted(f"{g}_{s}" for g in GROUPS for s in (*SETTINGS, "prefix_likelihood"))

@@ -12,7 +12,7 @@ from propme_tasks.custom import LIKELIHOOD_TASK_VERSION, TASK_VERSION
 from propme_tasks.discovery import tasks_path
 
 SETTINGS = ("generic", "specific", "prefix", "unconditional", "minimal_cue")
-LANGUAGES = {"dynaword": "da", "common_pile": "en", "demo": "da"}
+LANGUAGES = {"dynaword": "da", "common_pile": "en", "dolma3": "en", "demo": "da"}
 SAMPLED = {"until": [], "do_sample": True, "temperature": 0.7, "top_p": 0.95, "max_gen_toks": 256}
 GREEDY = {"until": [], "do_sample": False, "max_gen_toks": 256}
 #: the published groups' own version (raised with TASK_VERSION whenever results change)
@@ -40,7 +40,7 @@ def test_default_groups(corpus):
         assert cfg["generation_kwargs"] == expected, (corpus, setting)
 
 
-@pytest.mark.parametrize("corpus", ["dynaword", "common_pile"])
+@pytest.mark.parametrize("corpus", ["dynaword", "common_pile", "dolma3"])
 def test_published_groups(corpus):
     folder = Path(tasks_path(), corpus)
     group = _load(folder / f"_propme_{corpus}_published.yaml")

@@ -324,3 +324,30 @@ def test_editable_install_makes_stock_lm_eval_find_the_tasks(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     where, found = run.stdout.strip().splitlines()[-2:]
     assert Path(where).resolve().is_relative_to(root) and found.split() == ["True", "True"], run.stdout
+
+
+def test_dolma3_family(demo_paths, tmp_path, monkeypatch):
+    """The third corpus (Dolma 3, Olmo 3): its groups list; without an index the refusal names its key
+    and the adoption command; with one (any PropMe index: an adopted one is read the same way) its
+    subtasks load English prompts for corpus dolma3; `tasks-new` keeps the name for it."""
+    from propme_metrics.cli.app import main
+    from propme_metrics.core.errors import ExitCode
+
+    settings = ("generic", "specific", "prefix", "unconditional", "minimal_cue", "prefix_likelihood")
+    names = {f"propme_dolma3{p}_{s}" for p in ("", "_published") for s in settings}
+    tm = task_manager()
+    assert {"propme_dolma3", "propme_dolma3_published"} | names <= set(tm.all_tasks)
+    monkeypatch.delenv("PROPME_DOLMA3_INDEX", raising=False)
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(hooks.TaskConfigError) as info:
+        tm.load(["propme_dolma3_generic"])
+    message = str(info.value)
+    assert "dolma3_index" in message and "PROPME_DOLMA3_INDEX" in message and "propme index adopt" in message
+    loaded = task_manager(metadata={"dolma3_index": str(demo_paths.index), "n_prompts": 3,
+                                    "tokenizer": str(demo_paths.model)}).load(["propme_dolma3_generic",
+                                                                               "propme_dolma3_prefix"])["tasks"]
+    docs = list(loaded["propme_dolma3_generic"].test_docs())
+    assert len(docs) == 3 and {(d["corpus"], d["language"], d["setting"]) for d in docs} == {("dolma3", "en", "generic")}
+    assert len(list(loaded["propme_dolma3_prefix"].test_docs())) == 3
+    assert main(["tasks-new", "dolma3", "--index", str(demo_paths.index), "--language", "en",
+                 "--out", str(tmp_path / "mine")]) == ExitCode.BAD_INPUT
