@@ -113,7 +113,7 @@ class CorpusLeaks:
     note: str | None = None        #: why enrichment or the extraction curve is missing
 
 
-def _open_index(tasks: Mapping[str, RunTask]):
+def open_traced_index(tasks: Mapping[str, RunTask]):
     """(index, None) for the index the tasks were traced against, or (None, why not)."""
     task = next(iter(tasks.values()))
     path = next((p.index_path for t in tasks.values() for p in t.prompts if p.index_path), "")
@@ -218,10 +218,11 @@ def _extraction_by_duplication(task: RunTask, index, confidence: float) -> list[
     return out
 
 
-def corpus_leaks(tasks: Mapping[str, RunTask], intervals: IntervalSpec) -> CorpusLeaks:
-    """The leak analysis of one model on one corpus (its tasks by setting)."""
+def corpus_leaks(tasks: Mapping[str, RunTask], intervals: IntervalSpec, opened=None) -> CorpusLeaks:
+    """The leak analysis of one model on one corpus (its tasks by setting); `opened`: the result of
+    `open_traced_index(tasks)` when the caller already has it."""
 
-    index, why = _open_index(tasks)
+    index, why = open_traced_index(tasks) if opened is None else opened
     corpus, field_name = None, DEFAULT_SOURCE_FIELD
     if index is not None:
         field_name = manifest_source_field(index.manifest)

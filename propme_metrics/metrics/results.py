@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks
+from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks, open_traced_index
 from propme_metrics.metrics.pm import CONFIDENCE, Interval, IntervalSpec, metric_interval, pm_interval
+from propme_metrics.metrics.robustness import Robustness, corpus_robustness
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 
@@ -51,6 +52,7 @@ class CorpusResult:
     pm: dict[tuple[str, str], Interval]   #: (metric, propensity setting) -> PM with interval
     start_token: dict[str, str] | None = None   #: what every prompt started with (the prefix task's record)
     leaks: CorpusLeaks | None = None   #: which data leaks: by source and by duplication (`metrics.leak_analysis`)
+    robustness: Robustness | None = None   #: floor, repeated sampling, long spans' duplication (`metrics.robustness`)
 
     @property
     def propensity_settings(self) -> list[str]:
@@ -93,13 +95,16 @@ def corpus_result(label: str, identity: str | None, prompt_set: str, tasks: Mapp
                   pm_metrics: Sequence[str], intervals: IntervalSpec) -> CorpusResult:
     """One model's results on one corpus label (traced against index `identity`, prompt set
     fingerprint `prompt_set`) from its tasks by setting: each setting's metrics, the leak analysis,
-    and PM of every propensity setting when the prefix setting was run."""
+    the robustness figures, and PM of every propensity setting when the prefix setting was run."""
     ordered = sorted(tasks, key=setting_sort_key)
     first = tasks[ordered[0]]
     settings = {s: setting_result(tasks[s], intervals) for s in ordered}
     res = CorpusResult(label, first.corpus, first.model, first.revision, identity, prompt_set, settings, {},
                        tasks.get(PREFIX, first).start_token)
-    res.leaks = corpus_leaks({s: tasks[s] for s in ordered}, intervals)
+    by_setting = {s: tasks[s] for s in ordered}
+    opened = open_traced_index(by_setting)
+    res.leaks = corpus_leaks(by_setting, intervals, opened)
+    res.robustness = corpus_robustness(by_setting, opened[0], intervals, opened[1])
     if PREFIX in tasks:
         for s in res.propensity_settings:
             for m in pm_metrics:
