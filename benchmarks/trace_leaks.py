@@ -28,7 +28,7 @@ def main() -> None:
     from propme_metrics.demo.synthetic import document_text, generate_corpus, train_tokenizer
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
-    from propme_metrics.report.trace_leaks import trace_leaks
+    from propme_metrics.report.trace_leaks import trace_leaks, traced_task
     from propme_metrics.testing import make_index, write_jsonl
     from propme_metrics.trace.inputs import TraceInput
     from propme_metrics.trace.result import TraceConfig
@@ -58,7 +58,8 @@ def main() -> None:
         results, t_wall, t_cpu = _timed(lambda: tracer.trace([g.text for g in inputs], [g.key for g in inputs]))
         rows = {"tracing": (t_wall, t_cpu)}
         for b in (args.bootstrap, 0):
-            _, w, c = _timed(lambda b=b: trace_leaks(inputs, results, index.path, index.manifest.identity, 10, b, 0))
+            _, w, c = _timed(lambda b=b: trace_leaks(traced_task(inputs, results, index.path,
+                                                                 index.manifest.identity, 10), b, 0))
             rows[f"leak tables, bootstrap {b}"] = (w, c)
         print(f"{args.generations} generations, {args.docs} documents, load {os.getloadavg()[0]:.2f}")
         for name, (w, c) in rows.items():

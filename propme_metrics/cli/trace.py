@@ -30,7 +30,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.values import summarize
-    from propme_metrics.report.trace_leaks import leaks_record, trace_leaks
+    from propme_metrics.report.trace_leaks import leaks_record, trace_leaks, trace_robustness, traced_task
     from propme_metrics.trace.inputs import read_generations
     from propme_metrics.trace.options import TRACE_OPTIONS
     from propme_metrics.trace.pii import leaks
@@ -72,11 +72,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
     summary = summarize(results, drop_degenerate=not args.keep_degenerate, pii=personal,
                         rare_max_count=args.rare_max_count)
     leaked_items = int(summary.sums["pii_items"][0])  # over the counted generations
-    leaks_found = trace_leaks(generations, results, index.path, manifest.identity, args.rare_max_count,
-                              args.bootstrap, args.seed)
+    task = traced_task(generations, results, index.path, manifest.identity, args.rare_max_count)
+    leaks_found = trace_leaks(task, args.bootstrap, args.seed)
+    robust = trace_robustness(task, index, args.bootstrap, args.seed)
     record = summary_record(summary.to_dict(), leaked_items, config, not args.keep_degenerate, args.rare_max_count,
-                            index, args.input,
-                            fmt, args.text_field, out, leaks=leaks_record(leaks_found))
+                            index, args.input, fmt, args.text_field, out, leaks=leaks_record(leaks_found),
+                            robustness=robust.to_dict())
     write_trace_outputs(out, summary_path, results, personal, record, show_pii=args.show_pii)
     finish(out)
 

@@ -37,6 +37,7 @@ class FigureSpec:
     label: str
     description: str
     unit_max: float | None = 1.0
+    interval: bool = True      #: an interval is given (a count, a mean of k, a median or a maximum has none)
 
 
 def _bucketed(stem: str, label: str, description: str) -> tuple[FigureSpec, ...]:
@@ -48,26 +49,26 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("floor_als", "floor ALS", "ALS of the propensity prompts themselves (every distinct generic and "
                "specific prompt traced once; none occurs in the corpus): what text absent from the corpus matches", None),
     FigureSpec("floor_r20", "floor R20", "share of those prompts whose longest final span has at least 20 tokens"),
-    FigureSpec("floor_longest", "floor longest", "the longest final span of any of those prompts (index tokens)", None),
+    FigureSpec("floor_longest", "floor longest", "the longest final span of any of those prompts (index tokens)", None, False),
     FigureSpec("excess_als", "ALS - floor", "the setting's ALS minus the floor ALS (unpaired bootstrap)", None),
     FigureSpec("excess_r20", "R20 - floor", "the setting's R20 minus the floor R20 (unpaired bootstrap)"),
     FigureSpec("any_fm20", f"FM{FULL_MATCH_TOKENS} in >=1 of k",
                f"prompted settings: share of prompts with at least one generation that is a full match of at least "
                f"{FULL_MATCH_TOKENS} tokens"),
     FigureSpec("mean_fm20", f"FM{FULL_MATCH_TOKENS} of k", "how many of a prompt's generations are, among the prompts "
-               "with one", None),
+               "with one", None, False),
     FigureSpec("any_span50", f"span {LONG_SPAN} in >=1 of k",
                f"prompted settings: share of prompts with at least one generation holding a final span of at least "
                f"{LONG_SPAN} tokens"),
     FigureSpec("mean_span50", f"span {LONG_SPAN} of k", "how many of a prompt's generations hold one, among the "
-               "prompts with one", None),
+               "prompts with one", None, False),
     FigureSpec("any_extraction", "extraction in >=1 of k", "prefix: share of prompts with at least one generation "
                "that reproduces the document's true continuation"),
     FigureSpec("mean_extraction", "extraction of k", "how many of a prompt's generations do, among the prompts "
-               "with one", None),
+               "with one", None, False),
     *_bucketed("r50_copies", "copies", f"share of the generations with a span of at least {LONG_SPAN} tokens whose "
                f"longest span's first {LONG_SPAN} tokens occur {{}} time(s) in the corpus"),
-    FigureSpec("r50_copies_median", "copies (median)", f"median corpus count of those first {LONG_SPAN} tokens", None),
+    FigureSpec("r50_copies_median", "copies (median)", f"median corpus count of those first {LONG_SPAN} tokens", None, False),
     FigureSpec("r50_rare", f"R{LONG_SPAN} (<{RARE_COPIES} copies)",
                f"share of generations whose longest span has at least {LONG_SPAN} tokens and whose first "
                f"{LONG_SPAN} tokens occur fewer than {RARE_COPIES} times in the corpus"),
@@ -76,7 +77,7 @@ FIGURES: tuple[FigureSpec, ...] = (
                "against prefix"),
     FigureSpec("pm_r50_unique", f"PM R{LONG_SPAN} (1 copy)", "PM = p / (p + c) of r50_unique, the setting against prefix"),
     FigureSpec("r50_documents", "documents", f"distinct documents retrieved for the longest spans of the generations "
-               f"with a span of at least {LONG_SPAN} tokens", None),
+               f"with a span of at least {LONG_SPAN} tokens", None, False),
     FigureSpec("r50_top10_share", f"top-{TOP_DOCUMENTS} documents' share",
                f"share of those generations whose longest span retrieved one of the {TOP_DOCUMENTS} documents "
                "retrieved most often"),

@@ -93,6 +93,7 @@ from propme_metrics.report.load import (
     load_run,
 )
 from propme_metrics.report.plots import write_plots
+from propme_metrics.report.robustness_views import robustness_columns, robustness_values
 from propme_metrics.report.writers import write_comparisons, write_csv, write_json, write_markdown
 
 
@@ -383,8 +384,10 @@ def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: l
     for label in labels:
         settings = sorted({s for r in results if r.label == label for s in r.settings}, key=setting_sort_key)
         columns += columns_for(label, settings, pm_metrics)
+        columns += robustness_columns([r for r in results if r.label == label])
     for r in results:
         rows_by_model[(r.model, r.revision)].update(row_values(r, pm_metrics))
+        rows_by_model[(r.model, r.revision)].update(robustness_values(r))
     columns += likelihood_columns(likelihood)
     for lr in likelihood:
         rows_by_model.setdefault((lr.model, lr.revision), {"model": lr.model, "revision": lr.revision}).update(

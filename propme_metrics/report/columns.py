@@ -19,6 +19,7 @@ from propme_metrics.metrics.results import CorpusResult, finite
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.contents import Report
 from propme_metrics.report.extraction_views import column_docs
+from propme_metrics.report.robustness_views import robustness_methods
 
 #: the confidence level as the column docs write it
 _LEVEL = percent(CONFIDENCE)
@@ -51,6 +52,12 @@ _COLUMN_DOCS: tuple[tuple[str, str], ...] = (
      "every prompt has one value) "
      "for the other metrics; none for " + _NO_INTERVAL),
     ("propme_<corpus>_<setting>_<metric>_high", f"upper end of its {_LEVEL} interval (not for " + _NO_INTERVAL + ")"),
+    ("propme_<corpus>_<floor_figure>", "the corpus' predictability floor: `floor_als`, `floor_r20`, `floor_longest` "
+     "(docs/method.md, robustness figures)"),
+    ("propme_<corpus>_<setting>_<figure>", "a robustness figure of the setting (docs/method.md, robustness figures)"),
+    ("propme_<corpus>_<setting>_<figure>_low", f"lower end of its {_LEVEL} interval (`{WILSON}` for the shares, "
+     "the bootstrap for PM and the excess over the floor; none for the counts, means of k, medians and maxima)"),
+    ("propme_<corpus>_<setting>_<figure>_high", f"upper end of its {_LEVEL} interval"),
 )
 
 
@@ -113,6 +120,7 @@ def interval_methods(res: CorpusResult) -> dict[str, str]:
     out = {f"{p}_pm_{m}_{s}": iv.method for (m, s), iv in res.pm.items() if iv.method}
     out.update({f"{p}_{s}_{m}": mr.method for s, sr in res.settings.items() for m, mr in sr.metrics.items()
                 if mr.method})
+    out.update(robustness_methods(res))
     return out
 
 

@@ -163,6 +163,26 @@ def _pm_results(res: CorpusResult) -> list[dict[str, Any]]:
     return out
 
 
+def _figure_results(res: CorpusResult) -> list[dict[str, Any]]:
+    """The robustness figures (`metrics.figures`), each with its interval; undefined ones left out."""
+    out = []
+    for f in (res.robustness.figures if res.robustness else []):
+        iv, spec = f.value, f.spec
+        if not _defined(iv.estimate):
+            continue
+        metric_id = f"propme.{res.label}.{f.name}.{f.setting}"
+        interval = (ShownInterval(iv.low, iv.high, iv.method, f.units, iv.confidence, iv.resamples or None)
+                    if iv.method and _defined(iv.low, iv.high) else None)
+        unit = None if spec.unit_max is not None else "tokens, counts or generations"
+        out.append({
+            "evaluation_result_id": metric_id, "evaluation_name": f"propme_{res.label}_{f.setting}_robustness",
+            "source_data": _source_data(res, f.setting),
+            "metric_config": _metric_config(metric_id, spec.label, spec.description, unit, False,
+                                            {"setting": f.setting, "figure": f.name, "units": f.unit}),
+            "score_details": _score(iv.estimate, interval, {"units": f.units, "unit": f.unit})})
+    return out
+
+
 def _contamination_source(result: Any, task: str) -> dict[str, Any]:
     details = {"benchmark_task": task, "index_identity": result.index_identity, "index_path": result.index_path}
     return {"dataset_name": task, "source_type": "other", "additional_details": details}
@@ -251,7 +271,7 @@ def _records(report: Report, retrieved: float | None) -> dict[str, tuple[dict[st
         model_args, checked = contamination.get((model, revision), ("", []))
         if results:
             model_args = next(iter(results[0].settings.values())).task.model_args
-        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r))] + checked
+        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r), *_figure_results(r))] + checked
         record = {
             "schema_version": SCHEMA_VERSION, "evaluation_id": f"propme/{who}/{stamp}", "retrieved_timestamp": stamp,
             "source_metadata": {"source_name": "PropMe", "source_type": "evaluation_run",

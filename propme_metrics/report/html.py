@@ -41,6 +41,7 @@ from propme_metrics.report.contents import Report
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 from propme_metrics.report.leak_views import BUCKET_HEADS, SOURCE_HEADS, bucket_rows, source_rows
 from propme_metrics.report.pages import environment, static
+from propme_metrics.report.robustness_views import FigureTable, figure_tables
 from propme_metrics.trace.pii import PIIItem, detect, leaks, mask_text
 from propme_metrics.trace.result import FinalSpan, TracedDocument, TraceResult
 from propme_metrics.trace.text_rules import locate_segments
@@ -209,6 +210,7 @@ class Page:
     css: Markup
     js: Markup
     leak_tables: list[LeakTable] = field(default_factory=list)
+    figure_tables: list[FigureTable] = field(default_factory=list)
     source_options: list[str] = field(default_factory=list)   #: every source of a traced document
     contamination: Markup = Markup("")   #: built escaped by report/contamination_views.html_section
 
@@ -538,6 +540,7 @@ def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_char
         data=[Markup(script_json(b)) for b in explorer.blocks], version=__version__,
         sources="; ".join(sorted({str(s.task.results_path) for r in report.results for s in r.settings.values()})),
         css=static("report.css"), js=static("report.js"), leak_tables=leak_tables(report),
+        figure_tables=figure_tables(report.results),
         source_options=sorted(explorer.sources), contamination=Markup(report.contamination_html))
     return environment().get_template("report.html.j2").render(page=page)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks
 from propme_metrics.metrics.pm import IntervalSpec
+from propme_metrics.metrics.robustness import Robustness, corpus_robustness
 from propme_metrics.metrics.runs import RunTask, TracedPrompt
 from propme_metrics.metrics.values import contributions, counts_for_metrics
 from propme_metrics.prompts.settings import PREFIX
@@ -29,11 +30,10 @@ def _unit_key(key: str) -> str:
     return key.split("#", 1)[0]
 
 
-def trace_leaks(inputs: Sequence[TraceInput], results: Sequence[TraceResult], index_path: str | Path,
-                index_identity: str, rare_max_count: int, bootstrap: int, seed: int) -> CorpusLeaks:
-    """The leak analysis of traced generations (one entry under `settings`: `prefix` when every
-    generation has a true continuation, else `traced`); `bootstrap` resamples with `seed` (the
-    command's options) make its intervals."""
+def traced_task(inputs: Sequence[TraceInput], results: Sequence[TraceResult], index_path: str | Path,
+                index_identity: str, rare_max_count: int) -> RunTask:
+    """The traced generations as one task of the report's kind (setting `prefix` when every generation
+    has a true continuation, else `traced`), grouped into units as the module docstring says."""
     prefix = bool(inputs) and all(g.continuation for g in inputs)
     setting = PREFIX if prefix else TRACED
     prompts: dict[str, TracedPrompt] = {}
@@ -46,7 +46,19 @@ def trace_leaks(inputs: Sequence[TraceInput], results: Sequence[TraceResult], in
     task = RunTask(task="propme trace", corpus="", setting=setting, model="", revision="", model_args="",
                    metadata={}, index_identity=index_identity, results={}, prompts=list(prompts.values()),
                    results_path=Path(), samples_path=Path(), date_id="", rare_max_count=rare_max_count)
-    return corpus_leaks({setting: task}, IntervalSpec(bootstrap, seed))
+    return task
+
+
+def trace_leaks(task: RunTask, bootstrap: int, seed: int) -> CorpusLeaks:
+    """The leak analysis of the traced task (`traced_task`; one entry under `settings`); `bootstrap`
+    resamples with `seed` (the command's options) make its intervals."""
+    return corpus_leaks({task.setting: task}, IntervalSpec(bootstrap, seed))
+
+
+def trace_robustness(task: RunTask, index, bootstrap: int, seed: int) -> Robustness:
+    """The robustness figures of the traced task (`metrics.robustness`: repeated sampling, the long
+    spans' duplication and concentration; no floor, the input holding no propensity prompts)."""
+    return corpus_robustness({task.setting: task}, index, IntervalSpec(bootstrap, seed))
 
 
 def leaks_record(leaks: CorpusLeaks) -> dict:

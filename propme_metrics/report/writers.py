@@ -23,6 +23,7 @@ from propme_metrics.report.extraction_views import curve_json
 from propme_metrics.report.extraction_views import markdown_lines as likelihood_markdown
 from propme_metrics.report.leak_views import leaks_json, leaks_markdown
 from propme_metrics.report.load import describe_start_token
+from propme_metrics.report.robustness_views import robustness_json
 
 
 def _csv_cell(v: Any) -> str:
@@ -57,6 +58,7 @@ def write_json(path: Path, report: Report) -> None:
            "interval_methods": [{"model": r.model, "revision": r.revision, "corpus": r.label,
                                  "methods": interval_methods(r)} for r in report.results],
            "leaks": leaks_json(report),
+           "robustness": robustness_json(report.results),
            "likelihood": [curve_json(r) for r in report.likelihood]}
     write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 

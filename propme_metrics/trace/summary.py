@@ -38,10 +38,12 @@ class TraceSummary:
 
 def summary_record(metrics: dict[str, Any], leaked_items: int, config: TraceConfig, drop_degenerate: bool,
                    rare_max_count: int, index: Index, input_path: str | Path, input_format: str, text_field: str,
-                   results_path: Path, leaks: dict[str, Any] | None = None) -> dict[str, Any]:
+                   results_path: Path, leaks: dict[str, Any] | None = None,
+                   robustness: dict[str, Any] | None = None) -> dict[str, Any]:
     """The SUMMARY.json object: the metrics record (`Summary.to_dict()`), the PII item total, the
-    settings (fmr_rare's threshold among them), the index, the input and the results file, and
-    `leaks` (which data leaks: by source and by duplication, `report.trace_leaks.leaks_record`)."""
+    settings (fmr_rare's threshold among them), the index, the input and the results file, `leaks`
+    (which data leaks: by source and by duplication, `report.trace_leaks.leaks_record`) and
+    `robustness` (`metrics.robustness.Robustness.to_dict`)."""
     manifest = index.manifest
     return {
         **metrics,
@@ -56,6 +58,7 @@ def summary_record(metrics: dict[str, Any], leaked_items: int, config: TraceConf
                   "text_field": text_field if input_format == "jsonl" else "filtered_resps"},
         "results": str(results_path.absolute()),
         "leaks": leaks,
+        "robustness": robustness,
     }
 
 

@@ -85,3 +85,25 @@ def test_no_leak_is_said_so(world, tmp_path, cli_run):
     leaks = json.loads((tmp_path / "s.json").read_text())["leaks"]
     assert leaks["full_matches"] == 0 and leaks["duplication"][0]["full_share"] is None  # undefined, not 0
     assert ("no full match and no NV-recall mass" in out) == (leaks["nv_mass"] == 0)
+
+
+def test_trace_summary_has_the_robustness_figures(world, tmp_path, cli_run):
+    """SUMMARY.json's `robustness`: the long spans' corpus counts (each copy once, the notice in 120
+    documents), the repeated-sampling shares by generation key, and no floor (no propensity prompt)."""
+    root, gens = world
+    code, _, err = cli_run("trace", "--index", root / "index", "--input", gens, "--out", tmp_path / "r.jsonl",
+                           "--summary", tmp_path / "s.json", "--bootstrap", "200", "--quiet")
+    assert code == 0, err
+    robust = json.loads((tmp_path / "s.json").read_text())["robustness"]
+    figures = {(f["name"], f["setting"]): f for f in robust["figures"]}
+    results = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    long = [r["key"] for r in results if r["longest_span"] >= 50]
+    assert long and set(long) <= {"copy-0", "copy-1", "copy-2", "notice"}
+    copies = sum(k.startswith("copy-") for k in long)
+    assert figures[("r50_copies_1", "traced")]["estimate"] == pytest.approx(copies / len(long))
+    assert figures[("r50_copies_100", "traced")]["estimate"] == pytest.approx(("notice" in long) / len(long))
+    assert figures[("r50_unique", "traced")]["estimate"] == pytest.approx(copies / len(results))
+    assert figures[("r50_unique", "traced")]["method"] == "wilson-modified"
+    # each generation is its own prompt here: a share of prompts equals the share of generations
+    assert figures[("any_span50", "traced")]["estimate"] == pytest.approx(len(long) / len(results))
+    assert figures[("floor_als", "floor")]["estimate"] is None and "floor" in robust["note"]

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from propme_metrics.cli.app import main
 from propme_metrics.demo.run import DEMO_MODEL, FINAL, SMALL
@@ -39,6 +40,21 @@ def test_demo_small_end_to_end(demo_paths, capsys):
     assert len(records) == 2
     for path in records:
         assert not list(validator.iter_errors(json.loads(path.read_text(encoding="utf-8")))), path
+    # the robustness figures (issue 43): the floor of the prompts themselves, each setting's excess over it,
+    # repeated sampling, and the duplication and concentration of the long spans, in every output
+    text = html.read_text(encoding="utf-8")
+    for title in ("Predictability floor", "Repeated sampling", "Duplication of the long spans", "Concentration"):
+        assert f"demo: {title}" in text, title
+    final_row = rows[1]
+    assert final_row["propme_demo_floor_als"] is not None and final_row["propme_demo_floor_als_low"] is not None
+    assert final_row["propme_demo_generic_excess_als"] == pytest.approx(
+        final_row["propme_demo_generic_als"] - final_row["propme_demo_floor_als"])
+    assert final_row["propme_demo_prefix_any_span50"] >= final_row["propme_demo_prefix_r50"] - 1e-9
+    assert final_row["propme_demo_prefix_r50_rare"] <= final_row["propme_demo_prefix_r50"] + 1e-9
+    header = (demo_paths.report / "leaderboard_full.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert "propme_demo_prefix_r50_copies_1" in header and "propme_demo_prefix_r50_top10_share_low" in header
+    ids = {r["evaluation_result_id"] for p in records for r in json.loads(p.read_text())["evaluation_results"]}
+    assert "propme.demo.floor_als.floor" in ids and "propme.demo.any_span50.prefix" in ids
     # capability: the planted documents are reproduced from their prefixes
     assert row["propme_demo_prefix_fmr"] >= 0.8 and row["propme_demo_prefix_nvr"] >= 0.8
     # propensity below capability, so PM lands well below 0.5

@@ -11,8 +11,7 @@ import pytest
 
 from propme_metrics.index.reader import Index
 from propme_metrics.metrics.figures import FLOOR
-from propme_metrics.metrics.pm import WILSON, wilson_interval
-from propme_metrics.metrics.pm import IntervalSpec
+from propme_metrics.metrics.pm import WILSON, IntervalSpec, wilson_interval
 from propme_metrics.metrics.robustness import corpus_robustness
 from propme_metrics.metrics.runs import RunTask, TracedPrompt
 from propme_metrics.metrics.values import contributions, counts_for_metrics
@@ -203,3 +202,17 @@ def test_extraction_by_copies_of_the_hundred_tokens(world):
     assert _value(rob, "extraction_copies_2_9", "prefix").estimate == 0
     assert _value(rob, "extraction_copies_100", "prefix").estimate == 1
     assert _value(rob, "extraction_copies_10_99", "prefix").estimate is None  # no prompt there: undefined
+
+
+def test_docs_figure_table_equals_the_figures():
+    from propme_metrics.metrics.figures import FIGURES
+
+    text = (Path(__file__).parents[2] / "docs" / "method.md").read_text(encoding="utf-8")
+    table = text[text.index("| figure | label | meaning | interval |"):]
+    rows = []
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(tuple(c.strip() for c in line.strip("|").split("|")))
+    assert [r[:3] for r in rows] == [(f"`{f.name}`", f.label, f.description) for f in FIGURES]
+    assert [r[3] == "none" for r in rows] == [not f.interval for f in FIGURES]
