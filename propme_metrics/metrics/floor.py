@@ -42,11 +42,23 @@ def trace_config(tasks: Mapping[str, RunTask]) -> TraceConfig:
 
 
 def trace_prompts(texts: Sequence[str], index, config: TraceConfig) -> list[TraceResult]:
-    """Each prompt traced as a generation would be (a failure recorded in its `error`)."""
+    """Each prompt traced as a generation would be (a failure recorded in its `error`); the traces of
+    one prompt set, index and configuration are made once per process (a report of several models
+    on one corpus shares its floor)."""
     from propme_metrics.trace.tracer import Tracer
 
-    tracer = Tracer(index, config)
-    return [tracer.safe_trace_one(text, key=f"prompt#{i}") for i, text in enumerate(texts)]
+    key = (str(index.path), index.manifest.identity, config, tuple(texts))
+    if key not in _TRACED:
+        tracer = Tracer(index, config)
+        if len(_TRACED) >= _TRACED_SETS:
+            _TRACED.pop(next(iter(_TRACED)))
+        _TRACED[key] = [tracer.safe_trace_one(text, key=f"prompt#{i}") for i, text in enumerate(texts)]
+    return list(_TRACED[key])
+
+
+#: the prompt traces kept (by index folder, identity, configuration and prompts), the oldest dropped first
+_TRACED: dict[tuple, list[TraceResult]] = {}
+_TRACED_SETS = 8
 
 
 def floor_stats(traces: Sequence[TraceResult]) -> dict[str, list[Ratio]]:

@@ -481,3 +481,21 @@ def test_nan_free_json(full_report):
     text = full_report.leaderboard_json.read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert not any(isinstance(v, float) and math.isnan(v) for r in full_report.rows for v in r.values())
+
+
+def test_robustness_figures_without_the_index(full_report):
+    """Made where the index cannot be read (the samples name /idx): the floor and the corpus counts are
+    undefined (empty, null, absent from EEE) and the page says why; what the traces hold is computed."""
+    row = _row(full_report, DFM, "stage3")
+    assert row["propme_dynaword_floor_als"] is None and row["propme_dynaword_prefix_r50_rare"] is None
+    stage3 = next(r for r in full_report.results if r.revision == "stage3")
+    prompts = [p for p in stage3.settings["prefix"].task.prompts if p.counted()]
+    leaking = sum(any(t.longest_span >= 50 for t in p.counted()) for p in prompts)
+    assert row["propme_dynaword_prefix_any_span50"] == pytest.approx(leaking / len(prompts))
+    doc = json.loads(full_report.leaderboard_json.read_text())
+    entry = next(e for e in doc["robustness"] if e["revision"] == "stage3")
+    assert "cannot be read" in entry["note"] and "floor" in entry["note"]
+    html = full_report.html.read_text(encoding="utf-8")
+    assert "dynaword: Repeated sampling" in html and "cannot be read" in html
+    header = full_report.leaderboard_full_csv.read_text().splitlines()[0]
+    assert "propme_dynaword_floor_als_low" in header and "propme_dynaword_generic_any_fm20" in header
