@@ -351,3 +351,25 @@ def test_dolma3_family(demo_paths, tmp_path, monkeypatch):
     assert len(list(loaded["propme_dolma3_prefix"].test_docs())) == 3
     assert main(["tasks-new", "dolma3", "--index", str(demo_paths.index), "--language", "en",
                  "--out", str(tmp_path / "mine")]) == ExitCode.BAD_INPUT
+
+
+def test_dolma3_runs_on_an_adopted_index(gpt2_dir, tmp_path, monkeypatch):
+    """An index written by infini-gram's own indexer (as the published Dolma 3 index is), adopted, is the
+    `dolma3_index` of the tasks: the prefix prompts are its documents and a copied continuation is traced
+    to it as a full match."""
+    from propme_metrics.demo.synthetic import generate_corpus
+    from propme_metrics.index.adopt import adopt_index
+    from propme_metrics.testing import infini_gram_index, write_jsonl
+
+    records = [{"id": r["id"], "source": r["source"], "text": r["text"]} for r in generate_corpus(40, seed=5)]
+    write_jsonl(tmp_path / "corpus" / "docs.jsonl", records)
+    ig = infini_gram_index(tmp_path / "corpus", tmp_path / "ig")
+    adopted = tmp_path / "adopted"
+    adopt_index(ig, adopted, str(gpt2_dir), progress=False)
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    tm = task_manager(metadata={"dolma3_index": str(adopted), "n_prompts": 3, "tokenizer": str(gpt2_dir)})
+    task = tm.load(["propme_dolma3_prefix"])["tasks"]["propme_dolma3_prefix"]
+    docs = list(task.test_docs())
+    assert len(docs) == 3 and {d["corpus"] for d in docs} == {"dolma3"}
+    items = hooks.process_results(docs[0], [[docs[0]["continuation"]]])
+    assert items["trace"]["failed"] == 0 and items["fmr"] == {"sum": 1.0, "n": 1}
