@@ -14,14 +14,16 @@ from typing import Any
 
 from propme_metrics.metrics.pm import CONFIDENCE, WILSON, Interval, wilson_interval
 from propme_metrics.metrics.ratio import divide
+from propme_metrics.metrics.registry import LONG_SPAN_TOKENS
 
 #: the `setting` of the figures that belong to the corpus, not to a setting (the floor)
 FLOOR = "floor"
 #: corpus-count buckets of the long spans and of the prefix documents (suffix, label, lowest, highest or None)
 COPY_BUCKETS: tuple[tuple[str, str, int, int | None], ...] = (
     ("1", "1", 1, 1), ("2_9", "2-9", 2, 9), ("10_99", "10-99", 10, 99), ("100", "100+", 100, None))
-#: span lengths (index tokens): a full match counts from FULL_MATCH_TOKENS, a long span from LONG_SPAN
-FULL_MATCH_TOKENS, LONG_SPAN = 20, 50
+#: span lengths (index tokens): a full match counts from FULL_MATCH_TOKENS (the registry's `fmr20`), a
+#: long span from LONG_SPAN (`r50`)
+FULL_MATCH_TOKENS, LONG_SPAN = LONG_SPAN_TOKENS
 #: fewer copies than this make a long span's text rare (`r50_rare`)
 RARE_COPIES = 10
 #: documents whose share of the long matches `r50_top10_share` measures

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from statistics import median
 
 from propme_metrics.metrics.figures import COPY_BUCKETS, LONG_SPAN, RARE_COPIES, TOP_DOCUMENTS, Figure, bucket, share
+from propme_metrics.metrics.loops import without_loops
 from propme_metrics.metrics.pm import Interval, IntervalSpec, pm_interval
 from propme_metrics.metrics.ratio import Ratio
 from propme_metrics.metrics.runs import RunTask
@@ -26,8 +27,9 @@ from propme_metrics.trace.result import FinalSpan, TraceResult
 
 
 def longest_final_span(t: TraceResult) -> FinalSpan | None:
-    """The generation's longest final span (the first of equal ones), None without one."""
-    return max(t.final_spans, key=lambda s: s.length, default=None)
+    """The generation's longest final span that is no loop (`metrics.loops`; the first of equal ones), None
+    without one."""
+    return max(without_loops(t).trace.final_spans, key=lambda s: s.length, default=None)
 
 
 def head_count(t: TraceResult, span: FinalSpan, index) -> int:
