@@ -274,8 +274,9 @@ class Tracer:
         full_docs = ctx.retrieve(whole, (0, n), None) if whole is not None and whole.count else []
         anchors: list[tuple[int, int]] = []
         if whole is not None and whole.count:
-            # every other start's match is a suffix of g, contained in (0, L): only (0, L) is maximal
-            step1, maximal, found = [], [(0, n)], [whole]
+            # every other start's match is a suffix of g, contained in (0, L): only (0, L) is maximal; a
+            # one-token generation has no start (the published range(L - 1)): its full-match documents alone
+            step1, maximal, found = ([], [(0, n)], [whole]) if n > 1 else ([], [], [])
         else:
             step1 = self.step1_spans(ids)
             maximal = self.clean_spans(ids, step1)

@@ -1062,3 +1062,29 @@ def test_propme_trace_loads_no_heavy_dependency(synthetic_index, synthetic_recor
                            "--quiet"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+
+
+def test_one_token_generations_follow_the_published_rule(synthetic_index, synthetic_records, corpus_ids):
+    """Issue 44 item 20: the published tracer looks for spans from the starts range(L - 1), none for a
+    one-token generation, so a one-token full match keeps its full-match documents alone; PropMe added a
+    span 0-1 with its sampled documents. One-, two- and three-token generations equal the reference."""
+    from tokenizers import Tokenizer
+
+    tr = Tracer(synthetic_index, TraceConfig(mode="mixed"))
+    ref = reference(tr, corpus_ids, "mixed")
+    tok = Tokenizer.from_file(str(tr.index.path / "propme-tokenizer" / "tokenizer.json"))
+    words = [w for r in synthetic_records[:40] for w in r["text"].split()]
+    singles = list(dict.fromkeys(w for w in words if len(tok.encode(w, add_special_tokens=False).ids) == 1))[:12]
+    assert len(singles) >= 5
+    checked = {1: 0, 2: 0, 3: 0}
+    text = synthetic_records[0]["text"]  # two- and three-token full matches: pieces of a document
+    pieces = [text[a:a + w] for a in range(0, 400, 7) for w in (3, 5, 8)]
+    for g in [*singles, ".", *(" ".join(singles[i:i + 2]) for i in range(0, 10, 2)), *pieces]:
+        n = len(tok.encode(g, add_special_tokens=False).ids)
+        res = tr.trace_one(g, "x")
+        assert as_reference(res) == reference_view(ref.trace(g)), g
+        if n == 1 and res.final_spans:  # found whole: no span of its own, only the full-match documents
+            assert res.spans == [] and all(d.match != "partial" for d in res.final_spans[0].documents), g
+        if n in checked:
+            checked[n] += 1
+    assert checked[1] >= 5 and checked[2] + checked[3] >= 5, checked
