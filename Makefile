@@ -17,13 +17,17 @@ $(DEPS): setup.cfg setup.py pyproject.toml
 
 # PropMe itself, reinstalled only when a file of the wheel (or a folder of them: a deleted file) is newer
 # than the last install: the inner loop does not rebuild an unchanged wheel
-WHEEL_SOURCES := $(shell find propme_metrics propme_tasks task_configs -not -path '*/__pycache__*' -not -name '*.pyc') \
+WHEEL_SOURCES := $(shell find propme_metrics propme_tasks task_configs -not -path '*/__pycache__*' -not -name '*.pyc' -not -name '*.so') \
 	setup.cfg setup.py pyproject.toml propme_lmeval.pth
 INSTALLED := $(VENV)/.propme-installed
 
+# the native search is also compiled in place (`propme_metrics/index/_search*.so`, ignored by git): tests
+# and benchmarks run from the checkout import the package from here
 $(INSTALLED): $(DEPS) $(WHEEL_SOURCES)
 	rm -rf build
 	$(BIN)/pip install -q --no-deps --force-reinstall .
+	$(BIN)/python setup.py -q build_ext --inplace || echo "native search not compiled: the numpy search is used"
+	rm -rf build
 	touch $@
 
 install: $(INSTALLED)
@@ -66,4 +70,4 @@ pictures: install
 	$(BIN)/python docs/pictures.py
 
 clean:
-	rm -rf $(VENV) .venv-lmeval-* build *.egg-info propme-demo
+	rm -rf $(VENV) .venv-lmeval-* build *.egg-info propme-demo propme_metrics/index/_search*.so

@@ -163,9 +163,7 @@ class CorpusMatcher:
             ends = np.cumsum(lens)
             qstart = np.arange(len(arr), dtype=np.int64)
             qend = np.repeat(ends, lens)
-            best = np.zeros(len(arr), dtype=np.int64)
-            for _lo, _hi, llo, lhi in self.search.search_shards(arr, qstart, qend, np.zeros(len(arr), dtype=bool)):
-                np.maximum(best, np.maximum(llo, lhi), out=best)
+            best = self.search.match_lengths(arr, qstart, qend)
             for i, part in zip(batch, np.split(best, ends[:-1])):
                 out[i] = part
             if progress is not None:

@@ -48,6 +48,10 @@ class PropMeError(Exception):
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
 
+    def __reduce__(self):
+        """Pickled with its hint (an error raised in a worker process reaches the parent whole)."""
+        return type(self), (self.message, self.hint)
+
 
 class ConfigError(PropMeError):
     """Bad arguments, missing files or fields, unknown tokenizer, empty input."""

@@ -1,88 +1,92 @@
-"""Suffix-array bounds in native code: libdivsufsort's `sa_search`, the C library that pydivsufsort
-ships compiled in its wheel (the index build's suffix sorter already), over a shard's mapped files.
+"""Suffix-array bounds in native code: PropMe's C extension `_search` (`_search.c`, compiled at
+install), which searches a batch of query rows in every shard of an index in one call.
 
-One C call per query row does the whole binary search of that row, skipping the prefix both bounds
-already share, instead of one numpy step for all rows at a time (`search.ShardSearcher.search`).
-It compares suffixes byte by byte, as the engine orders them, so its bounds are the engine's.
-libdivsufsort indexes with 32-bit signed integers: it serves a shard whose `tokenized.N` is under
-2 GiB, whose 4-byte pointers it reads in place (smaller shards' pointers are widened in memory
-once); a larger shard, or a system without the library, keeps the numpy search.
+Per shard and row it narrows the range with the first token's rank block and the in-memory
+top-level samples, then binary-searches the mapped suffix array with all rows in lockstep, asking
+for the pages every row needs next together (one round of parallel disk reads per step when the
+shard is not in memory); a few threads take the shards (never one per row). Pointers of 1 to 8
+bytes are read in place, so shards above 2 GiB of tokens (5-byte pointers) are served too. Each
+row's two neighbours are checked against the query from its first token: a suffix array found out
+of order there stops the search with the shard and its file named.
+
+Where the extension could not be compiled or loaded (`available()` is False), `search.py` keeps its
+numpy search, which gives the same results.
 """
 from __future__ import annotations
 
-import ctypes
+import os
+import sys
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from propme_metrics.index.format import pointers
-
-_MAX_BYTES = 2**31 - 1  #: libdivsufsort's 32-bit signed sizes and offsets
-_C_INT, _C_PTR = ctypes.c_int32, ctypes.c_void_p
-
-
-def _sa_search():
-    """libdivsufsort's `sa_search` with its C signature, or None when the library cannot be loaded.
-
-    A `CDLL` of its own, so that setting the signature leaves pydivsufsort's function object alone."""
-    try:
-        from pydivsufsort.dll import PATH_LIBDIVSUFSORT
-        fn = ctypes.CDLL(str(PATH_LIBDIVSUFSORT)).sa_search
-    except (ImportError, OSError, AttributeError, StopIteration):
-        return None
-    fn.restype = _C_INT
-    fn.argtypes = [_C_PTR, _C_INT, _C_PTR, _C_INT, _C_PTR, _C_INT, ctypes.POINTER(_C_INT)]
-    return fn
-
-
-_SA_SEARCH = _sa_search()
+try:
+    from propme_metrics.index import _search
+except ImportError:  # not compiled here (no C compiler at install, another platform)
+    _search = None
 
 
 def available() -> bool:
-    """Whether libdivsufsort could be loaded on this system."""
-    return _SA_SEARCH is not None
+    """Whether the native search was compiled and loads on this system (little-endian hosts only)."""
+    return _search is not None and sys.byteorder == "little"
 
 
-class NativeBounds:
-    """Rank bounds of query rows in one shard: `tokens` (the mapped `tokenized.N`) and its suffix
-    array as 32-bit pointers (`pointers_of`)."""
-
-    def __init__(self, tokens: np.ndarray, table: np.ndarray):
-        self._tokens, self.table = tokens, table  # held: the C calls read their memory
-        self._t, self._t_bytes = tokens.ctypes.data, tokens.nbytes
-        self._sa = table.ctypes.data
-        self._call = _SA_SEARCH
-
-    def bounds(self, query: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray,
-               first: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For each row: the rank of its bound (lower: the first suffix >= query[qstart:qend];
-        upper: the first one > it and not starting with it), searched among ranks [first, stop),
-        which must hold it or end right before it, and the row's count there. `query` holds
-        little-endian token ids."""
-        query = np.ascontiguousarray(query)
-        width, base = query.itemsize, query.ctypes.data
-        call, t, t_bytes, sa = self._call, self._t, self._t_bytes, self._sa
-        left = _C_INT()
-        ref = ctypes.byref(left)
-        out, counts = [], []
-        for s, e, a, b, up in zip(qstart.tolist(), qend.tolist(), first.tolist(), stop.tolist(), upper.tolist()):
-            if b <= a:  # an empty range: the bound is where it ends (the library answers -1 there)
-                out.append(a)
-                counts.append(0)
-                continue
-            count = call(t, t_bytes, base + s * width, (e - s) * width, sa + 4 * a, b - a, ref)
-            out.append(a + left.value + (count if up else 0))
-            counts.append(count)
-        return np.asarray(out, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+def _threads() -> int:
+    """Threads one search may use: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
-def native_bounds(tokens: np.ndarray, table: np.ndarray, ptr_size: int) -> NativeBounds | None:
-    """The native search of a shard, or None when it cannot serve it (no library, an empty shard,
-    `tokenized.N` of 2 GiB or more). `table` is the raw suffix array (bytes)."""
-    if _SA_SEARCH is None or not tokens.size or tokens.nbytes > _MAX_BYTES:
+THREADS = _threads()
+
+
+class NativeShard(NamedTuple):
+    """One shard as the extension holds it, with what names it in an error."""
+
+    handle: object     #: `_search.Shard` over the shard's mapped files and in-memory samples
+    shard: int         #: shard id
+    table: Path        #: the shard's suffix-array file
+
+
+def native_shard(tokens: np.ndarray, table: np.ndarray, width: int, ptr_size: int, blocks, top, shard: int,
+                 table_path: Path) -> NativeShard | None:
+    """The native search of a shard, or None when it cannot serve it (no extension, an empty shard).
+    `tokens` and `table` are the mapped `tokenized.N` and `table.N` (bytes); `blocks` the rank
+    blocks of first tokens (keys, starts, ends) or None; `top` the top-level samples or None."""
+    if not available() or not tokens.size:
         return None
-    if ptr_size == 4:
-        as_int32 = table.view("<i4")  # in place: every byte offset is below 2**31
-    else:  # under 16 MiB of tokens (pointers of 1 to 3 bytes): widened once, at most 32 MiB
-        as_int32 = pointers(np.asarray(table), ptr_size).astype("<i4")
-    return NativeBounds(tokens, as_int32)
+    bk = bs = be = sk = sl = None
+    if blocks is not None:
+        bk, bs, be = (np.ascontiguousarray(a, dtype=np.int64) for a in blocks)
+    stride = 0
+    if top is not None:
+        sk, sl, stride = np.ascontiguousarray(top.keys), np.ascontiguousarray(top.lengths, dtype=np.uint8), top.stride
+    handle = _search.Shard(tokens, table, width, ptr_size, bk, bs, be, sk, sl, stride)
+    return NativeShard(handle, shard, table_path)
 
+
+class NativeBounds(NamedTuple):
+    """Per shard (first axis) and row (second): the bound's rank and the common-prefix lengths of the
+    row with the suffixes at hi - 1 and hi (0 where there is none)."""
+
+    hi: np.ndarray
+    lcp_lo: np.ndarray
+    lcp_hi: np.ndarray
+    out_of_order: list[int]  #: per shard: a rank where the suffix array was found out of order, or -1
+
+
+def native_search(shards: tuple[NativeShard, ...], qkeys: np.ndarray, qstart: np.ndarray, qend: np.ndarray,
+                  upper: np.ndarray) -> NativeBounds:
+    """Bounds of every row qkeys[qstart:qend] (lower, or `upper`: the first suffix after all that
+    start with the row) in every shard, in one call. `qkeys` are the rows' sort keys (`keys`)."""
+    m, s = len(qstart), len(shards)
+    hi, llo, lhi = (np.empty((s, m), dtype=np.int64) for _ in range(3))
+    bad = [-1] * s
+    if m and s:
+        bad = _search.search(tuple(x.handle for x in shards), np.ascontiguousarray(qkeys, dtype=np.uint32),
+                             np.ascontiguousarray(qstart, dtype=np.int64), np.ascontiguousarray(qend, dtype=np.int64),
+                             np.ascontiguousarray(upper, dtype=np.uint8), hi, llo, lhi, min(THREADS, s))
+    return NativeBounds(hi, llo, lhi, bad)

@@ -2,14 +2,14 @@
 
 Sort order, counts, rank ranges and document windows are exactly those of infini-gram's engine
 (byte order of little-endian token ids), and both neighbours of every insertion point count, rank 0
-included. The bounds come from native code (`native_search.py`: one C binary search per query row)
-wherever it serves the shard; else all rows of a query are searched together with numpy, one
-vectorized step at a time, as below.
+included. The bounds come from native code (`native_search.py`: one C call searches a batch of
+query rows in every shard) wherever it was compiled; else all rows of a query are searched together
+with numpy, one vectorized step at a time, as below.
 
 For shards larger than memory, the files are mapped for random access (no read-around of megabytes
-per page fault); the numpy search also runs the first steps of every search on an in-memory sample
-of the suffix array (`toplevel.py`) and requests the pages each remaining step needs from the disk
-together (one batch of read-ahead hints per step) instead of one page fault after another.
+per page fault); both searches run the first steps of every search on an in-memory sample of the
+suffix array (`toplevel.py`) and request the pages each remaining step needs from the disk together
+(one batch of read-ahead hints per step) instead of one page fault after another.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.index.format import (
     ShardFile,
     document_bounds,
@@ -34,7 +35,8 @@ from propme_metrics.index.format import (
     shard_file,
     token_layout,
 )
-from propme_metrics.index.native_search import native_bounds
+from propme_metrics.index.native_search import available as native_available
+from propme_metrics.index.native_search import NativeBounds, native_search, native_shard
 from propme_metrics.index.toplevel import TopLevel, load_toplevel
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +58,33 @@ _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 def _major_faults() -> int:
     """Page faults that had to read the disk so far (this thread where the system tells)."""
     return resource.getrusage(_RUSAGE_WHO).ru_majflt
+
+
+def damaged_table(shard: int, table: Path, what: str) -> IndexFormatError:
+    """The error for a suffix array that a search or the bytes it leads to contradict (a damaged `table.N`)."""
+    return IndexFormatError(f"shard {shard}: the suffix array {table} is damaged: {what}",
+                            f"run `propme index verify {table.parent} --full`, then rebuild the index "
+                            "(or restore the file)")
+
+
+class SearchBounds(NamedTuple):
+    """`ShardSearcher.search` of the same query rows in several shards: one row of each array per
+    shard (engine order), one column per query row. hi is the bound's rank, lo = hi - 1, and
+    max(llo, lhi) the row's longest match with a suffix of that shard."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    llo: np.ndarray
+    lhi: np.ndarray
+
+    def longest(self) -> np.ndarray:
+        """Per query row: its longest match with a suffix of any of the shards."""
+        return np.maximum(self.llo, self.lhi).max(axis=0, initial=0)
+
+    @staticmethod
+    def join(parts: Sequence[SearchBounds]) -> SearchBounds:
+        """The bounds of several groups of shards, in the order given."""
+        return SearchBounds(*(np.concatenate(x) for x in zip(*parts)))
 
 
 class Occurrences(NamedTuple):
@@ -130,10 +159,10 @@ def _key_limit(top: TopLevel) -> int:
 class ShardSearcher:
     """One shard's files, memory-mapped: suffix-array search and document windows.
 
-    The bounds come from native code when it serves the shard (`native_search.py`); `native=False`
+    The bounds come from native code when it was compiled (`native_search.py`); `native=False`
     gives the numpy search, and `accelerate=False` the plain numpy search (no in-memory top
     level, no read-ahead hints, the kernel's default read-around): the same results, kept for
-    comparison, for tests and for shards the native search cannot serve."""
+    comparison, for tests and for systems without the native search."""
 
     def __init__(self, folder: Path, sid: int, width: int, doc_base: int, accelerate: bool = True,
                  native: bool = True):
@@ -141,6 +170,7 @@ class ShardSearcher:
         self.width = width
         self.dtype = token_layout(width).dtype
         ds_path, sa_path = shard_file(folder, ShardFile.TOKENIZED, sid), shard_file(folder, ShardFile.TABLE, sid)
+        self.table_path = sa_path
         self.ds = _map(ds_path, self.dtype, accelerate)
         self.n = len(self.ds)  # suffixes (token positions, separators included)
         self.ptr_size = pointer_size(self.n * width)
@@ -151,14 +181,15 @@ class ShardSearcher:
         self.metaoff = _map(shard_file(folder, ShardFile.METAOFF, sid), np.dtype("<u8"), accelerate)
         self.meta = _map(shard_file(folder, ShardFile.METADATA, sid), np.uint8, accelerate)
         self.doc_base = doc_base
-        self.native = native_bounds(self.ds, self.sa, self.ptr_size) if accelerate and native else None
+        self.native = None
+        self._native_wanted = accelerate and native and native_available()
         self.blocks = self._first_token_blocks(shard_file(folder, ShardFile.UNIGRAM, sid))
         self.use_toplevel(None)
         self._fetch_sa = self._fetch_ds = None
         self._reading_disk = True  # whether the last step read from the disk (then the next prefetches)
-        if accelerate and self.n and self.native is None:
+        if accelerate and self.n:
             self.use_toplevel(load_toplevel(folder, sid, width, self.n, self._toplevel_ok))
-            if hasattr(os, "posix_fadvise"):  # Linux and most Unixes; elsewhere searches just fault pages in
+            if self.native is None and hasattr(os, "posix_fadvise"):  # elsewhere searches just fault pages in
                 self._fetch_sa, self._fetch_ds = _Prefetcher(sa_path), _Prefetcher(ds_path)
 
     # keys: a token's little-endian bytes read as a big-endian number sort like the engine's suffixes
@@ -174,10 +205,7 @@ class ShardSearcher:
     @cached_property
     def _pointer_array(self) -> np.ndarray | None:
         """The suffix array as one unsigned integer per pointer when pointers have a numpy width
-        (1, 2, 4 or 8 bytes, or the native search's widened copy): one gather per rank instead of
-        one per byte; else None."""
-        if self.native is not None:
-            return self.native.table
+        (1, 2, 4 or 8 bytes): one gather per rank instead of one per byte; else None."""
         if self.ptr_size not in (1, 2, 4, 8) or len(self.sa) % self.ptr_size:
             return None
         return self.sa.view(np.dtype(f"<u{self.ptr_size}"))
@@ -234,16 +262,21 @@ class ShardSearcher:
         return bool(np.array_equal(top.lengths[idx], lengths) and np.array_equal(real[valid], stored[valid]))
 
     def use_toplevel(self, top: TopLevel | None) -> None:
-        """Start every search on these samples of the suffix array (None: the plain search). Only
-        their packed form is kept (`_packed_samples`)."""
+        """Start every search on these samples of the suffix array (None: the plain search). The
+        native search holds them as they are, the numpy one only their packed form (`_packed_samples`)."""
         self.stride = top.stride if top is not None else 0
-        self.samples = _packed_samples(top) if top is not None else None
-        self._key_limit = _key_limit(top) if top is not None else 0
+        if self._native_wanted:
+            self.native = native_shard(self.ds, self.sa, self.width, self.ptr_size, self.blocks, top, self.id,
+                                       self.table_path)
+        numpy_top = top if self.native is None else None
+        self.samples = _packed_samples(numpy_top) if numpy_top is not None else None
+        self._key_limit = _key_limit(numpy_top) if numpy_top is not None else 0
+        self._top_bytes = 0 if top is None else self.samples.nbytes if self.samples is not None else top.nbytes
 
     @property
     def toplevel_bytes(self) -> int:
         """Memory held by the samples (0 for the plain search)."""
-        return self.samples.nbytes if self.samples is not None else 0
+        return self._top_bytes
 
     def _sample_compare(self, idx, qkeys, qstart, qend, upper):
         """`compare` against the in-memory samples `idx`: (lcp, right, determined); a row is not
@@ -347,29 +380,11 @@ class ShardSearcher:
     def search(self, qkeys, qstart, qend, upper):
         """Search of every query row qkeys[qstart:qend] for its lower or (`upper`) upper bound; returns
         (lo, hi, lcp_lo, lcp_hi): hi is the bound's rank, lo = hi - 1, and max(lcp_lo, lcp_hi) the
-        longest match of the row with a suffix. Natively when the shard allows, else with numpy."""
+        longest match of the row with a suffix. Natively where compiled, else with numpy."""
         if self.native is not None:
-            return self._native_search(qkeys, qstart, qend, upper)
+            b = checked_native_search((self,), qkeys, qstart, qend, upper)
+            return b.hi[0] - 1, b.hi[0], b.lcp_lo[0], b.lcp_hi[0]
         return self._numpy_search(qkeys, qstart, qend, upper)
-
-    def _native_search(self, qkeys, qstart, qend, upper):
-        """`search` with one native binary search per row inside its first token's rank block. A row
-        that occurs matches whole (the neighbour inside its range gets its length, the other 0);
-        the others' common prefixes with both neighbours come from one vectorized `compare`."""
-        lo, hi, _, _ = self.initial_bounds(qkeys[qstart])
-        query = qkeys.astype(self.dtype).byteswap()  # the keys' tokens again, little-endian
-        hi, count = self.native.bounds(query, qstart, qend, upper, lo + 1, hi)
-        m = len(hi)
-        lcp = np.zeros(2 * m, np.int64)  # lcp with S(hi - 1), then with S(hi)
-        found = np.flatnonzero(count > 0)
-        lcp[found + np.where(upper[found], 0, m)] = (qend - qstart)[found]
-        ranks = np.concatenate((hi - 1, hi))
-        ask = np.flatnonzero(np.tile(count == 0, 2) & (ranks >= 0) & (ranks < self.n))
-        if ask.size:
-            rows = ask % m
-            lcp[ask] = self.compare(ranks[ask], qkeys, qstart[rows], qend[rows], np.zeros(len(ask), np.int64),
-                                    upper[rows])[0]
-        return hi - 1, hi, lcp[:m], lcp[m:]
 
     def _numpy_search(self, qkeys, qstart, qend, upper):
         """Vectorized k-ary search of every query row: `search` with numpy.
@@ -425,6 +440,34 @@ class ShardSearcher:
                          metadata=metadata_line(self.metaoff, self.meta, doc))
 
 
+def checked_native_search(searchers: Sequence[ShardSearcher], qkeys: np.ndarray, qstart: np.ndarray,
+                          qend: np.ndarray, upper: np.ndarray) -> NativeBounds:
+    """`native_search` of these (natively served) shards; a suffix array found out of order raises."""
+    b = native_search(tuple(s.native for s in searchers), qkeys, qstart, qend, upper)
+    for s, rank in zip(searchers, b.out_of_order):
+        if rank >= 0:
+            raise damaged_table(s.id, s.table_path, f"the suffix at rank {rank:,} does not sort where it stands")
+    return b
+
+
+def search_group(searchers: Sequence[ShardSearcher], arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray,
+                 upper: np.ndarray) -> SearchBounds:
+    """`ShardSearcher.search` of the query rows (token ids `arr`) in each of these shards: the shards
+    the native search serves in one call, threads over shards inside it; any other one by itself."""
+    m = len(qstart)
+    out = SearchBounds(*(np.zeros((len(searchers), m), dtype=np.int64) for _ in range(4)))
+    native = [i for i, s in enumerate(searchers) if s.native is not None]
+    if native:
+        b = checked_native_search([searchers[i] for i in native], searchers[native[0]].keys(arr), qstart, qend, upper)
+        out.hi[native], out.llo[native], out.lhi[native] = b.hi, b.lcp_lo, b.lcp_hi
+        out.lo[native] = b.hi - 1
+    for i, s in enumerate(searchers):
+        if s.native is None:
+            for column, part in zip(out, s.search(s.keys(arr), qstart, qend, upper)):
+                column[i] = part
+    return out
+
+
 class IndexSearch:
     """The one search path over an index: every shard (in engine order) searched at once.
 
@@ -447,9 +490,13 @@ class IndexSearch:
         """One searcher per shard in engine order (doc_ix and segment_by_shard follow it)."""
         return [ShardSearcher(self.index.path, sid, self.index.token_width, base) for sid, base in self.shard_bases()]
 
-    def search_shards(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> list:
-        """`ShardSearcher.search` of the query rows in every shard, in engine order."""
-        return [shard.search(shard.keys(arr), qstart, qend, upper) for shard in self.shards]
+    def search_shards(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> SearchBounds:
+        """`ShardSearcher.search` of the query rows in every shard, in engine order (`search_group`)."""
+        return search_group(self.shards, arr, qstart, qend, upper)
+
+    def match_lengths(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray) -> np.ndarray:
+        """Per query row arr[qstart:qend]: the length of its longest prefix that occurs in the corpus."""
+        return self.search_shards(arr, qstart, qend, np.zeros(len(qstart), dtype=bool)).longest()
 
     def shard_windows(self, by_shard: dict[int, list[int]], max_disp_len: int) -> dict[int, list[DocWindow]]:
         """`ShardSearcher.windows` of the ranks asked of each engine shard."""
@@ -466,14 +513,9 @@ class IndexSearch:
         in the corpus. Both suffix-array neighbours of the insertion point, all shards."""
         arr = self.query(ids)
         starts = np.arange(len(arr), dtype=np.int64) if starts is None else np.asarray(starts, dtype=np.int64)
-        best = np.zeros(len(starts), dtype=np.int64)
         if not len(starts):
-            return starts + best
-        qend = np.full(len(starts), len(arr), dtype=np.int64)
-        upper = np.zeros(len(starts), dtype=bool)
-        for _lo, _hi, llo, lhi in self.search_shards(arr, starts, qend, upper):
-            best = np.maximum(best, np.maximum(llo, lhi))
-        return starts + best
+            return starts
+        return starts + self.match_lengths(arr, starts, np.full(len(starts), len(arr), dtype=np.int64))
 
     def longest_match_bounds(self, ids: Sequence[int]) -> tuple[int, int]:
         """(start, end) of the longest sub-sequence of `ids` that occurs in the corpus, the leftmost
@@ -497,13 +539,10 @@ class IndexSearch:
         if (qend <= qstart).any() or qstart.min() < 0 or qend.max() > len(arr):
             raise ValueError("spans must be non-empty ranges inside the ids")
         upper = np.repeat([False, True], m)
-        counts = np.zeros(m, dtype=np.int64)
-        segments: list[list[tuple[int, int]]] = [[] for _ in range(m)]
-        for _lo, hi, _llo, _lhi in self.search_shards(arr, qstart, qend, upper):
-            lo_b, hi_b = hi[:m], hi[m:]
-            counts += hi_b - lo_b
-            for seg, lo_i, hi_i in zip(segments, lo_b.tolist(), hi_b.tolist()):
-                seg.append((lo_i, hi_i))
+        hi = self.search_shards(arr, qstart, qend, upper).hi
+        lo_b, hi_b = hi[:, :m], hi[:, m:]
+        counts = (hi_b - lo_b).sum(axis=0)
+        segments = [list(zip(a, b)) for a, b in zip(lo_b.T.tolist(), hi_b.T.tolist())]
         found = dict(zip(spans, (Occurrences(int(c), seg) for c, seg in zip(counts.tolist(), segments))))
         return [found[sp] for sp in asked]
 
@@ -519,6 +558,24 @@ class IndexSearch:
             by_shard.setdefault(s, []).append(rank)
         fetched = {s: iter(wins) for s, wins in self.shard_windows(by_shard, max_disp_len).items()}
         return [next(fetched[s]) for s, _ in occurrences]
+
+    def check_holds(self, windows: Sequence[DocWindow], span: Sequence[int]) -> None:
+        """Raise when a window fetched for an occurrence of the token sequence `span` does not hold
+        it at its needle: the suffix array sent the search to the wrong place (it is damaged)."""
+        want = list(span)
+        for w in windows:
+            got = w.token_ids[w.needle_offset:w.needle_offset + len(want)].tolist()
+            if not got or got != want[:len(got)]:
+                raise damaged_table(w.shard, shard_file(self.index.path, ShardFile.TABLE, w.shard),
+                                    f"it places an occurrence of a {len(want)}-token span in document {w.doc_ix:,}, "
+                                    "which does not hold it there")
+
+    def check_found(self, occurrences: Sequence[Occurrences]) -> None:
+        """Raise when a span that the longest-match search found in the corpus has no occurrences."""
+        if any(o.count == 0 for o in occurrences):
+            raise IndexFormatError(
+                f"the suffix arrays of {self.index.path} are damaged: a span found by the longest-match search "
+                "has no occurrences", f"run `propme index verify {self.index.path} --full`, then rebuild the index")
 
     def document(self, doc_ix: int, max_tokens: int | None = None) -> DocWindow:
         """The first `max_tokens` tokens (all if None) of document `doc_ix` (engine order) with its metadata."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from propme_metrics.core.cluster import connect, unwrap_ray_error
 from propme_metrics.core.errors import ConfigError, IndexFormatError, PropMeError
-from propme_metrics.index.search import IndexSearch
+from propme_metrics.index.search import IndexSearch, SearchBounds, search_group
 
 
 class ShardHost:
@@ -26,8 +26,8 @@ class ShardHost:
         self.first = first  #: engine position of the first shard held
         self.searchers = [ShardSearcher(Path(folder), sid, width, base) for sid, base in shards]
 
-    def search(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> list:
-        return [s.search(s.keys(arr), qstart, qend, upper) for s in self.searchers]
+    def search(self, arr: np.ndarray, qstart: np.ndarray, qend: np.ndarray, upper: np.ndarray) -> SearchBounds:
+        return search_group(self.searchers, arr, qstart, qend, upper)
 
     def windows(self, by_shard: dict[int, list[int]], max_disp_len: int) -> dict[int, list]:
         return {pos: self.searchers[pos - self.first].windows(ranks, max_disp_len) for pos, ranks in by_shard.items()}
@@ -84,9 +84,9 @@ class RaySearch(IndexSearch):
             raise IndexFormatError(f"a Ray actor holding shards failed: {type(cause).__name__}: {cause}",
                                    "check the cluster (`ray status`) and re-run") from None
 
-    def search_shards(self, arr, qstart, qend, upper) -> list:
+    def search_shards(self, arr, qstart, qend, upper) -> SearchBounds:
         refs = [g.actor.search.remote(arr, qstart, qend, upper) for g in self.shards]
-        return [r for part in self._gather(refs) for r in part]
+        return SearchBounds.join(self._gather(refs))
 
     def shard_windows(self, by_shard, max_disp_len):
         calls = [(g, {p: r for p, r in by_shard.items() if p in g.positions}) for g in self.shards]

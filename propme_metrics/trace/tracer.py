@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from propme_metrics.core.errors import TraceWorkerError
+from propme_metrics.core.errors import IndexFormatError, TraceWorkerError
 from propme_metrics.index.decode import TokenDecoder
 from propme_metrics.index.format import parse_metadata
 from propme_metrics.index.reader import Index, open_index
@@ -283,6 +283,7 @@ class Tracer:
             # mixed mode without full-span documents: the anchors' occurrences come with the spans' (one search)
             anchors = ctx.anchor_spans(step1) if cfg.mode == TraceMode.MIXED else []
             found = self.search.locate(ids, maximal + anchors)
+            self.search.check_found(found[:len(maximal)])
         found, anchor_occ = found[:len(maximal)], found[len(maximal):]
         result.spans = [Span(start=s, end=e, count=f.count, rarity=self._rarity(ids[s:e]))
                         for (s, e), f in zip(maximal, found)]
@@ -350,6 +351,8 @@ class Tracer:
             self.warm()
         try:
             return self.trace_one(text, key, continuation)
+        except IndexFormatError:  # a damaged index fails every generation alike: stop, naming the file
+            raise
         except Exception as exc:  # deliberately broad: the failure is kept and reported, not hidden
             g = text
             return TraceResult(key=key, text=g, n_tokens=0, degenerate=is_degenerate(g), mode=self.config.mode,
@@ -378,7 +381,9 @@ class _Context:
         """Windows of the picked occurrences of ids[needle], skipping a (shard, document) seen
         before in this retrieval; decoded in one batch."""
         wins, seen = [], set()
-        for win in self.tracer.search.windows(picks, self.max_disp_len):
+        fetched = self.tracer.search.windows(picks, self.max_disp_len)
+        self.tracer.search.check_holds(fetched, self.ids[needle[0]:needle[1]])
+        for win in fetched:
             if (win.shard, win.doc_ix) not in seen:
                 seen.add((win.shard, win.doc_ix))
                 wins.append(win)

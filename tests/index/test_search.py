@@ -1,4 +1,4 @@
-"""The suffix-array searches against each other and against brute force: native (libdivsufsort),
+"""The suffix-array searches against each other and against brute force: native (`_search.c`),
 numpy accelerated (in-memory top level, read-ahead hints) and plain numpy; and the top level's file:
 built from the shard files, rebuilt when it does not fit the shard."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index import native_search
 from propme_metrics.index.format import pointers, shard_file
-from propme_metrics.index.search import ShardSearcher
+from propme_metrics.index.reader import open_index
+from propme_metrics.index.search import IndexSearch, ShardSearcher
 from propme_metrics.index.toplevel import build_toplevel, load_toplevel, toplevel_path
 from support.corpora import make_index, write_jsonl
 
@@ -184,41 +185,86 @@ def test_search_equals_brute_force(index_dir, route):
             lo, hi, llo, lhi = s.search(s.keys(arr), np.asarray([0]), np.asarray([m]), np.asarray([up]))
             assert hi[0] == want
             assert max(llo[0], lhi[0]) == max(common)
+            if route == "native":  # both neighbours' common prefixes exactly (0 past either end)
+                assert (llo[0], lhi[0]) == (common[want - 1] if want else 0, common[want] if want < s.n else 0)
 
 
-def test_native_reads_four_byte_pointers_in_place(index_dir):
-    """A suffix array of 4-byte pointers (shards of 16 MiB to 2 GiB of tokens) is searched as it
-    lies in the file: the shard's pointers rewritten in that layout give the same bounds."""
+@pytest.mark.parametrize("ptr_size", [3, 4, 5, 8])
+def test_native_reads_pointers_of_every_width(index_dir, ptr_size):
+    """A suffix array of 3-, 4-, 5- (shards above 2 GiB of tokens) or 8-byte pointers is searched as
+    it lies: the shard's pointers rewritten in that layout give the numpy search's bounds."""
     folder, width = index_dir
-    s = ShardSearcher(folder, 0, width, 0)
-    table = pointers(np.asarray(s.sa), s.ptr_size).astype("<u4").view(np.uint8)
-    bounds = native_search.native_bounds(s.ds, table, 4)
-    assert np.shares_memory(bounds.table, table)
+    s = ShardSearcher(folder, 0, width, 0, native=False)
+    raw = pointers(np.asarray(s.sa), s.ptr_size).astype("<u8").view(np.uint8).reshape(-1, 8)[:, :ptr_size]
+    table = np.ascontiguousarray(raw).reshape(-1)
+    top = build_toplevel(folder, 0, width)
+    wide = native_search.native_shard(s.ds, table, width, ptr_size, s.blocks, top, 0, s.table_path)
     rng = np.random.default_rng(8)
-    for q in random_queries(rng, np.asarray(s.ds), 40, (1 << (8 * width)) - 1):
-        arr = np.asarray(q, dtype=np.int64)
-        for up in (False, True):
-            qs, qe, u = np.asarray([0]), np.asarray([len(arr)]), np.asarray([up])
-            want = s.search(s.keys(arr), qs, qe, u)[1]
-            got, _count = bounds.bounds(arr.astype(s.dtype), qs, qe, u, np.asarray([0]), np.asarray([s.n]))
-            np.testing.assert_array_equal(got, want)
+    rows = [np.asarray(q, dtype=np.int64) for q in random_queries(rng, np.asarray(s.ds), 60, (1 << (8 * width)) - 1)]
+    arr = np.concatenate(rows)
+    qend = np.cumsum([len(q) for q in rows])
+    qstart = qend - [len(q) for q in rows]
+    for up in (False, True):
+        u = np.full(len(rows), up)
+        want = s.search(s.keys(arr), qstart, qend, u)
+        got = native_search.native_search((wide,), s.keys(arr), qstart, qend, u)
+        np.testing.assert_array_equal(got.hi[0], want[1])
+        np.testing.assert_array_equal(np.maximum(got.lcp_lo[0], got.lcp_hi[0]), np.maximum(want[2], want[3]))
 
 
-def test_native_refuses_what_it_cannot_index(index_dir, monkeypatch):
-    """No native search for an empty shard or one of 2 GiB of tokens or more (32-bit offsets),
-    nor without the library: those shards get the numpy search, with the same results."""
+def test_native_falls_back_to_numpy(index_dir, monkeypatch):
+    """No native search for an empty shard, nor where the extension did not load: those shards get
+    the accelerated numpy search, with the same results."""
     folder, width = index_dir
     s = ShardSearcher(folder, 0, width, 0)
-    assert native_search.native_bounds(s.ds[:0], s.sa[:0], s.ptr_size) is None
-    monkeypatch.setattr(native_search, "_MAX_BYTES", s.ds.nbytes - 1)
-    assert native_search.native_bounds(s.ds, s.sa, s.ptr_size) is None
-    monkeypatch.undo()
-    monkeypatch.setattr(native_search, "_SA_SEARCH", None)
-    assert not native_search.available()
-    fallback = ShardSearcher(folder, 0, width, 0)
-    assert fallback.native is None and fallback.samples is not None  # the accelerated numpy search
+    assert s.native is not None
+    assert native_search.native_shard(s.ds[:0], s.sa[:0], width, s.ptr_size, None, None, 0, s.table_path) is None
     arr = np.asarray(s.ds[5:25], dtype=np.int64)
     arr[arr == (1 << (8 * width)) - 1] = 11
     n = len(arr)
     qs, qe, up = np.arange(n), np.full(n, n), np.zeros(n, bool)
-    assert_same_bounds(s.search(s.keys(arr), qs, qe, up), fallback.search(fallback.keys(arr), qs, qe, up))
+    want = s.search(s.keys(arr), qs, qe, up)
+    monkeypatch.setattr(native_search, "_search", None)
+    assert not native_search.available()
+    fallback = ShardSearcher(folder, 0, width, 0)
+    assert fallback.native is None and fallback.samples is not None  # the accelerated numpy search
+    assert_same_bounds(want, fallback.search(fallback.keys(arr), qs, qe, up))
+
+
+@pytest.fixture(scope="module")
+def sharded_index(tmp_path_factory, gpt2_dir):
+    """The same kind of corpus in five shards."""
+    root = tmp_path_factory.mktemp("sharded")
+    records = list(generate_corpus(80, seed=11))
+    records.append({"id": "rep", "source": "x", "text": "word " * 300})
+    make_index(write_jsonl(root / "c.jsonl", records), root / "index", gpt2_dir, num_shards=5)
+    return open_index(root / "index")
+
+
+def test_one_native_call_searches_every_shard(sharded_index, monkeypatch):
+    """All shards in one native call, on one thread or several, give each shard's numpy bounds; the
+    index-wide longest matches and occurrences equal the numpy route's."""
+    index = sharded_index
+    native = IndexSearch(index)
+    numpy_route = IndexSearch(index)
+    numpy_route.shards = [ShardSearcher(index.path, s.id, s.width, s.doc_base, native=False) for s in native.shards]
+    assert all(s.native is not None for s in native.shards) and len(native.shards) == 5
+    rng = np.random.default_rng(4)
+    ds = np.concatenate([np.asarray(s.ds) for s in native.shards])
+    rows = [np.asarray(q, dtype=np.int64) for q in random_queries(rng, ds, 80, 0xFFFF)]
+    arr = np.concatenate(rows)
+    qend = np.cumsum([len(q) for q in rows])
+    qstart = qend - [len(q) for q in rows]
+    for up in (False, True):
+        u = np.full(len(rows), up)
+        want = numpy_route.search_shards(arr, qstart, qend, u)
+        for threads in (1, 3):
+            monkeypatch.setattr(native_search, "THREADS", threads)
+            got = native.search_shards(arr, qstart, qend, u)
+            np.testing.assert_array_equal(got.hi, want.hi)
+            np.testing.assert_array_equal(got.lo, want.lo)
+            np.testing.assert_array_equal(got.longest(), want.longest())
+    ids = arr[:200].tolist()
+    assert native.longest_matches(ids).tolist() == numpy_route.longest_matches(ids).tolist()
+    spans = [(int(a), int(b)) for a, b in zip(qstart, qend)]
+    assert native.locate(arr, spans) == numpy_route.locate(arr, spans)
