@@ -155,7 +155,7 @@ static inline void willneed(const void *base, size_t bytes, const void *addr, si
 /* One shard: the rows' bounds into out_hi (the bound's rank) and out_llo/out_lhi (common prefixes
  * with the suffixes at hi - 1 and hi, 0 past either end); returns -1, or the rank where the suffix
  * array was found out of order. st, active and mids: scratch of one entry per row. */
-static int64_t search_shard(Shard *s, const Query *qr, Row *st, int64_t *active, int64_t *mids,
+static int64_t search_shard(Shard *s, const Query *qr, int check, Row *st, int64_t *active, int64_t *mids,
                             int64_t *out_hi, int64_t *out_llo, int64_t *out_lhi) {
     int64_t m = qr->rows, na = 0;
     const int64_t *bkeys = s->bkeys.buf, *bstarts = s->bstarts.buf, *bends = s->bends.buf;
@@ -261,7 +261,7 @@ static int64_t search_shard(Shard *s, const Query *qr, Row *st, int64_t *active,
     }
     /* the check: both neighbours of every row compared again from the first token (their pages
      * requested together first when the shard reads the disk) */
-    if (disk) {
+    if (disk && check) {
         for (int64_t r = 0; r < m; r++) {
             if (st[r].lo >= 0) willneed(sa, s->sa.len, sa + st[r].lo * s->ptr_size, 2 * s->ptr_size);
         }
@@ -276,10 +276,10 @@ static int64_t search_shard(Shard *s, const Query *qr, Row *st, int64_t *active,
         const uint32_t *q = qr->keys + qr->qstart[r];
         int64_t qlen = qr->qend[r] - qr->qstart[r], lcp;
         int up = qr->upper[r];
-        if (w->lo >= 0) {
+        if (check && w->lo >= 0) {
             if (compare(s, pointer_at(s, w->lo), q, qlen, 0, up, &lcp) != LEFT || lcp != w->llo) return w->lo;
         }
-        if (w->hi < s->n) {
+        if (check && w->hi < s->n) {
             if (compare(s, pointer_at(s, w->hi), q, qlen, 0, up, &lcp) != RIGHT || lcp != w->lhi) return w->hi;
         }
         out_hi[r] = w->hi; out_llo[r] = w->llo; out_lhi[r] = w->lhi;
@@ -291,6 +291,7 @@ typedef struct {
     Shard **shards;
     int64_t nshards;
     const Query *q;
+    int check;
     int64_t *out_hi, *out_llo, *out_lhi, *bad_rank;
     int64_t next;           /* the next shard to take */
     pthread_mutex_t lock;
@@ -314,7 +315,7 @@ static void *worker(void *arg) {
         int64_t i = job->next++;
         pthread_mutex_unlock(&job->lock);
         if (i >= job->nshards) break;
-        job->bad_rank[i] = search_shard(job->shards[i], job->q, st, active, mids, job->out_hi + i * m,
+        job->bad_rank[i] = search_shard(job->shards[i], job->q, job->check, st, active, mids, job->out_hi + i * m,
                                         job->out_llo + i * m, job->out_lhi + i * m);
     }
     free(st); free(active); free(mids);
@@ -343,14 +344,14 @@ static int readable(PyObject *obj, Py_buffer *view, Py_ssize_t bytes, const char
 
 static PyTypeObject ShardType;
 
-/* search(shards, keys, qstart, qend, upper, out_hi, out_llo, out_lhi, threads) -> list of the rank
- * found out of order per shard (-1: none). keys: uint32 query keys; qstart/qend: int64; upper:
+/* search(shards, keys, qstart, qend, upper, out_hi, out_llo, out_lhi, threads, check) -> list of the
+ * rank found out of order per shard (-1: none; `check` false skips the neighbours' check). keys: uint32 query keys; qstart/qend: int64; upper:
  * uint8; outputs: int64 of shards x rows. */
 static PyObject *search(PyObject *self, PyObject *args) {
     PyObject *shards_obj, *keys_o, *qs_o, *qe_o, *up_o, *hi_o, *llo_o, *lhi_o;
-    int threads;
-    if (!PyArg_ParseTuple(args, "O!OOOOOOOi", &PyTuple_Type, &shards_obj, &keys_o, &qs_o, &qe_o, &up_o,
-                          &hi_o, &llo_o, &lhi_o, &threads))
+    int threads, check;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOip", &PyTuple_Type, &shards_obj, &keys_o, &qs_o, &qe_o, &up_o,
+                          &hi_o, &llo_o, &lhi_o, &threads, &check))
         return NULL;
     Py_ssize_t ns = PyTuple_GET_SIZE(shards_obj);
     for (Py_ssize_t i = 0; i < ns; i++) {
@@ -389,7 +390,7 @@ static PyObject *search(PyObject *self, PyObject *args) {
         int64_t *bad = malloc(sizeof(int64_t) * (ns ? ns : 1));
         if (!sh || !bad) { free(sh); free(bad); PyErr_NoMemory(); goto release; }
         for (Py_ssize_t i = 0; i < ns; i++) { sh[i] = (Shard *)PyTuple_GET_ITEM(shards_obj, i); bad[i] = -1; }
-        Job job = {sh, ns, &q, hi.buf, llo.buf, lhi.buf, bad, 0, PTHREAD_MUTEX_INITIALIZER, 0};
+        Job job = {sh, ns, &q, check, hi.buf, llo.buf, lhi.buf, bad, 0, PTHREAD_MUTEX_INITIALIZER, 0};
         if (threads < 1) threads = 1;
         if (threads > MAX_THREADS) threads = MAX_THREADS;
         if (threads > ns) threads = (int)(ns ? ns : 1);

@@ -41,6 +41,8 @@ def _threads() -> int:
 
 
 THREADS = _threads()
+#: compare each row's two neighbours with the query again (off only to measure what the check costs)
+CHECK_NEIGHBOURS = True
 
 
 class NativeShard(NamedTuple):
@@ -88,5 +90,5 @@ def native_search(shards: tuple[NativeShard, ...], qkeys: np.ndarray, qstart: np
     if m and s:
         bad = _search.search(tuple(x.handle for x in shards), np.ascontiguousarray(qkeys, dtype=np.uint32),
                              np.ascontiguousarray(qstart, dtype=np.int64), np.ascontiguousarray(qend, dtype=np.int64),
-                             np.ascontiguousarray(upper, dtype=np.uint8), hi, llo, lhi, min(THREADS, s))
+                             np.ascontiguousarray(upper, dtype=np.uint8), hi, llo, lhi, min(THREADS, s), CHECK_NEIGHBOURS)
     return NativeBounds(hi, llo, lhi, bad)

@@ -72,41 +72,41 @@ def estimate_build(tokens: int, basis: str, num_shards: int, width: int, cpus: i
                          disk_bytes=disk, temp_bytes=temp, memory_bytes=memory, seconds=seconds)
 
 
-def _shard_problem(tokens_per_shard: int, width: int, num_shards: int, mem_bytes: int, ram_bytes: int,
-                   sa_builder: str, basis: str) -> ConfigError | None:
-    """Why a shard of `tokens_per_shard` tokens cannot be built in memory (None when it can)."""
+def _shard_problem(tokens_per_shard: int, width: int, mem_bytes: int, ram_bytes: int, sa_builder: str,
+                   basis: str) -> tuple[str, str] | None:
+    """Why a shard of `tokens_per_shard` tokens cannot be built in memory, and what else to try
+    besides more shards (None when it can)."""
     ds_bytes = max(width, tokens_per_shard * width)
     builder = choose_sa_builder(ds_bytes, mem_bytes, sa_builder)
     why = f" ({basis})" if basis else ""
     if builder == "divsufsort" and divsufsort_memory(ds_bytes) > mem_bytes:
-        shards = num_shards * math.ceil(divsufsort_memory(ds_bytes) / mem_bytes)
-        return ConfigError(
-            f"a shard of {tokens_per_shard:,} tokens{why} needs {_gib(divsufsort_memory(ds_bytes))} of memory "
-            f"for libdivsufsort, more than the {_gib(mem_bytes)} allowed",
-            f"use --shards {shards} (or --sa-builder auto, which falls back to rust_indexing)")
+        return (f"a shard of {tokens_per_shard:,} tokens{why} needs {_gib(divsufsort_memory(ds_bytes))} of memory "
+                f"for libdivsufsort, more than the {_gib(mem_bytes)} allowed",
+                " (or --sa-builder auto, which falls back to rust_indexing)")
     limit = int(RUST_TOKENS_PER_RAM_BYTE * ram_bytes)
     if builder == "rust" and tokens_per_shard > limit:
-        shards = num_shards * math.ceil(tokens_per_shard / limit)
-        return ConfigError(
-            f"a shard of {tokens_per_shard:,} tokens{why} is more than this machine can index in one piece "
-            f"(at most about {limit:,} tokens: 0.4 x {_gib(ram_bytes)} of RAM)",
-            f"use --shards {shards}")
+        return (f"a shard of {tokens_per_shard:,} tokens{why} is more than this machine can index in one piece "
+                f"(at most about {limit:,} tokens: 0.4 x {_gib(ram_bytes)} of RAM)", "")
     return None
 
 
 def check_shard_memory(tokens_per_shard: int, width: int, num_shards: int, mem_bytes: int, ram_bytes: int,
                        sa_builder: str = "auto", basis: str = "") -> None:
-    """Refuse a shard whose suffix array cannot be built in memory, naming the option that fixes it."""
-    problem = _shard_problem(tokens_per_shard, width, num_shards, mem_bytes, ram_bytes, sa_builder, basis)
+    """Refuse a shard whose suffix array cannot be built in memory, naming the fewest shards that fit."""
+    problem = _shard_problem(tokens_per_shard, width, mem_bytes, ram_bytes, sa_builder, basis)
     if problem is not None:
-        raise problem
+        why, alternative = problem
+        fewest = shards_needed(tokens_per_shard * num_shards, width, mem_bytes, ram_bytes, sa_builder)
+        raise ConfigError(why, f"use --shards {fewest}{alternative}")
 
 
 def shards_needed(tokens: int, width: int, mem_bytes: int, ram_bytes: int, sa_builder: str = "auto") -> int:
     """The fewest shards of `tokens` tokens in all that a build accepts (`check_shard_memory`): with
-    'divsufsort', every shard sorted in `mem_bytes`; with 'auto' or 'rust', within 0.4 x RAM."""
+    'divsufsort', every shard sorted in `mem_bytes`; with 'auto' or 'rust', within 0.4 x RAM. Fewer,
+    larger shards trace faster (each search visits every shard), and the search serves any shard
+    size, so this is the layout to prefer."""
     shards = 1
-    while _shard_problem(-(-tokens // shards), width, shards, mem_bytes, ram_bytes, sa_builder, "") is not None:
+    while _shard_problem(-(-tokens // shards), width, mem_bytes, ram_bytes, sa_builder, "") is not None:
         shards += 1
     return shards
 

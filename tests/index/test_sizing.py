@@ -63,7 +63,8 @@ def test_shard_beyond_the_rust_rule_is_refused_with_the_fix():
     check_shard_memory(limit, 2, 1, mem_bytes=ram // 2, ram_bytes=ram)  # auto: rust, at the limit
     with pytest.raises(ConfigError) as err:
         check_shard_memory(limit + 1, 2, 2, mem_bytes=ram // 2, ram_bytes=ram)
-    assert "--shards 4" in err.value.hint
+    assert "--shards 3" in err.value.hint  # the fewest that fit: 2 x (limit + 1) tokens in 3 shards
+    check_shard_memory(-(-2 * (limit + 1) // 3), 2, 3, mem_bytes=ram // 2, ram_bytes=ram)
 
 
 def test_build_refuses_before_writing_anything(tmp_path, gpt2_dir):
@@ -101,3 +102,10 @@ def test_shards_needed_is_the_fewest_the_build_accepts(tokens, builder, expected
     if n > 1:
         with pytest.raises(ConfigError):
             check_shard_memory(-(-tokens // (n - 1)), 2, n - 1, mem, ram, builder)
+
+
+def test_fewest_shards_include_shards_above_2_gib_of_tokens():
+    """The search serves shards of 5-byte pointers: 3B 16-bit tokens on a machine whose memory sorts
+    them in one piece stay one shard."""
+    assert shards_needed(3 * 10**9, 2, mem_bytes=64 * 2**30, ram_bytes=128 * 2**30, sa_builder="divsufsort") == 1
+    assert shards_needed(3 * 10**9, 2, mem_bytes=16 * 2**30, ram_bytes=32 * 2**30, sa_builder="divsufsort") == 3
