@@ -30,6 +30,7 @@
 #define RIGHT 1
 #define UNDETERMINED 2
 #define MAX_THREADS 64
+#define FANOUT 4                     /* parts a step splits a row's range into when reading the disk */
 #define PROBE_ROWS 8                 /* rows whose pages tell whether a shard is in memory */
 #define SA_RANGE_BYTES (16 * 4096)   /* a row's remaining pointers requested at once up to this size */
 
@@ -154,9 +155,10 @@ static inline void willneed(const void *base, size_t bytes, const void *addr, si
 
 /* One shard: the rows' bounds into out_hi (the bound's rank) and out_llo/out_lhi (common prefixes
  * with the suffixes at hi - 1 and hi, 0 past either end); returns -1, or the rank where the suffix
- * array was found out of order. st, active and mids: scratch of one entry per row. */
-static int64_t search_shard(Shard *s, const Query *qr, int check, Row *st, int64_t *active, int64_t *mids,
-                            int64_t *out_hi, int64_t *out_llo, int64_t *out_lhi) {
+ * array was found out of order. st and active: scratch of one entry per row, mids and pos_of of
+ * FANOUT - 1 per row. */
+static int64_t search_shard(Shard *s, const Query *qr, int check, int force, Row *st, int64_t *active, int64_t *mids,
+                            int64_t *pos_of, int64_t *out_hi, int64_t *out_llo, int64_t *out_lhi) {
     int64_t m = qr->rows, na = 0;
     const int64_t *bkeys = s->bkeys.buf, *bstarts = s->bstarts.buf, *bends = s->bends.buf;
     int64_t nblocks = s->have_blocks ? s->bkeys.len / 8 : 0;
@@ -209,51 +211,68 @@ static int64_t search_shard(Shard *s, const Query *qr, int check, Row *st, int64
         }
         if (w->hi - w->lo > 1) active[na++] = r;
     }
-    /* the disk stage, every row one step at a time */
+    /* the disk stage, every row one step at a time: a binary search in memory; from the disk, each
+     * step probes up to FANOUT - 1 ranks per row (half the rounds of reads, for more reads in each) */
     int disk = s->faulted, probe = s->faulted;
+    if (force >= 0) { disk = force; probe = 0; }  /* the disk route or the memory route, as asked */
     const uint8_t *sa = s->sa.buf, *ds = s->ds.buf;
     while (na) {
         long before = 0, after = 0;
-        for (int64_t i = 0; i < na; i++) mids[i] = st[active[i]].lo + (st[active[i]].hi - st[active[i]].lo) / 2;
         if (probe) {  /* the shard read the disk last time: are these pages back in memory? */
             disk = 0;
             for (int64_t i = 0; i < na && i < PROBE_ROWS && !disk; i++) {
                 Row *w = &st[active[i]];
-                const uint8_t *p = sa + mids[i] * s->ptr_size;
-                disk = !resident(p);
-                if (!disk) disk = !resident(ds + (pointer_at(s, mids[i]) + skip_of(w)) * s->width);
+                int64_t mid = w->lo + (w->hi - w->lo) / 2;
+                disk = !resident(sa + mid * s->ptr_size);
+                if (!disk) disk = !resident(ds + (pointer_at(s, mid) + skip_of(w)) * s->width);
             }
             s->faulted = disk;
             probe = 0;
         }
-        for (int64_t i = 0; i < na; i++) {  /* the pointers this step reads */
+        int fan = disk ? FANOUT : 2;
+        for (int64_t i = 0; i < na; i++) {  /* the ranks each row probes, and the pointers there */
             Row *w = &st[active[i]];
-            const uint8_t *p = sa + mids[i] * s->ptr_size;
-            if (!disk) {
-                __builtin_prefetch(p);
-            } else if (!w->sa_ready && (w->hi - w->lo - 1) * s->ptr_size <= SA_RANGE_BYTES) {
-                willneed(sa, s->sa.len, sa + (w->lo + 1) * s->ptr_size, (w->hi - w->lo - 1) * s->ptr_size);
-                w->sa_ready = 1;  /* every pointer this row will read, in one request */
-            } else if (!w->sa_ready) {
-                willneed(sa, s->sa.len, p, s->ptr_size);
+            int64_t width = w->hi - w->lo, k = width - 1 < fan - 1 ? width - 1 : fan - 1;
+            for (int64_t j = 0; j < k; j++) {
+                int64_t rank = w->lo + (j + 1) * width / (k + 1);
+                mids[i * (FANOUT - 1) + j] = rank;
+                if (!disk) __builtin_prefetch(sa + rank * s->ptr_size);
+                else if (w->sa_ready) continue;
+                else if (width * s->ptr_size <= SA_RANGE_BYTES) {  /* every pointer the row will read, at once */
+                    willneed(sa, s->sa.len, sa + (w->lo + 1) * s->ptr_size, (width - 1) * s->ptr_size);
+                    w->sa_ready = 1;
+                } else {
+                    willneed(sa, s->sa.len, sa + rank * s->ptr_size, s->ptr_size);
+                }
             }
         }
-        int counted = !disk && major_faults_now(&before) == 0;
-        for (int64_t i = 0; i < na; i++) {  /* the pointers; then the tokens each comparison starts at */
-            int64_t pos = pointer_at(s, mids[i]);
-            const uint8_t *at = ds + (pos + skip_of(&st[active[i]])) * s->width;
-            mids[i] = pos;
-            if (disk) willneed(ds, s->ds.len, at, 16 * s->width);
-            else __builtin_prefetch(at);
+        int counted = force < 0 && !disk && major_faults_now(&before) == 0;
+        for (int64_t i = 0; i < na; i++) {  /* the tokens each comparison starts at */
+            Row *w = &st[active[i]];
+            int64_t width = w->hi - w->lo, k = width - 1 < fan - 1 ? width - 1 : fan - 1, skip = skip_of(w);
+            for (int64_t j = 0; j < k; j++) {
+                int64_t pos = pointer_at(s, mids[i * (FANOUT - 1) + j]);
+                const uint8_t *at = ds + (pos + skip) * s->width;
+                pos_of[i * (FANOUT - 1) + j] = pos;
+                if (disk) willneed(ds, s->ds.len, at, 16 * s->width);
+                else __builtin_prefetch(at);
+            }
         }
         int64_t keep = 0;
         for (int64_t i = 0; i < na; i++) {
-            int64_t r = active[i], lcp;
+            int64_t r = active[i], lcp = 0;
             Row *w = &st[r];
-            int64_t mid = w->lo + (w->hi - w->lo) / 2;
-            int side = compare(s, mids[i], qr->keys + qr->qstart[r], qr->qend[r] - qr->qstart[r], skip_of(w),
-                               qr->upper[r], &lcp);
-            if (side == RIGHT) { w->hi = mid; w->lhi = lcp; } else { w->lo = mid; w->llo = lcp; }
+            int64_t width = w->hi - w->lo, k = width - 1 < fan - 1 ? width - 1 : fan - 1, skip = skip_of(w);
+            const uint32_t *q = qr->keys + qr->qstart[r];
+            int64_t qlen = qr->qend[r] - qr->qstart[r];
+            for (int64_t j = 0; j < k; j++) {  /* ranks grow with j: the first one right of the bound is hi */
+                int64_t rank = mids[i * (FANOUT - 1) + j];
+                if (compare(s, pos_of[i * (FANOUT - 1) + j], q, qlen, skip, qr->upper[r], &lcp) == RIGHT) {
+                    w->hi = rank; w->lhi = lcp;
+                    break;
+                }
+                w->lo = rank; w->llo = lcp;
+            }
             if (w->hi - w->lo > 1) active[keep++] = r;
         }
         if (counted && major_faults_now(&after) == 0 && after > before) disk = s->faulted = 1;
@@ -291,7 +310,7 @@ typedef struct {
     Shard **shards;
     int64_t nshards;
     const Query *q;
-    int check;
+    int check, force;
     int64_t *out_hi, *out_llo, *out_lhi, *bad_rank;
     int64_t next;           /* the next shard to take */
     pthread_mutex_t lock;
@@ -302,12 +321,14 @@ static void *worker(void *arg) {
     Job *job = arg;
     int64_t m = job->q->rows;
     Row *st = malloc(sizeof(Row) * (m ? m : 1));
-    int64_t *active = malloc(sizeof(int64_t) * (m ? m : 1)), *mids = malloc(sizeof(int64_t) * (m ? m : 1));
-    if (!st || !active || !mids) {
+    int64_t *active = malloc(sizeof(int64_t) * (m ? m : 1));
+    int64_t *mids = malloc(sizeof(int64_t) * (FANOUT - 1) * (m ? m : 1));
+    int64_t *pos_of = malloc(sizeof(int64_t) * (FANOUT - 1) * (m ? m : 1));
+    if (!st || !active || !mids || !pos_of) {
         pthread_mutex_lock(&job->lock);
         job->failed_alloc = 1;
         pthread_mutex_unlock(&job->lock);
-        free(st); free(active); free(mids);
+        free(st); free(active); free(mids); free(pos_of);
         return NULL;
     }
     for (;;) {
@@ -315,10 +336,10 @@ static void *worker(void *arg) {
         int64_t i = job->next++;
         pthread_mutex_unlock(&job->lock);
         if (i >= job->nshards) break;
-        job->bad_rank[i] = search_shard(job->shards[i], job->q, job->check, st, active, mids, job->out_hi + i * m,
+        job->bad_rank[i] = search_shard(job->shards[i], job->q, job->check, job->force, st, active, mids, pos_of, job->out_hi + i * m,
                                         job->out_llo + i * m, job->out_lhi + i * m);
     }
-    free(st); free(active); free(mids);
+    free(st); free(active); free(mids); free(pos_of);
     return NULL;
 }
 
@@ -344,14 +365,15 @@ static int readable(PyObject *obj, Py_buffer *view, Py_ssize_t bytes, const char
 
 static PyTypeObject ShardType;
 
-/* search(shards, keys, qstart, qend, upper, out_hi, out_llo, out_lhi, threads, check) -> list of the
- * rank found out of order per shard (-1: none; `check` false skips the neighbours' check). keys: uint32 query keys; qstart/qend: int64; upper:
+/* search(shards, keys, qstart, qend, upper, out_hi, out_llo, out_lhi, threads, check, force) -> list
+ * of the rank found out of order per shard (-1: none; `check` false skips the neighbours' check;
+ * force: -1 chooses the memory or the disk route per shard, 0 takes the memory one, 1 the disk one). keys: uint32 query keys; qstart/qend: int64; upper:
  * uint8; outputs: int64 of shards x rows. */
 static PyObject *search(PyObject *self, PyObject *args) {
     PyObject *shards_obj, *keys_o, *qs_o, *qe_o, *up_o, *hi_o, *llo_o, *lhi_o;
-    int threads, check;
-    if (!PyArg_ParseTuple(args, "O!OOOOOOOip", &PyTuple_Type, &shards_obj, &keys_o, &qs_o, &qe_o, &up_o,
-                          &hi_o, &llo_o, &lhi_o, &threads, &check))
+    int threads, check, force;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOipi", &PyTuple_Type, &shards_obj, &keys_o, &qs_o, &qe_o, &up_o,
+                          &hi_o, &llo_o, &lhi_o, &threads, &check, &force))
         return NULL;
     Py_ssize_t ns = PyTuple_GET_SIZE(shards_obj);
     for (Py_ssize_t i = 0; i < ns; i++) {
@@ -390,7 +412,7 @@ static PyObject *search(PyObject *self, PyObject *args) {
         int64_t *bad = malloc(sizeof(int64_t) * (ns ? ns : 1));
         if (!sh || !bad) { free(sh); free(bad); PyErr_NoMemory(); goto release; }
         for (Py_ssize_t i = 0; i < ns; i++) { sh[i] = (Shard *)PyTuple_GET_ITEM(shards_obj, i); bad[i] = -1; }
-        Job job = {sh, ns, &q, check, hi.buf, llo.buf, lhi.buf, bad, 0, PTHREAD_MUTEX_INITIALIZER, 0};
+        Job job = {sh, ns, &q, check, force, hi.buf, llo.buf, lhi.buf, bad, 0, PTHREAD_MUTEX_INITIALIZER, 0};
         if (threads < 1) threads = 1;
         if (threads > MAX_THREADS) threads = MAX_THREADS;
         if (threads > ns) threads = (int)(ns ? ns : 1);

@@ -43,6 +43,9 @@ def _threads() -> int:
 THREADS = _threads()
 #: compare each row's two neighbours with the query again (off only to measure what the check costs)
 CHECK_NEIGHBOURS = True
+#: None: each shard's searches take the disk route (batched page requests, wider steps) while its
+#: pages are not in memory, else the memory route; True or False forces one (for tests)
+DISK_ROUTE: bool | None = None
 
 
 class NativeShard(NamedTuple):
@@ -90,5 +93,6 @@ def native_search(shards: tuple[NativeShard, ...], qkeys: np.ndarray, qstart: np
     if m and s:
         bad = _search.search(tuple(x.handle for x in shards), np.ascontiguousarray(qkeys, dtype=np.uint32),
                              np.ascontiguousarray(qstart, dtype=np.int64), np.ascontiguousarray(qend, dtype=np.int64),
-                             np.ascontiguousarray(upper, dtype=np.uint8), hi, llo, lhi, min(THREADS, s), CHECK_NEIGHBOURS)
+                             np.ascontiguousarray(upper, dtype=np.uint8), hi, llo, lhi, min(THREADS, s), CHECK_NEIGHBOURS,
+                             -1 if DISK_ROUTE is None else int(DISK_ROUTE))
     return NativeBounds(hi, llo, lhi, bad)

@@ -35,8 +35,8 @@ from propme_metrics.index.format import (
     shard_file,
     token_layout,
 )
-from propme_metrics.index.native_search import available as native_available
 from propme_metrics.index.native_search import NativeBounds, native_search, native_shard
+from propme_metrics.index.native_search import available as native_available
 from propme_metrics.index.toplevel import TopLevel, load_toplevel
 
 if TYPE_CHECKING:  # pragma: no cover

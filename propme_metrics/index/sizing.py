@@ -6,7 +6,6 @@ generated English); they give the order of magnitude, not a promise.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from propme_metrics.core.errors import ConfigError

@@ -189,11 +189,14 @@ def test_search_equals_brute_force(index_dir, route):
                 assert (llo[0], lhi[0]) == (common[want - 1] if want else 0, common[want] if want < s.n else 0)
 
 
+@pytest.mark.parametrize("disk_route", [False, True], ids=["memory", "disk"])
 @pytest.mark.parametrize("ptr_size", [3, 4, 5, 8])
-def test_native_reads_pointers_of_every_width(index_dir, ptr_size):
+def test_native_reads_pointers_of_every_width(index_dir, ptr_size, disk_route, monkeypatch):
     """A suffix array of 3-, 4-, 5- (shards above 2 GiB of tokens) or 8-byte pointers is searched as
-    it lies: the shard's pointers rewritten in that layout give the numpy search's bounds."""
+    it lies: the shard's pointers rewritten in that layout give the numpy search's bounds, on the
+    memory route (binary steps) and on the disk route (page requests, three probes a step)."""
     folder, width = index_dir
+    monkeypatch.setattr(native_search, "DISK_ROUTE", disk_route)
     s = ShardSearcher(folder, 0, width, 0, native=False)
     raw = pointers(np.asarray(s.sa), s.ptr_size).astype("<u8").view(np.uint8).reshape(-1, 8)[:, :ptr_size]
     table = np.ascontiguousarray(raw).reshape(-1)
@@ -241,10 +244,12 @@ def sharded_index(tmp_path_factory, gpt2_dir):
     return open_index(root / "index")
 
 
-def test_one_native_call_searches_every_shard(sharded_index, monkeypatch):
+@pytest.mark.parametrize("disk_route", [None, True], ids=["auto", "disk"])
+def test_one_native_call_searches_every_shard(sharded_index, monkeypatch, disk_route):
     """All shards in one native call, on one thread or several, give each shard's numpy bounds; the
     index-wide longest matches and occurrences equal the numpy route's."""
     index = sharded_index
+    monkeypatch.setattr(native_search, "DISK_ROUTE", disk_route)
     native = IndexSearch(index)
     numpy_route = IndexSearch(index)
     numpy_route.shards = [ShardSearcher(index.path, s.id, s.width, s.doc_base, native=False) for s in native.shards]
