@@ -52,6 +52,7 @@ _FANOUT = 4    #: a search step splits every row's rank range into this many par
 #: every token and the end of the shard (1) below every token too, but above a query's end
 _SHIFT = 2 - _DS_END
 _PAGE = mmap.PAGESIZE
+_OFFSETS_PER_PAGE = _PAGE // 8  #: document offsets (8 bytes each) per page of `offset.N`
 _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 
 
@@ -187,10 +188,16 @@ class ShardSearcher:
         self.use_toplevel(None)
         self._fetch_sa = self._fetch_ds = None
         self._reading_disk = True  # whether the last step read from the disk (then the next prefetches)
+        self._window_fetch: dict[str, _Prefetcher] | None = None
+        self._windows_cold = True  # whether the last windows read from the disk (then the next prefetch)
         if accelerate and self.n:
             self.use_toplevel(load_toplevel(folder, sid, width, self.n, self._toplevel_ok))
-            if self.native is None and hasattr(os, "posix_fadvise"):  # elsewhere searches just fault pages in
+            if hasattr(os, "posix_fadvise"):  # elsewhere searches and windows just fault pages in
                 self._fetch_sa, self._fetch_ds = _Prefetcher(sa_path), _Prefetcher(ds_path)
+                self._window_fetch = {"offsets": _Prefetcher(shard_file(folder, ShardFile.OFFSET, sid)),
+                                      "metaoff": _Prefetcher(shard_file(folder, ShardFile.METAOFF, sid)),
+                                      "meta": _Prefetcher(shard_file(folder, ShardFile.METADATA, sid))}
+        self._offsets_path = shard_file(folder, ShardFile.OFFSET, sid)
 
     # keys: a token's little-endian bytes read as a big-endian number sort like the engine's suffixes
     def keys(self, tokens: np.ndarray) -> np.ndarray:
@@ -415,16 +422,54 @@ class ShardSearcher:
             active = active[hi[active] - lo[active] > 1]
         return lo, hi, llo, lhi
 
+    @cached_property
+    def _offset_sample(self) -> np.ndarray:
+        """Every `_OFFSETS_PER_PAGE`-th document offset, in memory (read once, front to back): which
+        page of `offset.N` holds a position's document, without a binary search over the disk."""
+        return np.fromfile(self._offsets_path, dtype="<u8")[::_OFFSETS_PER_PAGE].copy()
+
+    def _documents_of(self, byte_pos: np.ndarray) -> np.ndarray:
+        """Local document of each byte position in `tokenized.N`: the sample's page, then that page."""
+        page = np.searchsorted(self._offset_sample, byte_pos, side="right").astype(np.int64) - 1
+        out = np.empty(len(byte_pos), dtype=np.int64)
+        for i, (pg, b) in enumerate(zip(page.tolist(), byte_pos.tolist())):
+            first = pg * _OFFSETS_PER_PAGE
+            out[i] = first + int(np.searchsorted(self.offsets[first:first + _OFFSETS_PER_PAGE], b, side="right")) - 1
+        return out
+
     def windows(self, ranks: list[int], max_disp_len: int) -> list[DocWindow]:
         """Document windows of `max_disp_len` tokens around each occurrence, clipped to its document:
-        tokens [p - floor(M/2), p + ceil(M/2)) for an occurrence at p (the engine's `get_doc_by_rank`)."""
-        pos = self.ranks_to_token_pos(np.asarray(ranks, dtype=np.int64))
-        local = np.searchsorted(self.offsets, (pos * self.width).astype(np.uint64), side="right").astype(np.int64) - 1
+        tokens [p - floor(M/2), p + ceil(M/2)) for an occurrence at p (the engine's `get_doc_by_rank`).
+
+        When the shard's last windows had to read the disk, the pages of all windows are requested
+        together, file by file (pointers; then offsets and tokens; then metadata offsets; then
+        metadata), so a cold call waits for a few rounds of parallel reads."""
         before, after = max_disp_len // 2, max_disp_len - max_disp_len // 2
+        ranks_a = np.asarray(ranks, dtype=np.int64)
+        cold = self._window_fetch is not None and self._windows_cold and len(ranks_a) > 0
+        faults = _major_faults()
+        if cold:
+            self._fetch_sa(ranks_a * self.ptr_size)
+        pos = self.ranks_to_token_pos(ranks_a)
+        byte_pos = (pos * self.width).astype(np.uint64)
+        if cold:
+            page = np.searchsorted(self._offset_sample, byte_pos, side="right").astype(np.int64) - 1
+            self._window_fetch["offsets"](np.concatenate((page, page + 1)) * mmap.PAGESIZE)
+            ends = np.minimum(pos + after, self.n - 1)
+            spans = [np.arange(a, b + 1, _PAGE // self.width) for a, b in zip(np.maximum(pos - before, 0).tolist(),
+                                                                                 ends.tolist())]
+            self._fetch_ds(np.concatenate(spans + [ends]) * self.width)
+        local = self._documents_of(byte_pos)
+        if cold:
+            self._window_fetch["metaoff"](np.concatenate((local, local + 1)) * 8)
+            starts = np.asarray(self.metaoff[local], dtype=np.int64)
+            self._window_fetch["meta"](np.concatenate((starts, starts + 256)))
         out = []
         for p, doc in zip(pos.tolist(), local.tolist()):
             doc_start, doc_end = document_bounds(self.offsets, self.n, self.width, doc)
             out.append(self._window(doc, (doc_start, doc_end), max(doc_start, p - before), min(doc_end, p + after), p))
+        if self._window_fetch is not None:
+            self._windows_cold = _major_faults() > faults
         return out
 
     def document(self, doc: int, max_tokens: int | None = None) -> DocWindow:
