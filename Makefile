@@ -21,7 +21,7 @@ WHEEL_SOURCES := $(shell find propme_metrics propme_tasks task_configs -not -pat
 	setup.cfg setup.py pyproject.toml propme_lmeval.pth
 INSTALLED := $(VENV)/.propme-installed
 
-# the native search is also compiled in place (`propme_metrics/index/_search*.so`, ignored by git): tests
+# the native search is also compiled in place (`propme_metrics/index/native_ext*.so`, ignored by git): tests
 # and benchmarks run from the checkout import the package from here
 $(INSTALLED): $(DEPS) $(WHEEL_SOURCES)
 	rm -rf build
@@ -70,4 +70,4 @@ pictures: install
 	$(BIN)/python docs/pictures.py
 
 clean:
-	rm -rf $(VENV) .venv-lmeval-* build *.egg-info propme-demo propme_metrics/index/_search*.so
+	rm -rf $(VENV) .venv-lmeval-* build *.egg-info propme-demo propme_metrics/index/native_ext*.so

@@ -1,6 +1,6 @@
 """Everything is in setup.cfg; this file adds the start-up hook `propme_lmeval.pth` to the wheel and
 to the editable install (`pip install -e .`), so stock `lm_eval` finds PropMe's tasks, and compiles
-the native suffix-array search (`propme_metrics/index/_search.c`). That extension is optional: where
+the native suffix-array search (`propme_metrics/index/native_ext.c`). That extension is optional: where
 it cannot be compiled (no C compiler, no pthreads), the install goes on and the search runs in numpy
 (`propme_metrics/index/native_search.py` says which one a process uses)."""
 import os
@@ -36,7 +36,7 @@ class editable_wheel_with_pth(editable_wheel):
         shutil.copy(HOOK, os.path.join(installation_dir, HOOK))
 
 
-NATIVE_SEARCH = Extension("propme_metrics.index._search", ["propme_metrics/index/_search.c"],
+NATIVE_SEARCH = Extension("propme_metrics.index.native_ext", ["propme_metrics/index/native_ext.c"],
                           extra_compile_args=["-O2", "-pthread"], extra_link_args=["-pthread"], optional=True)
 
 setup(cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth},

@@ -8,7 +8,7 @@ mappings dropped with madvise(MADV_DONTNEED), then posix_fadvise(POSIX_FADV_DONT
 `_common.evict`; no global cache drop), so every page a search touches comes from the disk.
 Warm: the same generations after one untimed pass, each generation's best of 3. Routes, each in a fresh process:
 
-  native           this code's search (`index/_search.c`);
+  native           this code's search (`index/native_ext.c`);
   native, no check the same without the neighbours' check (issue 44 item 3: what the check costs);
   numpy            this code with `ShardSearcher(native=False)` (in-memory top level, read-ahead hints);
   frozen           the checkout given with --frozen (e.g. `git worktree add /tmp/base 26f563c`), first

@@ -10,7 +10,7 @@ process, each route's best of `--repeat`:
   spans   count and rank range of each maximal span of step 1 (`IndexSearch.locate`).
 
 Routes: the numpy search (`ShardSearcher(native=False)`: vectorized k-ary steps, the yardstick);
-the native one (`ShardSearcher`: `index/_search.c`, one C call for all rows and shards); infini-gram's
+the native one (`ShardSearcher`: `index/native_ext.c`, one C call for all rows and shards); infini-gram's
 engine over the same files: `creativity` (its longest match from every start) for step 1, `find`
 per span one after another and batched over a thread pool (the engine releases the GIL), and
 `attribute` (OLMoTrace's maximal spans with every occurrence) on one generation; libdivsufsort's
@@ -105,7 +105,7 @@ def main() -> None:
     t, want_ends = best_of(args.repeat, lambda: [numpy_search.longest_matches(ids, s) for ids, s in zip(all_ids, starts)])
     res["step 1: numpy"] = (t, None)
     t, ends = best_of(args.repeat, lambda: [native.longest_matches(ids, s) for ids, s in zip(all_ids, starts)])
-    res["step 1: native (_search.c)"] = (t, all(np.array_equal(a, b) for a, b in zip(ends, want_ends)))
+    res["step 1: native (native_ext.c)"] = (t, all(np.array_equal(a, b) for a, b in zip(ends, want_ends)))
     t, rs = best_of(args.repeat, lambda: [engine.creativity(input_ids=ids)["rs"] for ids in all_ids])
     res["step 1: engine `creativity`"] = (t, all(list(a) == list(r[:len(a)]) for a, r in zip(want_ends, rs)))
     delims = sorted(index.manifest.delimiter_ids)
@@ -117,7 +117,7 @@ def main() -> None:
     t, want = best_of(args.repeat, lambda: [numpy_search.locate(ids, sp) for ids, sp in zip(all_ids, spans)])
     res["spans: numpy"] = (t, None)
     t, got = best_of(args.repeat, lambda: [native.locate(ids, sp) for ids, sp in zip(all_ids, spans)])
-    res["spans: native (_search.c)"] = (t, got == want)
+    res["spans: native (native_ext.c)"] = (t, got == want)
 
     def find(job):
         ids, (s, e) = job

@@ -1,13 +1,13 @@
-"""Suffix-array bounds in native code: PropMe's C extension `_search` (`_search.c`, compiled at
+"""Suffix-array bounds in native code: PropMe's C extension `native_ext` (`native_ext.c`, compiled at
 install), which searches a batch of query rows in every shard of an index in one call.
 
 Per shard and row it narrows the range with the first token's rank block and the in-memory
 top-level samples, then binary-searches the mapped suffix array with all rows in lockstep, asking
 for the pages every row needs next together (one round of parallel disk reads per step when the
 shard is not in memory); a few threads take the shards (never one per row). Pointers of 1 to 8
-bytes are read in place, so shards above 2 GiB of tokens (5-byte pointers) are served too. Each
-row's two neighbours are checked against the query from its first token: a suffix array found out
-of order there stops the search with the shard and its file named.
+bytes are read in place, so shards of 2 GiB of tokens and more are served too (5-byte pointers
+from 4 GiB). Each row's two neighbours are checked against the query from its first token: a
+suffix array found out of order there stops the search with the shard and its file named.
 
 Where the extension could not be compiled or loaded (`available()` is False), `search.py` keeps its
 numpy search, which gives the same results.
@@ -22,14 +22,14 @@ from typing import NamedTuple
 import numpy as np
 
 try:
-    from propme_metrics.index import _search
+    from propme_metrics.index import native_ext
 except ImportError:  # not compiled here (no C compiler at install, another platform)
-    _search = None
+    native_ext = None
 
 
 def available() -> bool:
     """Whether the native search was compiled and loads on this system (little-endian hosts only)."""
-    return _search is not None and sys.byteorder == "little"
+    return native_ext is not None and sys.byteorder == "little"
 
 
 def _threads() -> int:
@@ -51,7 +51,7 @@ DISK_ROUTE: bool | None = None
 class NativeShard(NamedTuple):
     """One shard as the extension holds it, with what names it in an error."""
 
-    handle: object     #: `_search.Shard` over the shard's mapped files and in-memory samples
+    handle: object     #: `native_ext.Shard` over the shard's mapped files and in-memory samples
     shard: int         #: shard id
     table: Path        #: the shard's suffix-array file
 
@@ -69,7 +69,7 @@ def native_shard(tokens: np.ndarray, table: np.ndarray, width: int, ptr_size: in
     stride = 0
     if top is not None:
         sk, sl, stride = np.ascontiguousarray(top.keys), np.ascontiguousarray(top.lengths, dtype=np.uint8), top.stride
-    handle = _search.Shard(tokens, table, width, ptr_size, bk, bs, be, sk, sl, stride)
+    handle = native_ext.Shard(tokens, table, width, ptr_size, bk, bs, be, sk, sl, stride)
     return NativeShard(handle, shard, table_path)
 
 
@@ -91,7 +91,7 @@ def native_search(shards: tuple[NativeShard, ...], qkeys: np.ndarray, qstart: np
     hi, llo, lhi = (np.empty((s, m), dtype=np.int64) for _ in range(3))
     bad = [-1] * s
     if m and s:
-        bad = _search.search(tuple(x.handle for x in shards), np.ascontiguousarray(qkeys, dtype=np.uint32),
+        bad = native_ext.search(tuple(x.handle for x in shards), np.ascontiguousarray(qkeys, dtype=np.uint32),
                              np.ascontiguousarray(qstart, dtype=np.int64), np.ascontiguousarray(qend, dtype=np.int64),
                              np.ascontiguousarray(upper, dtype=np.uint8), hi, llo, lhi, min(THREADS, s), CHECK_NEIGHBOURS,
                              -1 if DISK_ROUTE is None else int(DISK_ROUTE))

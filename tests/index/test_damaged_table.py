@@ -9,7 +9,6 @@ import shutil
 import numpy as np
 import pytest
 
-from propme_metrics.core.checksums import _SAMPLE_BLOCK, _SAMPLE_BLOCKS
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.format import pointers, shard_file
@@ -18,6 +17,7 @@ from propme_metrics.index.search import ShardSearcher
 from support.corpora import make_index, write_jsonl
 
 QUERY_TOKENS = 12
+SAMPLE_BLOCK, SAMPLE_BLOCKS = 1 << 14, 4  #: core/checksums.py's sampled blocks (16 KiB, four of them)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def intact(tmp_path_factory, gpt2_dir):
     root = tmp_path_factory.mktemp("damage")
     make_index(write_jsonl(root / "c.jsonl", list(generate_corpus(500, seed=21))), root / "index", gpt2_dir)
     table = shard_file(root / "index", "table", 0)
-    assert table.stat().st_size > 4 * _SAMPLE_BLOCK * _SAMPLE_BLOCKS
+    assert table.stat().st_size > 4 * SAMPLE_BLOCK * SAMPLE_BLOCKS
     return root / "index"
 
 
@@ -35,9 +35,9 @@ def unchecked_rank(folder, near: float) -> int:
     and whose suffix's first QUERY_TOKENS tokens occur once, inside one document."""
     s = ShardSearcher(folder, 0, 2, 0)
     size = s.table_path.stat().st_size
-    span = size - _SAMPLE_BLOCK
-    blocks = [(k * span // (_SAMPLE_BLOCKS - 1), k * span // (_SAMPLE_BLOCKS - 1) + _SAMPLE_BLOCK)
-              for k in range(_SAMPLE_BLOCKS)]
+    span = size - SAMPLE_BLOCK
+    blocks = [(k * span // (SAMPLE_BLOCKS - 1), k * span // (SAMPLE_BLOCKS - 1) + SAMPLE_BLOCK)
+              for k in range(SAMPLE_BLOCKS)]
     for r in range(int(near * s.n), s.n):
         byte = r * s.ptr_size
         if any(a - 4000 <= byte < b + 4000 for a, b in blocks):

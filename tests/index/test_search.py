@@ -1,4 +1,4 @@
-"""The suffix-array searches against each other and against brute force: native (`_search.c`),
+"""The suffix-array searches against each other and against brute force: native (`native_ext.c`),
 numpy accelerated (in-memory top level, read-ahead hints) and plain numpy; and the top level's file:
 built from the shard files, rebuilt when it does not fit the shard."""
 from __future__ import annotations
@@ -192,7 +192,7 @@ def test_search_equals_brute_force(index_dir, route):
 @pytest.mark.parametrize("disk_route", [False, True], ids=["memory", "disk"])
 @pytest.mark.parametrize("ptr_size", [3, 4, 5, 8])
 def test_native_reads_pointers_of_every_width(index_dir, ptr_size, disk_route, monkeypatch):
-    """A suffix array of 3-, 4-, 5- (shards above 2 GiB of tokens) or 8-byte pointers is searched as
+    """A suffix array of 3-, 4-, 5- (shards above 4 GiB of tokens) or 8-byte pointers is searched as
     it lies: the shard's pointers rewritten in that layout give the numpy search's bounds, on the
     memory route (binary steps) and on the disk route (page requests, three probes a step)."""
     folder, width = index_dir
@@ -227,7 +227,7 @@ def test_native_falls_back_to_numpy(index_dir, monkeypatch):
     n = len(arr)
     qs, qe, up = np.arange(n), np.full(n, n), np.zeros(n, bool)
     want = s.search(s.keys(arr), qs, qe, up)
-    monkeypatch.setattr(native_search, "_search", None)
+    monkeypatch.setattr(native_search, "native_ext", None)
     assert not native_search.available()
     fallback = ShardSearcher(folder, 0, width, 0)
     assert fallback.native is None and fallback.samples is not None  # the accelerated numpy search

@@ -11,7 +11,7 @@
  *
  * Order, bounds and common-prefix lengths are those of infini-gram's engine: suffixes compare by the
  * bytes of their little-endian token ids, a suffix that ends (shard end) sorts before any longer one.
- * Pointers of 1 to 8 bytes are read in place (5-byte pointers: shards above 2 GiB of tokens).
+ * Pointers of 1 to 8 bytes are read in place (5-byte pointers: shards above 4 GiB of tokens).
  * Each row's two final neighbours are compared with the query again from its first token: when
  * either comparison disagrees with the search, the suffix array is out of order there, and the call
  * reports the shard and rank instead of an answer.
@@ -504,7 +504,7 @@ fail:
 
 static PyTypeObject ShardType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "propme_metrics.index._search.Shard",
+    .tp_name = "propme_metrics.index.native_ext.Shard",
     .tp_basicsize = sizeof(Shard),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "One shard's mapped files and in-memory samples, held for `search`.",
@@ -513,13 +513,13 @@ static PyTypeObject ShardType = {
 };
 
 static PyMethodDef methods[] = {
-    {"search", search, METH_VARARGS, "Bounds of a batch of query rows in every shard (see _search.c)."},
+    {"search", search, METH_VARARGS, "Bounds of a batch of query rows in every shard (see native_ext.c)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_search", "Native suffix-array search.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "native_ext", "Native suffix-array search.", -1, methods};
 
-PyMODINIT_FUNC PyInit__search(void) {
+PyMODINIT_FUNC PyInit_native_ext(void) {
     page_size = sysconf(_SC_PAGESIZE);
     if (page_size <= 0) page_size = 4096;
     if (PyType_Ready(&ShardType) < 0) return NULL;
