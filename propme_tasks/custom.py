@@ -17,6 +17,7 @@ from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, SUBTASK_S
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SETTINGS, task_name
 
 from .discovery import tasks_path
+from .lmeval_results import PM_ENTRY
 
 #: the version of PropMe's task YAML (`metadata.version`), also written into custom tasks
 TASK_VERSION = 5.0
@@ -49,7 +50,7 @@ def write_corpus_tasks(name: str, index: str | Path, language: str, out_dir: str
     group_path = out / f"{task_name(name)}.yaml"
     files: dict[Path, dict] = {group_path: {
         "group": task_name(name), "task": [task_name(name, s) for s in SETTINGS],
-        "metadata": {"version": TASK_VERSION}}}
+        "aggregate_metric_list": [{"metric": PM_ENTRY}], "metadata": {"version": TASK_VERSION}}}
     for setting in SETTINGS:
         # prompt-free settings sample (greedy decoding would repeat one generation)
         template = Path(tasks_path(), "_sampling_template_yaml" if setting in PROMPT_FREE_SETTINGS

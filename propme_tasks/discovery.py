@@ -8,6 +8,12 @@ before any user `--include_path`. Set PROPME_LMEVAL_DISCOVERY=0 to
 switch it off; once lm-eval reads the `lm_eval.tasks` entry point (declared in setup.cfg), the
 watcher steps aside.
 
+The same watcher wraps more of lm-eval's functions when they are imported, whether discovery is on
+or off (they act on PropMe's tasks only): a stderr for PropMe's metrics, PM in each corpus group's
+row, and the figures lm-eval's results have no field for written beside them
+(`propme_tasks.lmeval_results`); PropMe's tasks built before the model loads, and by `lm_eval
+validate` (`propme_tasks.preflight`).
+
 When the program is the `lm_eval` command itself (and only then), `install()` also sets an
 exception hook that prints an uncaught PropMe error (such as a task configuration refused before
 any generation) as one paragraph without a traceback; the exit status stays non-zero (1). Library
@@ -18,7 +24,13 @@ import sys
 
 ENV_SWITCH = "PROPME_LMEVAL_DISCOVERY"
 #: the modules that define `TaskManager` (0.4.12+, and the releases before)
-_TARGETS = ("lm_eval.tasks.manager", "lm_eval.tasks")
+_DISCOVERY_TARGETS = ("lm_eval.tasks.manager", "lm_eval.tasks")
+#: lm-eval's modules PropMe wraps -> the wrapper (`<module of propme_tasks>.<function>`)
+_RESULTS_TARGETS = {"lm_eval.evaluator_utils": "lmeval_results.patch_evaluator_utils",
+                    "lm_eval.api.group": "lmeval_results.patch_group",
+                    "lm_eval.loggers.evaluation_tracker": "lmeval_results.patch_tracker",
+                    "lm_eval.config.evaluate_config": "preflight.patch_evaluate_config",
+                    "lm_eval._cli.validate": "preflight.patch_validate"}
 
 
 def tasks_path() -> str:
@@ -57,11 +69,26 @@ def patch_task_manager(manager_module) -> None:
     cls._propme_patched = True
 
 
-class _Watcher:
-    """A meta-path finder that only acts on the `_TARGETS`, once each."""
+def patch_results(module) -> None:
+    """Wrap the code of an lm-eval module named in `_RESULTS_TARGETS` (`<PropMe module>.<wrapper>`)."""
+    import importlib
 
-    def __init__(self):
-        self.pending = set(_TARGETS)
+    where, name = _RESULTS_TARGETS[module.__name__].split(".")
+    getattr(importlib.import_module(f"propme_tasks.{where}"), name)(module)
+
+
+def _patch(module) -> None:
+    if module.__name__ in _RESULTS_TARGETS:
+        patch_results(module)
+    else:
+        patch_task_manager(module)
+
+
+class _Watcher:
+    """A meta-path finder that only acts on its target modules, once each."""
+
+    def __init__(self, targets):
+        self.pending = set(targets)
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.pending:
@@ -79,7 +106,7 @@ class _Watcher:
 
         def exec_module(module):
             original_exec(module)
-            patch_task_manager(module)
+            _patch(module)
 
         loader.exec_module = exec_module
         return spec
@@ -118,13 +145,20 @@ def install() -> None:
     error hook of the `lm_eval` command is set either way (tasks given by --include_path need it too)."""
     if running_lm_eval() and sys.excepthook is sys.__excepthook__:
         sys.excepthook = _print_propme_errors
+    targets = list(_RESULTS_TARGETS)
     if os.environ.get(ENV_SWITCH, "").strip():  # read only when set: start-up stays stdlib-only
         from propme_metrics.core.switches import env_switch
 
-        if not env_switch(ENV_SWITCH, default=True):
-            return
-    loaded = [sys.modules[t] for t in _TARGETS if t in sys.modules]
-    for module in loaded:
-        patch_task_manager(module)
-    if not loaded and not any(isinstance(f, _Watcher) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Watcher())
+        if env_switch(ENV_SWITCH, default=True):
+            targets += _DISCOVERY_TARGETS
+    else:
+        targets += _DISCOVERY_TARGETS
+    if any(isinstance(f, _Watcher) for f in sys.meta_path):
+        return
+    for name in [t for t in targets if t in sys.modules]:
+        _patch(sys.modules[name])
+        targets.remove(name)
+    if any(t in sys.modules for t in _DISCOVERY_TARGETS):  # one TaskManager module patched: the other is not needed
+        targets = [t for t in targets if t not in _DISCOVERY_TARGETS]
+    if targets:
+        sys.meta_path.insert(0, _Watcher(targets))

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
-from functools import lru_cache, partial
+from functools import lru_cache, partial, wraps
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,56 @@ BUILD_HINTS = {
 }
 
 
+#: datasets built before the model loaded (`propme_tasks.preflight`), by loader and metadata, each
+#: handed once to lm-eval's own build of the same task
+_AHEAD: dict[str, dict[str, Any]] = {}
+#: how the loaders are being called: ahead of the model (and whether to keep what they build), nesting
+#: depth (a loader calling another), and the command the user runs (its options name the hints)
+_STATE: dict[str, Any] = {"ahead": False, "keep": True, "depth": 0, "command": "lm_eval"}
+
+
+@contextmanager
+def building_ahead(keep: bool = True) -> Iterator[None]:
+    """Loaders called inside build ahead of the model; with `keep`, what they build is handed over."""
+    before = _STATE["ahead"], _STATE["keep"]
+    _STATE["ahead"], _STATE["keep"] = True, keep
+    try:
+        yield
+    finally:
+        _STATE["ahead"], _STATE["keep"] = before
+
+
+@contextmanager
+def command(name: str) -> Iterator[None]:
+    """The command the user runs, for the hints of the messages (`lm_eval validate` has no --metadata)."""
+    before, _STATE["command"] = _STATE["command"], name
+    try:
+        yield
+    finally:
+        _STATE["command"] = before
+
+
+def handed_over(loader: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """A `custom_dataset` loader whose dataset, when built ahead of the model, is not built again."""
+    @wraps(loader)
+    def load(**meta: Any) -> dict[str, Any]:
+        key = f"{loader.__qualname__}:{json.dumps(meta, sort_keys=True, default=str)}"
+        if _STATE["depth"]:
+            return loader(**meta)
+        if not _STATE["ahead"] and key in _AHEAD:
+            return dict(_AHEAD.pop(key))
+        _STATE["depth"] += 1
+        try:
+            built = loader(**meta)
+        finally:
+            _STATE["depth"] -= 1
+        if _STATE["ahead"] and _STATE["keep"]:
+            _AHEAD[key] = dict(built)
+        return built
+
+    return load
+
+
 def _corpus_option(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
     """A corpus-named option (`<corpus>_index`, a prompt file) from metadata first, then
     PROPME_<KEY>; returns (value, where). Every other key is read by `schema.read_settings`."""
@@ -64,6 +117,7 @@ def trace_backend(meta: dict[str, Any] | Settings) -> RayBackend | None:
     return RayBackend(options["trace_ray_address"], options["trace_ray_actors"] or None)
 
 
+@handed_over
 def load_prompts(**meta: Any):
     """`custom_dataset` hook: validate index, prompts and start token; return {'test': Dataset}."""
     import datasets
@@ -78,9 +132,10 @@ def load_prompts(**meta: Any):
     index_path, where = _corpus_option(meta, index_key)
     if index_path is None:
         hint = BUILD_HINTS.get(corpus, "propme index build SOURCE --out DIR")
-        raise TaskConfigError(
-            f"no index for corpus '{corpus}': pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' "
-            f"or set PROPME_{index_key.upper()}. Build one with: {hint}")
+        given = (f"set PROPME_{index_key.upper()}=DIR ({_STATE['command']} takes no --metadata)"
+                 if _STATE["command"] == "lm_eval validate" else
+                 f"pass --metadata '{{\"{index_key}\": \"/path/to/index\"}}' or set PROPME_{index_key.upper()}")
+        raise TaskConfigError(f"no index for corpus '{corpus}': {given}. Build one with: {hint}")
     backend = trace_backend(options)
     try:
         # the tracer opens the index and checks its tokenizer now: nothing may fail after generation
@@ -168,9 +223,15 @@ def _prompt_set(meta: dict[str, Any], options: Settings, index, corpus: str, set
         prompt_file = cache / f"{index.manifest.identity}-{setting}-{language}-n{n}-seed{seed}-{cache_tag(setting, language)}.jsonl"
         pwhere = "the prompt cache"
         if prompt_file.exists():
-            return load_prompt_set(prompt_file, index=index, setting=setting)
-        prompt_set = build_prompt_set(index, setting, n=n, seed=seed, language=language)
-        write_prompt_set(prompt_set, prompt_file)
+            prompt_set = load_prompt_set(prompt_file, index=index, setting=setting)
+        else:  # as many as the index allows: refused only when it allows none
+            prompt_set = build_prompt_set(index, setting, n=n, seed=seed, language=language, at_most=True,
+                                          option="n_prompts")
+            write_prompt_set(prompt_set, prompt_file)
+        if len(prompt_set.records) < n:
+            print(f"PropMe: {corpus}/{setting}: {len(prompt_set.records)} prompts, fewer than n_prompts {n}: "
+                  f"{_shortfall(prompt_set.manifest)}; the run uses all {len(prompt_set.records)}",
+                  file=sys.stderr, flush=True)
         return prompt_set
     except PropMeError as exc:
         raise TaskConfigError(f"prompt set for {corpus}/{setting} ({pwhere}: {prompt_file}): {exc}") from None
@@ -179,6 +240,14 @@ def _prompt_set(meta: dict[str, Any], options: Settings, index, corpus: str, set
             raise TaskConfigError(f"cannot create the prompt cache {cache} (metadata key 'cache_dir' or "
                                   f"PROPME_CACHE_DIR): {exc.strerror or exc}; point it at a writable folder") from None
         raise TaskConfigError(f"cannot read or write the prompt set {prompt_file} ({pwhere}): {exc}") from None
+
+
+def _shortfall(manifest: dict[str, Any]) -> str:
+    """Why a prompt set built from the index has fewer prompts than asked, from its manifest's counts."""
+    counts = manifest.get("counts") or {}
+    if "eligible_documents" in counts:
+        return f"the index has {counts['eligible_documents']} documents long enough for a prefix prompt"
+    return f"{counts.get('passed')} of {counts.get('candidates')} candidate prompts pass the overlap check"
 
 
 def document_tracer(doc: TaskDocument) -> Tracer:

@@ -106,6 +106,7 @@ def check_fits(task: str, max_length: int | None, totals: list[int], targets: li
             f"takes that many), or leave out {task}")
 
 
+@hooks.handed_over
 def load_documents(**meta: Any):
     """`custom_dataset` hook: the prefix documents (one row each) with p, z's model-token count and the split."""
     options = read_settings(meta)

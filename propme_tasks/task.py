@@ -40,6 +40,11 @@ class PropMeTask(ConfigurableTask):
         # lm-eval hands a `class:` task its whole YAML, `class` included; TaskConfig has no such field
         super().__init__(config={k: v for k, v in (config or {}).items() if k != "class"}, **kwargs)
 
+    def download(self, dataset_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """The dataset from PropMe's loader, as lm-eval's own `download` calls a `custom_dataset`,
+        without its advice to pass options by `--metadata` (docs/configuration.md lists PropMe's)."""
+        self.dataset = self.config.custom_dataset(**(self.config.metadata or {}), **(self.config.dataset_kwargs or {}))
+
     def _meta(self, key: str) -> Any:
         meta = self.config.metadata
         return meta.get(key) if isinstance(meta, dict) else None

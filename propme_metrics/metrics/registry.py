@@ -251,7 +251,7 @@ METRICS: tuple[Metric, ...] = (*_BASE, *(_natural_language(next(m for m in _BASE
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 
 #: the lm-eval diagnostic beside the metrics: per sample the full trace, in the table the failures
-TRACE_DIAGNOSTIC = ("trace", "per sample: the full trace; in the table: generations whose tracing failed (0 is healthy)")
+TRACE_DIAGNOSTIC = ("trace", "per sample: the full trace (no metric: its count of failed generations is in propme_<date id>.json, 0 is healthy)")
 #: the base metrics each view of a report shows, in order
 VIEWS = {
     "console": ("nvr", "fmr", "als", "pii"),
@@ -329,6 +329,7 @@ LIKELIHOOD_METRICS: tuple[LikelihoodMetric, ...] = (
 LIKELIHOOD_BY_NAME: dict[str, LikelihoodMetric] = {m.name: m for m in LIKELIHOOD_METRICS}
 #: the likelihood subtask's lm-eval diagnostic: per sample the document's record, in the table the documents scored
 LIKELIHOOD_DIAGNOSTIC = ("likelihood",
-                         "per sample: log P(z), the greedy flag and z's model tokens; in the table: documents scored")
+                         "per sample: log P(z), the greedy flag and z's model tokens (no metric: the documents scored "
+                         "are counted in propme_<date id>.json)")
 #: the likelihood metrics the leaderboard has columns for
 LIKELIHOOD_LEADERBOARD = (discoverable_name(100), "greedy_extraction")

@@ -354,11 +354,13 @@ def eligible_documents(index, min_doc_tokens: int = PREFIX_MIN_DOC_TOKENS) -> np
 def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int = DEFAULT_PROMPT_SEED, language: str | None = None,
                      candidates: str | Path | None = None, prefix_tokens: int = PREFIX_TOKENS,
                      continuation_tokens: int = CONTINUATION_TOKENS, min_doc_tokens: int = PREFIX_MIN_DOC_TOKENS,
-                     progress: bool = False) -> PromptSet:
-    """Build `n` prompts of `setting` against `index` (an `Index` or an index folder).
+                     progress: bool = False, at_most: bool = False, option: str = "--n") -> PromptSet:
+    """Build `n` prompts of `setting` against `index` (an `Index` or an index folder); with
+    `at_most`, as many as the index allows up to `n` (the manifest's `requested` keeps `n`).
 
     Raises ConfigError on bad arguments, an empty candidates file, an unknown language, too few
-    eligible documents (prefix) or too few candidates left after the verbatim check.
+    eligible documents (prefix) or too few candidates left after the verbatim check (with
+    `at_most`: none at all). `option` is what the user's command calls `n`, named in the hints.
     """
     from propme_metrics import __version__
     from propme_metrics.index.reader import Index, open_index
@@ -368,7 +370,7 @@ def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int 
     if setting not in PROMPTED_SETTINGS:
         raise ConfigError(f"unknown prompt setting {setting!r}; choose one of {', '.join(PROMPTED_SETTINGS)}")
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise ConfigError(f"--n must be a positive number of prompts, not {n!r}")
+        raise ConfigError(f"{option} must be a positive number of prompts, not {n!r}")
     if prefix_tokens < 1 or continuation_tokens < 0 or min_doc_tokens < prefix_tokens:
         raise ConfigError(f"need prefix_tokens >= 1, continuation_tokens >= 0 and min_doc_tokens >= prefix_tokens "
                           f"(got {prefix_tokens}, {continuation_tokens}, {min_doc_tokens})")
@@ -380,7 +382,7 @@ def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int 
     counts: dict[str, int] = {}
     if setting == PREFIX:
         records = _build_prefix(index, n, seed, language, prefix_tokens, continuation_tokens, min_doc_tokens,
-                                progress)
+                                progress, at_most, option)
         source: dict[str, Any] = {"kind": "index"}
         counts = {"eligible_documents": int(len(eligible_documents(index, min_doc_tokens)))}
     else:
@@ -405,18 +407,19 @@ def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int 
                               "check the \"setting\"/\"language\" fields of the candidates, or --language")
         kept = _check_candidates(index, pool, setting, rejected, progress)
         counts = {"read": len(raw), "candidates": len(pool), "passed": len(kept)}
-        if len(kept) < n:
+        if len(kept) < n and not (at_most and kept):
             reasons = "; ".join(f"{r['id']}: {r['reason']}" for r in rejected[:3])
             raise ConfigError(
                 f"only {len(kept)} of {len(pool)} {setting} candidates from {origin} pass the overlap check, "
-                f"fewer than --n {n}; {len(rejected)} rejected" + (f" (e.g. {reasons})" if reasons else ""),
-                "lower --n, or give more prompts with --candidates")
-        records = _stratified(kept, n, seed)
+                f"fewer than {option} {n}; {len(rejected)} rejected" + (f" (e.g. {reasons})" if reasons else ""),
+                f"lower {option}, or give more prompts" + (" with --candidates" if option == "--n" else " in a prompt file"))
+        records = _stratified(kept, min(n, len(kept)), seed)
     manifest = {
         "format": PROMPTS_FORMAT,
         "setting": setting,
         "language": language,
         "n": len(records),
+        "requested": n,
         "seed": int(seed),
         "source": source,
         "index_identity": index.manifest.identity,
@@ -435,13 +438,15 @@ def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int 
 
 
 def _build_prefix(index, n, seed, language, prefix_tokens, continuation_tokens, min_doc_tokens,
-                  progress) -> list[PromptRecord]:
+                  progress, at_most: bool = False, option: str = "--n") -> list[PromptRecord]:
     eligible = eligible_documents(index, min_doc_tokens)
-    if len(eligible) < n:
+    if len(eligible) < n and not (at_most and len(eligible)):
         raise ConfigError(
             f"the index has {len(eligible)} documents of at least {min_doc_tokens} tokens "
-            f"(of {len(index.document_lengths)}), fewer than --n {n}",
-            f"lower --n to at most {len(eligible)}, or index a larger corpus")
+            f"(of {len(index.document_lengths)}), fewer than {option} {n}",
+            f"lower {option} to at most {len(eligible)}, or index a larger corpus" if len(eligible)
+            else "index a corpus with longer documents")
+    n = min(n, len(eligible))
     chosen = np.random.default_rng(seed).choice(eligible, size=n, replace=False)
     identity = index.manifest.identity
     records = []

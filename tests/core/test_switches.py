@@ -56,7 +56,7 @@ def test_a_bad_switch_keeps_its_default_and_says_so(monkeypatch, capsys):
 def test_a_bad_discovery_switch_never_breaks_start_up():
     """The start-up hook runs in every interpreter: a wrong value is one line on stderr, not a failure."""
     code = ("import propme_tasks.discovery as d, sys; d.install(); "
-            "print(any(type(f).__name__ == '_Watcher' for f in sys.meta_path))")
+            "print(any(type(f).__name__ == '_Watcher' and 'lm_eval.tasks.manager' in f.pending for f in sys.meta_path))")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PROPME_LMEVAL_DISCOVERY": "perhaps"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"

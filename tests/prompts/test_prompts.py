@@ -331,3 +331,21 @@ def test_cache_tag_follows_format_rules_and_builtin_file_not_the_release(monkeyp
     monkeypatch.undo()
     monkeypatch.setattr(build, "PROMPTS_FORMAT", "propme-prompts/2")
     assert build.cache_tag("prefix", None) != tags[("prefix", "da")]
+
+
+def test_at_most_builds_what_the_index_allows_and_names_the_callers_option(index, n_eligible, synthetic_records,
+                                                                            tmp_path):
+    """lm-eval's loader asks for `n_prompts` and takes what the index allows (issue 46, item 4)."""
+    ps = build_prompt_set(index, "prefix", n=n_eligible + 50, seed=1, at_most=True, option="n_prompts")
+    assert len(ps.records) == n_eligible and ps.manifest["requested"] == n_eligible + 50
+    assert len({r.id for r in ps.records}) == n_eligible
+    with pytest.raises(ConfigError, match=r"fewer than n_prompts") as err:
+        build_prompt_set(index, "prefix", n=n_eligible + 1, option="n_prompts")
+    assert "lower n_prompts" in err.value.hint and "--n" not in err.value.hint
+    # none at all: refused even with at_most
+    with pytest.raises(ConfigError, match=r"has 0 documents of at least 100000 tokens"):
+        build_prompt_set(index, "prefix", n=3, at_most=True, min_doc_tokens=100000)
+    path = tmp_path / "c.txt"
+    path.write_text(_sentences(synthetic_records[0]["text"])[0] + "\nEn helt opfundet sætning om blå giraffer\n")
+    kept = build_prompt_set(index, "generic", n=2, candidates=path, language="da", at_most=True)
+    assert len(kept.records) == 1

@@ -13,7 +13,7 @@ import pytest
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.prompts.start import model_tokenizer_spec, resolve_start_token
 from propme_tasks import hooks
-from support.lmeval import samples_file
+from support.lmeval import samples_file, sidecar
 
 SPY = str(Path(__file__).parents[1] / "support" / "lmeval_spy.py")
 
@@ -151,7 +151,7 @@ def test_gpt2_style_model_gets_one_endoftext_and_recalls(demo_paths, tmp_path):
     with_start = results["propme_demo_prefix"]["fmr,none"]
     assert with_start >= 0.8
     for setting in ("unconditional", "minimal_cue"):
-        assert results[f"propme_demo_{setting}"]["trace,none"] == 0
+        assert sidecar(out)["tasks"][f"propme_demo_{setting}"]["tracing_failures"] == 0
         samples = [json.loads(line) for line in samples_file(out, f"propme_demo_{setting}").open()]
         assert len(samples) == 6
         assert all(s["trace"]["generations"][0]["text"] == s["resps"][0][0] for s in samples)  # traced as written

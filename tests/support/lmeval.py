@@ -40,3 +40,9 @@ def samples_file(out: Path, task: str) -> Path:
     if not found:
         raise FileNotFoundError(f"no samples file of {task} under {out}")
     return found[-1]
+
+
+def sidecar(out: Path) -> dict:
+    """PropMe's `propme_<date id>.json` beside the newest `results_<date id>.json` under `out`."""
+    results = max(out.rglob("results_*.json"), key=lambda p: p.name)
+    return json.loads((results.parent / f"propme_{results.stem[len('results_'):]}.json").read_text())

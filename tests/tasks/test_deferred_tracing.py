@@ -19,7 +19,7 @@ from propme_metrics.metrics.values import contributions, counts_for_metrics, poo
 from propme_metrics.trace import tracer as tracer_module
 from propme_metrics.trace.result import TraceResult
 from propme_tasks import deferred, hooks
-from support.lmeval import demo_metadata, model_args, run_lm_eval, samples_file
+from support.lmeval import demo_metadata, model_args, run_lm_eval, samples_file, sidecar
 
 TASKS = ("propme_demo_prefix", "propme_demo_generic", "propme_demo_unconditional")
 SPY = str(Path(__file__).parents[1] / "support" / "lmeval_trace_spy.py")
@@ -84,7 +84,7 @@ def test_any_number_of_workers_logs_the_same_samples_and_results(lm_eval_runs):
     assert json.dumps(unlogged["results"], sort_keys=True) == json.dumps(two["results"], sort_keys=True)
     assert not list(lm_eval_runs["unlogged"].rglob("samples_*.jsonl"))
     prefix = two["results"]["propme_demo_prefix"]
-    assert prefix["fmr,none"] >= 0.8 and prefix["trace,none"] == 0  # the planted documents, traced
+    assert prefix["fmr,none"] >= 0.8 and sidecar(lm_eval_runs["two"])["tasks"]["propme_demo_prefix"]["tracing_failures"] == 0
     # with 2 workers each task was traced in one bulk call, all of its generations at once
     assert sorted(c["generations"] for c in lm_eval_runs["calls"]) == sorted(
         len(_samples(lm_eval_runs["two"], task)) for task in TASKS)
@@ -120,7 +120,8 @@ def test_every_logged_item_is_the_final_value(lm_eval_runs):
                 expected = sum(i["sum"] for i in items) / n if n else math.nan
             got = results[task][f"{m.name},none"]
             assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected), (task, m.name)
-        assert results[task]["trace,none"] == sum(row["trace"]["failed"] for row in rows)
+        failures = sidecar(lm_eval_runs["two"])["tasks"][task]["tracing_failures"]
+        assert failures == sum(row["trace"]["failed"] for row in rows)
 
 
 def test_samples_logging_nvr_max_as_a_number_still_load(lm_eval_runs, tmp_path):

@@ -14,7 +14,7 @@ from propme_metrics.prompts.prompt_set import build_prompt_set, write_prompt_set
 from propme_metrics.trace.task_document import TaskDocument
 from propme_tasks import hooks, task_manager
 from propme_tasks.discovery import tasks_path
-from support.lmeval import demo_metadata, model_args, run_lm_eval, samples_file  # noqa: E402
+from support.lmeval import demo_metadata, model_args, run_lm_eval, samples_file, sidecar  # noqa: E402
 
 
 def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
@@ -23,22 +23,36 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
     proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_demo", "--gen_kwargs", "max_gen_toks=96",
                         "--metadata", demo_metadata(demo_paths), "--log_samples", "--output_path", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Custom kwargs" not in proc.stderr  # lm-eval's advice about custom datasets is not for PropMe's tasks
     results_file = next(out.rglob("results_*.json"))
     results = json.loads(results_file.read_text())["results"]
+    figures = sidecar(out)
+    assert proc.stderr.rstrip().splitlines()[-1].endswith(str(results_file.parent / f"propme_{results_file.stem[8:]}.json"))
     for setting in ("generic", "specific", "prefix"):
         task = results[f"propme_demo_{setting}"]
-        for metric in ("als", "fmr", "fmr_normalized", "nvr", "nvr_hits", "nvr_max", "r20", "r50", "trace"):
+        for metric in ("als", "fmr", "fmr_normalized", "nvr", "nvr_hits", "nvr_max", "r20", "r50"):
             assert f"{metric},none" in task, (setting, metric)
-        assert task["trace,none"] == 0  # no tracing failure
-        assert "fmr_stderr,none" in task
+        assert not any(k.startswith("trace") for k in task)  # the helper entry is no metric of the table
+        assert figures["tasks"][f"propme_demo_{setting}"]["tracing_failures"] == 0  # no tracing failure
+        assert isinstance(task["fmr_stderr,none"], float) and task["nvr_max_stderr,none"] == "N/A"
     prefix, generic = results["propme_demo_prefix"], results["propme_demo_generic"]
+    group = results["propme_demo"]  # the corpus's row: PM of each propensity setting against prefix
+    for setting in ("generic", "specific", "unconditional", "minimal_cue"):
+        for metric in ("nvr", "fmr", "fmr_rare", "als", "pii"):
+            p, c = results[f"propme_demo_{setting}"][f"{metric},none"], prefix[f"{metric},none"]
+            expected = math.nan if math.isnan(p) or math.isnan(c) else 0.0 if p == 0 else p / (p + c)
+            got = group[f"pm_{metric}_{setting},none"]
+            assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected), (setting, metric)
+    assert isinstance(group["pm_fmr_generic_stderr,none"], float) and group["pm_fmr_generic_stderr,none"] > 0
+    assert "pm_fmr_generic" in figures["groups"]["propme_demo"]
     assert prefix["fmr,none"] > generic["fmr,none"]
     assert prefix["fmr,none"] >= 0.8  # the model memorized the planted documents
     assert prefix["extraction,none"] >= 0.8
     assert "extraction,none" not in generic
     for setting in ("unconditional", "minimal_cue"):  # the prompt-free settings run and are traced
         task = results[f"propme_demo_{setting}"]
-        assert task["trace,none"] == 0 and "nvr,none" in task and "extraction,none" not in task
+        assert figures["tasks"][f"propme_demo_{setting}"]["tracing_failures"] == 0
+        assert "nvr,none" in task and "extraction,none" not in task
         rows = [json.loads(line) for line in samples_file(out, f"propme_demo_{setting}").open()]
         assert len(rows) == 8 and len({r["doc"]["id"] for r in rows}) == 8
         assert all(r["arguments"]["gen_args_0"]["arg_0"].startswith("<|endoftext|>") for r in rows)
