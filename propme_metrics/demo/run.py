@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -104,6 +105,32 @@ class DemoPaths:
         return self.root / "report"
 
 
+#: the environment variables that set torch's (OpenMP's and MKL's) threads in a child process
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def torch_threads() -> int:
+    """Threads for torch on this machine now: the CPUs this process may use less the load already on
+    them (the 1-minute load average), at least 1. On a shared machine torch's default, one thread per
+    core, makes its threads wait for each other (the demo's generation was 7-25x slower with 2 threads
+    than with 1 on a loaded 2-core machine). OMP_NUM_THREADS, when set, is the user's choice and wins."""
+    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(usable, int(usable - load + 0.5)))
+
+
+def _say(text: str) -> None:
+    """One progress line on stderr (paths printed as written, never as markup)."""
+    from rich.text import Text
+
+    from propme_metrics.core.progress import stderr_console
+
+    stderr_console.print(Text(text), highlight=False, soft_wrap=True)
+
+
 def _stage(name: str, reused: bool, started: float, detail: str = "") -> None:
     from rich.text import Text
 
@@ -158,9 +185,20 @@ def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> 
     reused = all((paths.checkpoint(r) / "config.json").is_file() for r in size.revisions)
     detail = f"checkpoints {', '.join(size.revisions)} of {DEMO_MODEL}"
     if not reused:
+        import torch
+
         planted = [r["text"] for r in records if r["memorized"]]
+        threads = torch_threads()
+        torch.set_num_threads(threads)
+        _say(f"      training {DEMO_MODEL} on {len(planted)} planted documents ({threads} torch thread(s))")
+
+        def report(step: int, steps: int, loss: float) -> None:
+            if progress:
+                _say(f"      step {step} of at most {steps}: loss {loss:.3f} ({time.time() - t:.0f}s)")
+
         loss = train_memorizing_model(planted, paths.tokenizer, paths.model,
-                                      checkpoints={size.early_steps: paths.checkpoint(size.revisions[0])})
+                                      checkpoints={size.early_steps: paths.checkpoint(size.revisions[0])},
+                                      progress=report)
         detail += f"; final training loss {loss:.3f} on {len(planted)} planted documents"
     publish_checkpoints(paths, size.revisions)
     _stage("model", reused, t, detail)
@@ -221,27 +259,68 @@ def lm_eval_command(paths: DemoPaths, size: DemoSize, extra_metadata: dict | Non
             "--metadata", json.dumps(metadata), "--log_samples", "--output_path", str(paths.run(revision))]
 
 
-def lm_eval_env(paths: DemoPaths) -> dict[str, str]:
-    """The environment of the demo's lm-eval runs: offline, the demo's hub cache and PropMe cache."""
+def lm_eval_env(paths: DemoPaths, threads: int | None = None) -> dict[str, str]:
+    """The environment of the demo's lm-eval runs: offline, the demo's hub cache and PropMe cache,
+    and torch's threads (`torch_threads` unless given)."""
+    n = str(threads or torch_threads())
     return dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                HF_HUB_CACHE=str(paths.hub), PROPME_CACHE_DIR=str(paths.root / "cache"))
+                HF_HUB_CACHE=str(paths.hub), PROPME_CACHE_DIR=str(paths.root / "cache"),
+                **dict.fromkeys(THREAD_VARIABLES, n))
 
 
-def run_lm_eval(paths: DemoPaths, size: DemoSize) -> None:
-    """Stage 6: run lm-eval on each checkpoint (skipped for one whose results file is already there)."""
+#: lm-eval's request counters (tqdm lines in its log): the phase, percent done, done and total
+_COUNTER = re.compile(r"(Running \w+ requests):\s*(\d+)%[^\r\n]*?\|\s*(\d+)/(\d+)")
+
+
+def latest_counter(log: Path) -> tuple[str, int, int, int] | None:
+    """The last request counter lm-eval wrote into its log: (phase, percent, done, total), or None."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - 16384))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = _COUNTER.findall(tail)
+    if not found:
+        return None
+    phase, pct, done, total = found[-1]
+    return phase, int(pct), int(done), int(total)
+
+
+def _run_logged(command: list[str], env: dict[str, str], log: Path, progress: bool, every: float = 15.0) -> int:
+    """Run lm-eval with its output in `log`, printing its request counter as it moves (a line at
+    most every `every` seconds, when the phase changes or 10 points more are done); its exit status."""
+    started, shown = time.time(), None
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(command, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                return proc.wait(timeout=every)
+            except subprocess.TimeoutExpired:
+                counter = latest_counter(log) if progress else None
+                if counter and (shown is None or counter[0] != shown[0] or counter[1] >= shown[1] + 10):
+                    shown = counter
+                    _say(f"      {counter[0]}: {counter[2]}/{counter[3]} ({counter[1]}%, {time.time() - started:.0f}s)")
+
+
+def run_lm_eval(paths: DemoPaths, size: DemoSize, progress: bool = True) -> None:
+    """Stage 6: run lm-eval on each checkpoint (skipped for one whose results file is already there),
+    naming its log first and showing its request counter while it runs."""
     t = time.time()
     ran = []
-    for revision in size.revisions:
+    for k, revision in enumerate(size.revisions, 1):
         run = paths.run(revision)
         if run.exists() and any(run.rglob("results_*.json")):
             continue
         log = paths.root / f"lm-eval-{revision}.log"
-        with open(log, "w") as fh:
-            proc = subprocess.run(lm_eval_command(paths, size, revision=revision), env=lm_eval_env(paths),
-                                  stdout=fh, stderr=subprocess.STDOUT)
-        if proc.returncode != 0:
+        threads = torch_threads()
+        _say(f"      lm-eval on checkpoint {revision} ({k} of {len(size.revisions)}, {threads} torch thread(s)); "
+             f"its log: {log}")
+        code = _run_logged(lm_eval_command(paths, size, revision=revision), lm_eval_env(paths, threads), log,
+                           progress)
+        if code != 0:
             tail = log.read_text(errors="replace").splitlines()[-15:]
-            raise BuildError(f"lm-eval failed on checkpoint {revision} (exit {proc.returncode}); last lines of "
+            raise BuildError(f"lm-eval failed on checkpoint {revision} (exit {code}); last lines of "
                              f"{log}:\n" + "\n".join(tail),
                              "fix the cause and run `propme demo` again: finished stages are reused")
         ran.append(revision)
@@ -265,7 +344,7 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     size = SMALL if small else FULL
     started = time.time()
     paths = prepare(out, size, progress=progress)
-    run_lm_eval(paths, size)
+    run_lm_eval(paths, size, progress=progress)
     from propme_metrics.demo.benchmark_task import run_benchmark_task
     from propme_metrics.report.contamination_views import contamination_lines
 

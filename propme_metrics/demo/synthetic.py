@@ -7,7 +7,7 @@ from anywhere), seeded, so the same arguments always give the same documents.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError
@@ -114,7 +114,8 @@ def train_tokenizer(texts: list[str], out_dir: str | Path, vocab_size: int = 100
 def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir: str | Path, steps: int = 400,
                            n_layer: int = 2, n_embd: int = 96, lr: float = 3e-3, seed: int = 0,
                            target_loss: float = 0.05, n_positions: int = 512,
-                           checkpoints: Mapping[int, str | Path] | None = None) -> float:
+                           checkpoints: Mapping[int, str | Path] | None = None,
+                           progress: Callable[[int, int, float], None] | None = None) -> float:
     """Train a tiny GPT-2 until it has memorized `texts`; return the final loss.
 
     Like real models, each document starts with the document-start token (`start.start_token_for`:
@@ -123,7 +124,7 @@ def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir:
     `lm_eval --model hf --model_args pretrained=<out_dir>` can load it. `checkpoints` (training step
     -> folder) saves the model as it is after that many steps too, the way training runs publish
     intermediate checkpoints; a step the training does not reach (the loss met `target_loss`
-    earlier) is saved at the end.
+    earlier) is saved at the end. `progress(step, steps, loss)` is called every 20 steps and at the end.
     """
     import torch
     import transformers
@@ -172,6 +173,10 @@ def train_memorizing_model(texts: list[str], tokenizer_dir: str | Path, out_dir:
             save(pending.pop(step))
         if loss_value < target_loss:
             break
+        if progress is not None and step % 20 == 0:
+            progress(step, steps, loss_value)
+    if progress is not None:
+        progress(step, steps, loss_value)
     for folder in pending.values():
         save(folder)
     save(out_dir)

@@ -1,0 +1,35 @@
+"""The demo on a shared machine: torch's threads follow the machine's load, lm-eval's progress is read
+from its log (issue 46, item 6)."""
+from __future__ import annotations
+
+from propme_metrics.demo import run
+
+
+def test_torch_threads_leave_the_loaded_cores_alone(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(run.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(run.os, "getloadavg", lambda: (1.85, 1.5, 0.7))
+    assert run.torch_threads() == 1   # two cores, nearly two busy: one thread, not two that wait on each other
+    monkeypatch.setattr(run.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert run.torch_threads() == 2   # an idle machine: every core
+    monkeypatch.setattr(run.os, "getloadavg", lambda: (19.0, 17.0, 13.0))
+    assert run.torch_threads() == 1   # never fewer than one
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert run.torch_threads() == 3   # the user's choice wins
+
+
+def test_the_lm_eval_children_get_the_threads(tmp_path):
+    env = run.lm_eval_env(run.DemoPaths(tmp_path), threads=1)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
+
+
+def test_the_latest_request_counter_is_read_from_lm_evals_log(tmp_path):
+    log = tmp_path / "lm-eval.log"
+    assert run.latest_counter(log) is None   # not written yet
+    log.write_text("INFO Building contexts\nRunning generate_until requests:   0%|          | 0/38 [00:00<?, ?it/s]"
+                   "\rRunning generate_until requests:  24%|##4       | 9/38 [00:03<00:10,  2.8it/s]"
+                   "\rRunning generate_until requests:  50%|#####     | 19/38 [00:06<00:06,  2.9it/s]")
+    assert run.latest_counter(log) == ("Running generate_until requests", 50, 19, 38)
+    with log.open("a") as fh:
+        fh.write("\nRunning loglikelihood requests: 100%|##########| 6/6 [00:00<00:00, 99.37it/s]\n")
+    assert run.latest_counter(log) == ("Running loglikelihood requests", 100, 6, 6)
