@@ -48,6 +48,8 @@ from propme_metrics.trace.pii import detect, mask_text
 SCHEMA_VERSION = "0.3.0"
 #: the folder of the records inside the report folder
 EEE_DIR = "eee"
+#: the bounds of a continuous score with no known range, as the schema spells them (strict JSON)
+UNBOUNDED = ("-Infinity", "Infinity")
 #: metrics whose values have no upper bound (the rest, and PM, lie in [0, 1])
 _UNBOUNDED = {"als": "tokens", "als_nl": "tokens", "pii_items": "items per generation"}
 
@@ -219,7 +221,9 @@ def _contamination_results(result: Any, task: str, model: str, higher_is_better:
         (0.0, 1.0), {}, counts)
     for metric, m in s.models.get(model, {}).items():
         binary = m.all.method == WILSON   # 0/1 values (accuracy): the mean lies in [0, 1]
-        bounds = (0.0, 1.0) if binary else (None, None)
+        # a graded metric (Brier score, ROUGE, ...) of any lm-eval task: PropMe knows no range for it, so
+        # its bounds are the schema's unbounded ones (a continuous score must give both: the validator)
+        bounds = (0.0, 1.0) if binary else UNBOUNDED
         # a filtered metric is logged as `<metric>_<filter>`; lm-eval records the direction of `<metric>`
         named = [k for k in higher_is_better if metric == k or metric.startswith(f"{k}_")]
         higher = higher_is_better[max(named, key=len)] if named else True
@@ -228,7 +232,7 @@ def _contamination_results(result: Any, task: str, model: str, higher_is_better:
                 getattr(m, part), not higher, bounds, {"metric": metric, "subset": part}, counts)
         add(f"{prefix}.{metric}.difference", f"{metric} contaminated - clean",
             f"{metric} of {task} on contaminated items minus on clean items (a gain from seeing the items in "
-            "training; resampled per group)", m.difference, True, (-1.0, 1.0) if binary else (None, None),
+            "training; resampled per group)", m.difference, True, (-1.0, 1.0) if binary else UNBOUNDED,
             {"metric": metric, "subset": "contaminated - clean"}, counts)
     return out
 
@@ -298,10 +302,11 @@ def _masked(text: str) -> str:
 def instance_records(record: dict[str, Any], results: list[CorpusResult],
                      masked: Callable[[str], str] = _masked) -> list[dict[str, Any]]:
     """The instance-level lines of a record (schema `instance_level_eval` 0.3.0): one per counted
-    generation, tied to its setting's FMR result (`evaluation_result_id`). `is_correct` is whether
-    the generation reproduced training data verbatim as a whole (a full match, the event FMR counts;
-    for prefix prompts the extraction of the document), and `score` the same as 0/1, so their mean
-    over a setting is the record's FMR. The trace summary is in `metadata`; personal data in the
+    generation, tied to the result its `is_correct` counts (`evaluation_result_id`): whether the
+    generation reproduced training data verbatim as a whole, a full match (FMR) in a propensity
+    setting, and for a prefix prompt with a known continuation the document's extraction (the
+    `extraction` result: what the prefix setting measures), with `score` the same as 0/1, so their
+    mean over a setting is that result. The trace summary is in `metadata`; personal data in the
     prompt, continuation and generation is masked. Generations whose tracing failed or that are
     degenerate count in no metric and have no line. `masked` masks a text (a memoized `_masked` when
     several records share their prompts)."""
@@ -309,8 +314,9 @@ def instance_records(record: dict[str, Any], results: list[CorpusResult],
     ids = {r["evaluation_result_id"] for r in record["evaluation_results"]}
     for res in results:
         for setting, sr in res.settings.items():
-            result_id = f"propme.{res.label}.fmr.{setting}"
-            if result_id not in ids:
+            fmr_id = f"propme.{res.label}.fmr.{setting}"
+            extraction_id = f"propme.{res.label}.extraction.{setting}"
+            if fmr_id not in ids:
                 continue   # FMR undefined: nothing counted
             for prompt in sr.task.prompts:
                 prompt_text = masked(prompt.prompt)
@@ -319,11 +325,13 @@ def instance_records(record: dict[str, Any], results: list[CorpusResult],
                     if counted is None:
                         continue
                     output = masked(g.text)
-                    full = g.full_match
+                    extraction = setting == PREFIX and g.extracted is not None and extraction_id in ids
+                    correct = bool(g.extracted) if extraction else g.full_match
+                    result_id = extraction_id if extraction else fmr_id
                     sources = sorted({str(d.source_id) for d in g.documents if d.source_id is not None})
                     meta = {"corpus": res.label, "setting": setting, "prompt_id": prompt.id, "generation": j,
                             "longest_span_tokens": g.longest_span, "nvr_max": max(g.nv_recalls, default=None),
-                            "full_match": full, "full_match_normalized": g.full_match_normalized,
+                            "full_match": g.full_match, "full_match_normalized": g.full_match_normalized,
                             "extracted": g.extracted, "final_spans": len(g.final_spans),
                             "source_ids": ",".join(sources)}
                     out.append({
@@ -335,9 +343,10 @@ def instance_records(record: dict[str, Any], results: list[CorpusResult],
                         "output": {"raw": [output]},
                         "answer_attribution": [{"turn_idx": 0, "source": "output.raw",
                                                 "extracted_value": output,
-                                                "extraction_method": "simpletrace full match",
+                                                "extraction_method": "simpletrace extraction" if extraction
+                                                else "simpletrace full match",
                                                 "is_terminal": True}],
-                        "evaluation": {"score": float(full), "is_correct": full},
+                        "evaluation": {"score": float(correct), "is_correct": correct},
                         "metadata": {k: "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
                                      for k, v in meta.items()}})
     return out

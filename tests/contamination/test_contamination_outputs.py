@@ -230,3 +230,27 @@ def test_clicking_a_contaminated_span_opens_its_documents(world, tmp_path, chrom
     lo, hi = span.documents[0].snippet_span
     assert f"<mark>{html.escape(span.documents[0].snippet[lo:hi], quote=False)}</mark>" in panel  # text, not markup
     assert "<script>alert" not in dom
+
+
+def test_a_graded_benchmark_metric_gets_bounds_the_official_validator_accepts(world, tmp_path):
+    """A per-sample metric with graded values (a Brier score) is a continuous score: the schema lets
+    its bounds be null, `every_eval_ever`'s validator does not (issue 44, item 4). PropMe knows no
+    range for an arbitrary lm-eval metric, so it writes the schema's unbounded ones."""
+    from support.eee_validator import official_errors
+
+    rng = random.Random(11)
+    items = [BenchmarkItem("quiz", it.doc_id, it.question, it.answer, it.joined,
+                           {"acc": it.metrics["acc"], "brier": round(rng.random() * 0.6, 3)}) for it in world["items"]]
+    result = check_tasks(world["index"], [("quiz", items)], ContaminationRule(), bootstrap=100, seed=2,
+                         samples=world["result"].samples)
+    run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
+    rep = build_report([run], tmp_path / "report", bootstrap=50, plots=False, html=False, contamination=result)
+    (path,) = [p for p in rep.eee if p.suffix == ".json"]
+    results = _by_id(json.loads(path.read_text(encoding="utf-8")))
+    for part in ("all", "clean", "contaminated", "difference"):
+        config = results[f"propme.contamination.quiz.brier.{part}"]["metric_config"]
+        assert config["score_type"] == "continuous"
+        assert (config["min_score"], config["max_score"]) == ("-Infinity", "Infinity")
+    assert results["propme.contamination.quiz.acc.all"]["metric_config"]["max_score"] == 1.0
+    found = official_errors([path])
+    assert not found[str(path)], found[str(path)][:3]

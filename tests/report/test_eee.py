@@ -139,3 +139,12 @@ def test_a_later_report_replaces_the_records(tmp_path):
     # --bootstrap 0: no bootstrap interval, so ALS has no uncertainty; proportions keep their Wilson interval
     assert "uncertainty" not in _result(record, "propme.dynaword.als.prefix")["score_details"]
     assert _result(record, "propme.dynaword.fmr.prefix")["score_details"]["uncertainty"]["num_samples"] == 100
+
+
+def test_the_official_validator_accepts_the_records(report):
+    """`every_eval_ever`'s own validator (its models and its score-metadata rule, which the JSON schema
+    alone does not enforce: a continuous score needs both bounds) accepts every record and its lines."""
+    from support.eee_validator import official_errors
+
+    found = official_errors(sorted(report.eee))
+    assert found and not any(found.values()), {k: v[:3] for k, v in found.items() if v}

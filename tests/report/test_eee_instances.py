@@ -1,6 +1,7 @@
 """Every Eval Ever instance-level lines (`report/eee.instance_records`): valid against the official
-instance_level_eval schema 0.3.0, one per counted generation, tied to the setting's FMR result,
-`is_correct` the generation's full match (so its mean is the record's FMR), personal data masked."""
+instance_level_eval schema 0.3.0, one per counted generation, tied to the result its `is_correct`
+counts (the setting's FMR; for prefix prompts the extraction), so its mean is that result; personal
+data masked."""
 from __future__ import annotations
 
 import json
@@ -52,7 +53,8 @@ def test_lines_validate_and_tie_to_the_fmr_results(report):
     assert not any(x["sample_id"].startswith(("s-deg", "s-err")) or "boom" in json.dumps(x) for x in lines)
     results = {r["evaluation_result_id"]: r for r in record["evaluation_results"]}
     for setting, rows in per_setting.items():
-        result_id = f"propme.dynaword.fmr.{setting}"
+        # a prefix line counts the document's extraction (what the prefix setting measures), the others FMR
+        result_id = f"propme.dynaword.{'extraction' if setting == 'prefix' else 'fmr'}.{setting}"
         assert {x["evaluation_result_id"] for x in rows} == {result_id}
         assert all(x["evaluation"]["score"] == float(x["evaluation"]["is_correct"]) for x in rows)
         share = sum(x["evaluation"]["is_correct"] for x in rows) / len(rows)
@@ -72,3 +74,22 @@ def test_trace_summary_and_masked_personal_data(report):
     assert meta["full_match"] == "true" and meta["final_spans"] == "1" and meta["longest_span_tokens"] == "8"
     assert meta["source_ids"].startswith("src-")
     assert first["input"]["reference"] == ["og de levede lykkeligt"]   # the prefix prompt's true continuation
+
+
+def test_a_prefix_line_is_correct_when_the_document_was_extracted(tmp_path):
+    """A prefix generation can match a window verbatim without reproducing the document's own next
+    50 tokens, and the reverse: its line follows the extraction (issue 44, item 5)."""
+    prompts = [[gen("p-0#0", 10, (0.9,), full=True, extracted=False)],
+               [gen("p-1#0", 10, (0.9,), full=False, extracted=True)],
+               [gen("p-2#0", 10, (0.9,), full=True, extracted=True)]]
+    settings = {"prefix": prompts, "generic": setting_prompts("generic", 3, [(3, 4)], {}, set())}
+    run = write_run(tmp_path / "run", DFM, "stage3", settings).parent
+    report = build_report([run], tmp_path / "report", bootstrap=0, plots=False, html=False)
+    record, lines = _lines(report)
+    prefix = {x["sample_id"]: x for x in lines if x["metadata"]["setting"] == "prefix"}
+    assert sorted((x["metadata"]["full_match"], x["evaluation"]["is_correct"]) for x in prefix.values()) == \
+        [("false", True), ("true", False), ("true", True)]
+    extraction = next(r for r in record["evaluation_results"]
+                      if r["evaluation_result_id"] == "propme.dynaword.extraction.prefix")
+    assert extraction["score_details"]["score"] == pytest.approx(2 / 3)
+    assert {x["evaluation_result_id"] for x in prefix.values()} == {"propme.dynaword.extraction.prefix"}
