@@ -35,6 +35,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, bootstrap_documents
 from propme_metrics.metrics.pm import Interval, IntervalSpec, metric_interval, pm_interval
@@ -141,7 +142,7 @@ class RunFigures:
             if spec is None or not items:
                 continue
             est = bootstrap_documents({metric: items}, {metric: spec.statistic}, self.intervals)[metric]
-            iv = Interval(est.value, est.low, est.high, "bootstrap-percentile", self.intervals.confidence,
+            iv = Interval(est.value, est.low, est.high, BOOTSTRAP_PERCENTILE, self.intervals.confidence,
                           self.intervals.resamples)
             found.append(((metric, filter_key), iv, len(items)))
         return found

@@ -39,7 +39,7 @@ diagonal PM = 0.5), `trajectory_<corpus>_<model>.png` (PM per metric across revi
 order, when several revisions of a model are given) and `report.html` (self-contained: tables,
 plots, and every prompt and generation with its final spans; click a span for its source
 documents), `leaderboard.html` (a sortable, filterable page of the models with interval bars and
-the paired comparisons, `report.leaderboard_page`) and `eee/<model>[@<revision>].json` (Every Eval
+the paired comparisons, `report.leaderboard_page`) and `eee/data/propme/<developer>/<model>/<uuid>.json` (Every Eval
 Ever records, `report.eee`). `propme-report-files.json` lists the files written: a later report into
 the same folder removes those of them it does not write again (a stale plot), and never any other
 file. Every file is written into a staging folder first and moved into place once all are written,
@@ -142,7 +142,7 @@ def _record_written(out: Path, paths: list[Path]) -> None:
     sit beside the new report) and the temporary files a killed PropMe 0.2 report left of any of
     them, then record this report's files. A file PropMe did not write is never removed: only
     names in the earlier record are (and their `.<name>.*.tmp` temporaries)."""
-    names = sorted(p.relative_to(out).as_posix() for p in paths)  # e.g. eee/<model>.json: paths inside `out`
+    names = sorted(p.relative_to(out).as_posix() for p in paths)  # e.g. eee/data/.../<uuid>.json: paths inside `out`
     record = out / WRITTEN_NAME
     if record.is_dir() and not record.is_symlink():
         raise ConfigError(f"{record} is a folder, where PropMe keeps the list of the report's files",

@@ -1,6 +1,10 @@
 """Every Eval Ever records: the report's numbers in the EvalEval coalition's results format (schema 0.3.0).
 
-`propme report` writes one record per model and revision into `<out>/eee/` (`<model>[@<revision>].json`).
+`propme report` writes one record per model and revision into `<out>/eee/` in the layout of the Every
+Eval Ever data repository, `data/propme/<developer>/<model>/<uuid>.json`, with its instance-level
+lines beside it as `<uuid>_samples.jsonl`, named in the record's `detailed_evaluation_results`
+(`datastore_path`), so `every_eval_ever validate` accepts the files as written and the `data/` folder
+can be copied into the repository as it is.
 Each base metric of each setting and each PM is one `evaluation_result`:
 
 - `evaluation_result_id` and `metric_config.metric_id`: `propme.<corpus>.<metric>.<setting>`, PM as
@@ -26,8 +30,11 @@ whose ends are undefined is left out of its result. The records hold no personal
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,7 +47,6 @@ from propme_metrics.metrics import registry
 from propme_metrics.metrics.pm import CONFIDENCE, WILSON
 from propme_metrics.metrics.results import CorpusResult, MetricResult, finite
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
-from propme_metrics.report.cells import slug
 from propme_metrics.report.contents import Report
 from propme_metrics.trace.pii import detect, mask_text
 
@@ -48,6 +54,11 @@ from propme_metrics.trace.pii import detect, mask_text
 SCHEMA_VERSION = "0.3.0"
 #: the folder of the records inside the report folder
 EEE_DIR = "eee"
+#: the data repository's collection PropMe's records are filed under (`data/<collection>/...`)
+COLLECTION = "propme"
+#: characters a data-repository path component may not hold (the validator's portability rule)
+_UNPORTABLE = re.compile(r'[<>:"\\|?*/\x00-\x1f]+')
+_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
 #: the bounds of a continuous score with no known range, as the schema spells them (strict JSON)
 UNBOUNDED = ("-Infinity", "Infinity")
 #: metrics whose values have no upper bound (the rest, and PM, lie in [0, 1])
@@ -258,8 +269,8 @@ def _model_info(model: str, revision: str, model_args: str) -> dict[str, Any]:
     return info
 
 
-def _records(report: Report, retrieved: float | None) -> dict[str, tuple[dict[str, Any], list[CorpusResult]]]:
-    """File name -> (record, the model's corpus results)."""
+def _records(report: Report, retrieved: float | None) -> list[tuple[dict[str, Any], list[CorpusResult]]]:
+    """(record, the model's corpus results) per model and revision."""
     from propme_metrics import __version__
 
     stamp = str(int(time.time() if retrieved is None else retrieved))
@@ -269,7 +280,7 @@ def _records(report: Report, retrieved: float | None) -> dict[str, tuple[dict[st
     contamination = _contamination_by_model(report)
     for key in contamination:
         by_model.setdefault(key, [])   # a model that ran only benchmarks: a record of its contamination figures
-    out: dict[str, tuple[dict[str, Any], list[CorpusResult]]] = {}
+    out: list[tuple[dict[str, Any], list[CorpusResult]]] = []
     for (model, revision), results in by_model.items():
         who = model + (f"@{revision}" if revision else "")
         model_args, checked = contamination.get((model, revision), ("", []))
@@ -287,11 +298,31 @@ def _records(report: Report, retrieved: float | None) -> dict[str, tuple[dict[st
                                                     "pm_metrics": ",".join(report.pm_metrics)}},
             "model_info": _model_info(model, revision, model_args),
             "evaluation_results": evaluation}
-        name = f"{slug(who)}.json"
-        while name in out:
-            name = name[:-5] + "_.json"
-        out[name] = (record, results)
+        out.append((record, results))
     return out
+
+
+def _component(text: str) -> str:
+    """A portable data-repository path component: no reserved characters, no trailing dot or space,
+    not `data` nor a Windows device name."""
+    part = _UNPORTABLE.sub("_", text.strip()).rstrip(". ") or "unknown"
+    return f"_{part}" if part == "data" or part.split(".", 1)[0].upper() in _RESERVED else part
+
+
+def datastore_path(record: dict[str, Any]) -> str:
+    """`data/propme/<developer>/<model>/<uuid>.json` of a record, as the data repository files it: the
+    developer is a hub id's owner (else `model_info.developer`, else `unknown`), the model the rest of
+    the id; the UUID (version-4 form) is derived from the record's `evaluation_id`, so the same
+    evaluation always gets the same name."""
+    model_id = str(record["model_info"]["id"])
+    parts = [p for p in model_id.split("/") if p]
+    if "/" in model_id and not model_id.startswith(("/", ".", "~")) and len(parts) >= 2:
+        developer, model = parts[0], "_".join(parts[1:])
+    else:
+        developer, model = record["model_info"].get("developer") or "unknown", parts[-1] if parts else model_id
+    digest = hashlib.sha256(record["evaluation_id"].encode("utf-8")).digest()
+    name = uuid.UUID(bytes=digest[:16], version=4)
+    return f"data/{COLLECTION}/{_component(developer)}/{_component(model)}/{name}.json"
 
 
 def _masked(text: str) -> str:
@@ -357,19 +388,24 @@ INSTANCES_SUFFIX = "_samples.jsonl"
 
 
 def write_eee(report: Report, out: Path, retrieved: float | None = None) -> list[Path]:
-    """Write the records into `out/eee/`, each with its instance-level lines (`instance_records`) in
-    `<name>_samples.jsonl` when it has any; the paths written."""
+    """Write the records into `out/eee/` at their `datastore_path`, each with its instance-level lines
+    (`instance_records`) beside it in `<uuid>_samples.jsonl` when it has any, which the record names in
+    `detailed_evaluation_results`; the paths written."""
     folder = out / EEE_DIR
-    folder.mkdir(parents=True, exist_ok=True)
     paths = []
     masked = lru_cache(maxsize=None)(_masked)  # the same prompts recur for every model and revision
-    for name, (record, results) in _records(report, retrieved).items():
-        path = folder / name
-        write_atomic(path, json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
-        paths.append(path)
+    for record, results in _records(report, retrieved):
+        where = datastore_path(record)
         lines = instance_records(record, results, masked)
         if lines:
-            samples = folder / (name[:-len(".json")] + INSTANCES_SUFFIX)
+            record["detailed_evaluation_results"] = {"format": "jsonl", "total_rows": len(lines),
+                                                     "file_path": where[:-len(".json")] + INSTANCES_SUFFIX}
+        path = folder / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+        paths.append(path)
+        if lines:
+            samples = folder / record["detailed_evaluation_results"]["file_path"]
             write_atomic(samples, "".join(json_line(x) for x in lines))
             paths.append(samples)
     return paths

@@ -36,7 +36,7 @@ def test_demo_small_end_to_end(demo_paths, capsys):
     page = (demo_paths.report / "leaderboard.html").read_text(encoding="utf-8")
     assert page.count(f'<td data-v="{DEMO_MODEL}"') == 2
     validator = jsonschema.Draft7Validator(json.loads(SCHEMA.read_text(encoding="utf-8")))
-    records = sorted((demo_paths.report / "eee").glob("*.json"))
+    records = sorted((demo_paths.report / "eee").rglob("*.json"))
     assert len(records) == 2
     for path in records:
         assert not list(validator.iter_errors(json.loads(path.read_text(encoding="utf-8")))), path
@@ -84,7 +84,8 @@ def test_demo_small_end_to_end(demo_paths, capsys):
     assert "contamination of the demo's other benchmark (propme contamination): demo_quiz: 12 of 24 items" \
         in captured.out
     assert "demo_quiz: flagged items" in html.read_text(encoding="utf-8")
-    final = json.loads(records[0 if records[0].name.endswith("-final.json") else 1].read_text(encoding="utf-8"))
+    (final,) = [r for r in (json.loads(p.read_text(encoding="utf-8")) for p in records)
+                if r["model_info"]["additional_details"].get("revision") == "final"]
     assert "propme.contamination.demo_quiz.contaminated_share" in {r["evaluation_result_id"] for r in
                                                                    final["evaluation_results"]}
     # a second run reuses everything, lm-eval included

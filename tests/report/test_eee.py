@@ -41,7 +41,7 @@ def report(tmp_path_factory):
 
 
 def _records(out: Path) -> dict[str, dict]:
-    return {p.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted((out / "eee").glob("*.json"))}
+    return {p.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted((out / "eee").rglob("*.json"))}
 
 
 def _result(record: dict, metric_id: str) -> dict:
@@ -64,7 +64,12 @@ def test_one_valid_record_per_model_and_revision(report, validator):
     assert dfm["model_info"]["developer"] == "danish-foundation-models"
     # the files are recorded, so a later report into the same folder replaces them and nothing else
     written = json.loads((report.out / "propme-report-files.json").read_text())["files"]
-    assert sorted(f"eee/{n}" for n in records) == sorted(f for f in written if f.startswith("eee/") and f.endswith(".json"))
+    assert sorted(p.relative_to(report.out).as_posix() for p in report.eee if p.suffix == ".json") == \
+        sorted(f for f in written if f.startswith("eee/") and f.endswith(".json"))
+    assert len({p for p in written if p.endswith(".json") and p.startswith("eee/")}) == len(records)
+    # the data repository's layout: data/propme/<developer>/<model>/<uuid>.json, a hub id's owner and name
+    dfm_paths = [p for p in report.eee if p.suffix == ".json" and "/dfm-decoder-open-v0-7b-pt/" in p.as_posix()]
+    assert len(dfm_paths) == 2 and all(p.parent.parent.name == "danish-foundation-models" for p in dfm_paths)
 
 
 def test_values_intervals_and_metadata(report):
@@ -141,10 +146,13 @@ def test_a_later_report_replaces_the_records(tmp_path):
     assert _result(record, "propme.dynaword.fmr.prefix")["score_details"]["uncertainty"]["num_samples"] == 100
 
 
-def test_the_official_validator_accepts_the_records(report):
-    """`every_eval_ever`'s own validator (its models and its score-metadata rule, which the JSON schema
-    alone does not enforce: a continuous score needs both bounds) accepts every record and its lines."""
-    from support.eee_validator import official_errors
+def test_the_official_validator_accepts_the_records_as_written(report):
+    """`every_eval_ever validate` (its models, the data repository's layout, the companion samples
+    file, the score-metadata rule the JSON schema alone does not enforce) passes every record and its
+    lines where the report wrote them, with no error and no warning."""
+    from support.eee_validator import official_validate
 
-    found = official_errors(sorted(report.eee))
-    assert found and not any(found.values()), {k: v[:3] for k, v in found.items() if v}
+    code, found = official_validate(sorted(report.eee))
+    assert code == 0 and len(found) == len(report.eee), {k: v[:3] for k, v in found.items() if v}
+    for path in report.eee:
+        assert path.relative_to(report.out / "eee").as_posix().startswith("data/propme/")

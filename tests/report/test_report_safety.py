@@ -531,7 +531,7 @@ def test_a_report_without_bootstrap_intervals_writes_every_table_plot_and_record
     (leaks,) = [e for e in doc["leaks"] if e["revision"] == "step1"]
     (top,) = leaks["settings"]["prefix"]["top_sources"]
     assert top["source"] == "retsinformation" and top["enrichment_full"]["low"] is None
-    records = [json.loads(r.read_text()) for r in (out / "eee").glob("*.json")]
+    records = [json.loads(r.read_text()) for r in (out / "eee").rglob("*.json")]
     assert len(records) == 2
     for record in records:  # an interval is given whole or not at all
         for result in record["evaluation_results"]:

@@ -3,6 +3,7 @@ virtual environment of its own, made once per machine; tests using it are skippe
 where Python 3.12 or the package cannot be had. Nothing of it is vendored."""
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
 import os
@@ -17,37 +18,27 @@ VERSION = "0.3.0"
 VENV = Path(os.environ.get("PROPME_EEE_VALIDATOR_VENV")
             or Path.home() / ".cache" / "propme" / f"every-eval-ever-{VERSION}")
 
-#: run in the validator's interpreter: every file by the package's own `validate_file` (its pydantic
-#: models), and each aggregate by its score-metadata and model-deployment rules (`validation_core`);
-#: the repository-layout rules need the data repository's paths, which PropMe's records do not have yet
-_SCRIPT = """
-import json, sys
-from pathlib import Path
-from every_eval_ever.validator import validation_core as core
-out = {}
-for name in sys.argv[1:]:
-    path = Path(name)
-    report = core.validate_file(path)
-    errors = [core.format_error(e) for e in report.errors]
-    if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        errors += core.check_score_metadata(data) + core.check_model_deployment(data)
-    out[name] = errors
-print(json.dumps(out))
-"""
-
-
 def _python312() -> str | None:
-    found = shutil.which("python3.12")
-    if found:
-        return found
+    """A Python 3.12 that runs: pyenv's installed 3.12 versions, then `python3.12` on PATH (a pyenv
+    shim there runs only where 3.12 is selected, so each candidate is tried)."""
     pyenv = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
-    candidates = sorted(glob.glob(os.path.join(pyenv, "versions", "3.12*", "bin", "python3.12")))
-    return candidates[-1] if candidates else None
+    candidates = sorted(glob.glob(os.path.join(pyenv, "versions", "3.12*", "bin", "python3.12")), reverse=True)
+    candidates += [p for p in (shutil.which("python3.12"),) if p]
+    for candidate in candidates:
+        if subprocess.run([candidate, "-c", "import venv"], capture_output=True).returncode == 0:
+            return candidate
+    return None
 
 
 def validator_python() -> str:
     """The validator environment's interpreter, made if need be; skips the test where it cannot be."""
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(VENV.parent / f"{VENV.name}.lock", "w") as lock:  # test workers make it one at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _made()
+
+
+def _made() -> str:
     python = VENV / "bin" / "python"
     probe = [str(python), "-c", f"import every_eval_ever.validator.validation_core; "
              f"from importlib.metadata import version; assert version('every-eval-ever') == '{VERSION}'"]
@@ -67,9 +58,14 @@ def validator_python() -> str:
     return str(python)
 
 
-def official_errors(paths: list[Path]) -> dict[str, list[str]]:
-    """What the official validator says of each file (empty lists: valid)."""
-    proc = subprocess.run([validator_python(), "-c", _SCRIPT, *map(str, paths)], capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
+def official_validate(paths: list[Path]) -> tuple[int, dict[str, list[str]]]:
+    """`every_eval_ever validate --format json PATHS`, as a user runs it (the repository-layout and
+    companion rules included): its exit status (0 clean, 1 errors, 2 warnings only) and, per file,
+    its errors and warnings."""
+    command = [str(Path(validator_python()).parent / "every_eval_ever"), "validate", "--format", "json",
+               *map(str, paths)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, 1, 2), proc.stderr[-2000:]
+    found = {r["file"]: [f"{e.get('loc', '')}: {e.get('msg', '')}" for e in r["errors"] + r["warnings"]]
+             for r in json.loads(proc.stdout)}
+    return proc.returncode, found
