@@ -172,6 +172,7 @@ class _Reads:
         self._done: set = set()
 
     def follow(self, func, meta: str | None, bound: dict[str, str]) -> None:
+        func = inspect.unwrap(func)  # a decorated loader (`hooks.handed_over`): its own code and globals
         key = (func, meta, tuple(sorted(bound.items())))
         if key in self._done:
             return
