@@ -20,7 +20,7 @@ from .discovery import tasks_path
 from .lmeval_results import PM_ENTRY
 
 #: the version of PropMe's task YAML (`metadata.version`), also written into custom tasks
-TASK_VERSION = 5.0
+TASK_VERSION = 6.0
 #: the version of the likelihood subtask's YAML (`propme_<corpus>_prefix_likelihood`)
 LIKELIHOOD_TASK_VERSION = 2.0
 

@@ -240,9 +240,9 @@ def test_a_graded_benchmark_metric_gets_bounds_the_official_validator_accepts(wo
 
     rng = random.Random(11)
     items = [BenchmarkItem("quiz", it.doc_id, it.question, it.answer, it.joined,
-                           {"acc": it.metrics["acc"], "brier": round(rng.random() * 0.6, 3)}) for it in world["items"]]
+                           {MODEL: {"acc": it.metrics[MODEL]["acc"], "brier": round(rng.random() * 0.6, 3)}}) for it in world["items"]]
     result = check_tasks(world["index"], [("quiz", items)], ContaminationRule(), bootstrap=100, seed=2,
-                         samples=world["result"].samples)
+                         runs=world["result"].runs)
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
     rep = build_report([run], tmp_path / "report", bootstrap=50, plots=False, html=False, contamination=result)
     (path,) = [p for p in rep.eee if p.suffix == ".json"]
