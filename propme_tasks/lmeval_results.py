@@ -36,6 +36,7 @@ from statistics import NormalDist
 from typing import Any
 
 from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
+from propme_metrics.core.lmeval_files import SIDECAR_PREFIX
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, bootstrap_documents
 from propme_metrics.metrics.pm import Interval, IntervalSpec, metric_interval, pm_interval
@@ -51,8 +52,6 @@ STDERR_RULE = ("half-width of the interval `propme report` shows (modified Wilso
 HELPERS = (registry.TRACE_DIAGNOSTIC[0], registry.LIKELIHOOD_DIAGNOSTIC[0])
 #: the `aggregate_metric_list` entry that makes a group's row PropMe's PM
 PM_ENTRY = "pm"
-#: the file beside lm-eval's `results_<date id>.json`
-SIDECAR_PREFIX = "propme_"
 
 
 def pm_key(metric: str, setting: str) -> str:

@@ -55,6 +55,8 @@ def date_id(results_path: Path) -> str:
 
 #: an lm-eval results file: results_<date id>.json, or <name>_<date id>.json when --output_path ended in .json
 RESULTS_FILE = re.compile(r".+_\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(\.\d+)?\.json")
+#: PropMe's own file beside a results file (`propme_<date id>.json`): never read as one
+SIDECAR_PREFIX = "propme_"
 
 
 def results_files(path: Path) -> list[Path]:
@@ -65,7 +67,7 @@ def results_files(path: Path) -> list[Path]:
         return [path]
     if path.is_dir():
         found = [p for p in path.rglob("*.json") if p.is_file()]
-        files = [p for p in found if RESULTS_FILE.fullmatch(p.name)]
+        files = [p for p in found if RESULTS_FILE.fullmatch(p.name) and not p.name.startswith(SIDECAR_PREFIX)]
         if files:
             return sorted(files, key=lambda p: (date_id(p), str(p)))
         near = sorted(p for p in found if p.name.startswith("results"))
