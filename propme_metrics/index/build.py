@@ -9,6 +9,7 @@ suffix arrays (`index/suffix_array.py`), the search samples (`index/toplevel.py`
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -63,8 +64,11 @@ from propme_metrics.index.sources import CorpusSource
 from propme_metrics.index.suffix_array import build_suffix_array
 from propme_metrics.index.tokenizer import (
     DEFAULT_TOKENIZER,
+    ENCODE_CHECK_TEXTS,
     VocabInfo,
     analyze_vocab,
+    check_encodes,
+    encode_batch,
     files_sha256,
     load_tokenizer,
     max_token_id,
@@ -166,6 +170,11 @@ def plan_build(source: CorpusSource, out: str | Path, tokenizer: str = DEFAULT_T
     if len(tok) == 0:
         raise ConfigError(f"the tokenizer {tokenizer!r} has an empty vocabulary",
                           "pass a tokenizer folder or hub id with a vocabulary (tokenizer.json or vocab files)")
+    if write_shards is None:
+        check_encodes(lambda texts: encode_batch(tok, texts),
+                      [doc.text for doc in itertools.islice(source, ENCODE_CHECK_TEXTS)], f"the tokenizer {tokenizer!r}",
+                      "pass the tokenizer the model was trained with, saved whole (tokenizer.json, e.g. "
+                      "AutoTokenizer.from_pretrained(...).save_pretrained(DIR)); check it with tok('some text')")
     max_id = max_token_id(tok)
     width = choose_token_width(max_id, token_width)
     tok_hash = tokenizer_hash(tok)
@@ -300,7 +309,7 @@ def _run_steps(plan: BuildPlan, state: dict[str, Any]) -> dict[str, dict[str, in
                                  plan.params["source"]["source_field"])
 
             def encode(texts: list[str]) -> list[list[int]]:
-                return tok(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+                return encode_batch(tok, texts)
 
             try:
                 written = (plan.write_shards(writer, bar) if plan.write_shards is not None else

@@ -2,14 +2,19 @@
 and the per-source document and token counts of what was written.
 
 Document i of the corpus goes to shard i mod N; a build of some shards (`--shard-ids`) writes only
-those. The counts per source are taken from each record as it is written, with the same unwrapping
+those. A shard's files are opened when its first document comes, and at most `open_shards_allowed()`
+shards keep theirs open (the least recently written are closed and later reopened to append), so the
+number of shards is bounded by the documents (every shard needs one), never by the open-file limit.
+The counts per source are taken from each record as it is written, with the same unwrapping
 and source rule (`format.unwrap_metadata`, `source_counts.source_of`) that `index/source_counts.py`
 applies to a finished index's metadata lines, so both ways of counting agree.
 """
 from __future__ import annotations
 
 import json
+import resource
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -28,6 +33,17 @@ from propme_metrics.index.sources import CorpusSource
 DEFAULT_BATCH_SIZE = 1024
 #: the shard files the writer streams (the suffix array `table.N` comes later, `unigram.N` at the end)
 STREAMED_FILES = (ShardFile.TOKENIZED, ShardFile.OFFSET, ShardFile.METADATA, ShardFile.METAOFF)
+#: open-file descriptors left to the rest of the process (tokenizer threads, progress, the source)
+RESERVED_FILES = 256
+
+
+def open_shards_allowed() -> int:
+    """How many shards may hold their streamed files open at once: half of what the open-file limit
+    leaves after `RESERVED_FILES`, at least one."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 16
+    return max(1, (soft - RESERVED_FILES) // (2 * len(STREAMED_FILES)))
 
 
 @dataclass
@@ -42,7 +58,7 @@ class WrittenShards:
 
 @dataclass
 class ShardWriter:
-    """The open shard files of one build; `write` appends tokenized documents, `close` finishes them."""
+    """The shard files of one build; `write` appends tokenized documents, `finish` completes them."""
 
     folder: Path
     width: int
@@ -50,7 +66,8 @@ class ShardWriter:
     shard_ids: Sequence[int]
     source_field: str
     layout: TokenLayout = field(init=False)
-    _files: dict[int, dict[str, Any]] = field(default_factory=dict, init=False)
+    max_open: int = field(default_factory=open_shards_allowed)   #: shards whose files stay open at once
+    _files: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict, init=False)  #: open, oldest first
     _pos: dict[int, list[int]] = field(default_factory=dict, init=False)    #: bytes into tokenized.N, metadata.N
     _unigrams: dict[int, np.ndarray] = field(default_factory=dict, init=False)
     _counts: dict[int, dict[str, int]] = field(default_factory=dict, init=False)
@@ -58,11 +75,7 @@ class ShardWriter:
 
     def __post_init__(self) -> None:
         self.layout = token_layout(self.width)
-        for sid in self.shard_ids:
-            self._files[sid] = {kind: open(shard_file(self.folder, kind, sid), "wb") for kind in STREAMED_FILES}
-            self._pos[sid] = [0, 0]
-            self._unigrams[sid] = np.zeros(self.vocab_len, dtype=np.int64)
-            self._counts[sid] = {"documents": 0, "tokens": 0}
+        self._counts = {sid: {"documents": 0, "tokens": 0} for sid in self.shard_ids}
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -87,7 +100,7 @@ class ShardWriter:
         texts = [json.dumps(meta, ensure_ascii=False) for meta in metadata]
         lines = [(text + "\n").encode("utf-8") for text in texts]
         line_lengths = np.array([len(x) for x in lines], dtype=np.uint64)
-        f, pos = self._files[sid], self._pos[sid]
+        f, pos = self._open(sid), self._pos[sid]
         f[ShardFile.OFFSET].write((pos[0] + starts.astype(np.uint64) * width).astype(np.uint64).tobytes())
         f[ShardFile.TOKENIZED].write(flat.tobytes())
         f[ShardFile.METAOFF].write((pos[1] + np.concatenate(([0], np.cumsum(line_lengths)[:-1]))).astype(np.uint64).tobytes())
@@ -104,24 +117,53 @@ class ShardWriter:
             entry["tokens"] += len(doc_ids)
         return len(body)
 
+    def _open(self, sid: int) -> dict[str, Any]:
+        """Shard `sid`'s streamed files, opened (created on its first document, else appended to)
+        after closing the least recently written shard's when `max_open` are open."""
+        if sid in self._files:
+            self._files.move_to_end(sid)
+            return self._files[sid]
+        while len(self._files) >= self.max_open:
+            for fh in self._files.popitem(last=False)[1].values():
+                fh.close()
+        mode = "ab" if sid in self._pos else "wb"
+        if sid not in self._pos:
+            self._pos[sid] = [0, 0]
+            self._unigrams[sid] = np.zeros(self.vocab_len, dtype=np.int64)
+        self._files[sid] = {kind: open(shard_file(self.folder, kind, sid), mode) for kind in STREAMED_FILES}
+        return self._files[sid]
+
     def close_files(self) -> None:
-        for f in self._files.values():
-            for fh in f.values():
+        while self._files:
+            for fh in self._files.popitem(last=False)[1].values():
                 fh.close()
 
-    def empty_shards(self) -> list[int]:
-        """The shards no document went to so far."""
-        return [sid for sid in self.shard_ids if self._counts[sid]["documents"] == 0]
-
     def finish(self) -> WrittenShards:
-        """Close the streamed files, write every `unigram.N` (separator row last: the document
-        count) and return the counts."""
+        """Close the streamed files, refuse a shard no document went to, write every `unigram.N`
+        (separator row last: the document count) and return the counts."""
         self.close_files()
+        empty = [sid for sid in self.shard_ids if self._counts[sid]["documents"] == 0]
+        if empty:
+            written = sum(c["documents"] for c in self._counts.values())
+            raise ConfigError(f"shard(s) {id_ranges(empty)} got no documents ({written:,} documents for "
+                              f"{len(self.shard_ids):,} shards): every shard needs at least one",
+                              "use fewer --shards (at most one per document)")
         for sid in self.shard_ids:
             write_unigrams(shard_file(self.folder, ShardFile.UNIGRAM, sid), self._unigrams[sid], self.layout.separator,
                            self._counts[sid]["documents"])
         return WrittenShards(shards={str(sid): c for sid, c in self._counts.items()},
                              sources=dict(sorted(self._sources.items())))
+
+
+def id_ranges(ids: Sequence[int]) -> str:
+    """Sorted ids as runs (`0-4, 7, 9-12`), so a message about 99,970 shards stays one line."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def write_unigrams(path: Path, counts: np.ndarray, separator: int, documents: int) -> None:
@@ -170,10 +212,6 @@ def tokenize_corpus(source: CorpusSource, writer: ShardWriter, encode: Callable[
         raise ConfigError(f"the corpus {source.location} has no documents"
                           + (" left after --exclude-sources" if source.exclude_sources else ""),
                           "check the path, --split and the source filter")
-    empty = writer.empty_shards()
-    if empty:
-        raise ConfigError(f"shard(s) {empty} got no documents ({n_docs} documents for {num_shards} shards)",
-                          "use fewer --shards")
     written = writer.finish()
     if task is not None:
         bar.update(task, total=n_docs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,34 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, *, require_fa
         raise ConfigError(f"tokenizer {name_or_path!r} has no fast (Rust) implementation",
                           "PropMe needs a fast tokenizer (tokenizer.json)")
     return tok
+
+
+#: texts of the corpus (or of the generations) that the tokenizer check encodes
+ENCODE_CHECK_TEXTS = 64
+#: more non-space characters per id than any tokenizer averages (about 4 for GPT-2 and Llama, 6 for
+#: word-level): a tokenizer above it drops text it cannot encode instead of encoding it
+MAX_CHARS_PER_ID = 32
+
+
+def check_encodes(encode: Callable[[list[str]], list[list[int]]], texts: Sequence[str], what: str, hint: str) -> None:
+    """Refuse `what` (a tokenizer) when it encodes a sample of real text to no ids, or to far fewer
+    than the text's characters: an index of it would hold no tokens and every trace would find nothing."""
+    from propme_metrics.core.errors import ConfigError
+
+    sample = [t for t in texts if t.strip()][:ENCODE_CHECK_TEXTS]
+    chars = sum(len("".join(t.split())) for t in sample)
+    if not chars:
+        return
+    ids = sum(len(x) for x in encode(sample))
+    if ids * MAX_CHARS_PER_ID < chars:
+        found = "no token ids" if not ids else f"only {ids:,} token ids"
+        raise ConfigError(f"{what} encodes {len(sample)} sample text(s) ({chars:,} non-space characters) to {found}: "
+                          f"it cannot encode this text (more than {MAX_CHARS_PER_ID} characters per id)", hint)
+
+
+def encode_batch(tok, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text as the index holds them: the HF tokenizer, no special tokens."""
+    return tok(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
 
 
 def load_backend(folder: str | Path):

@@ -43,6 +43,7 @@ from propme_metrics.index.decode import TokenDecoder
 from propme_metrics.index.format import parse_metadata
 from propme_metrics.index.reader import Index, open_index
 from propme_metrics.index.search import DocWindow, IndexSearch, Occurrences
+from propme_metrics.index.tokenizer import check_encodes
 from propme_metrics.trace.nvrecall import nv_scores
 from propme_metrics.trace.result import FinalSpan, Span, TraceConfig, TracedDocument, TraceMode, TraceResult
 from propme_metrics.trace.text_rules import (
@@ -337,7 +338,16 @@ class Tracer:
         conts = list(continuations) if continuations is not None else [None] * len(texts)
         if len(keys) != len(texts) or len(conts) != len(texts):
             raise ValueError("texts, keys and continuations must have the same length")
+        self.check_encodes(texts)
         return self._runner(list(zip(texts, keys, conts)), workers)
+
+    def check_encodes(self, texts: Sequence[str]) -> None:
+        """Refuse (before any tracing) an index whose tokenizer encodes these generations to nothing,
+        which would trace every one of them as new text."""
+        check_encodes(lambda batch: [self.index.encode(t) for t in batch], texts,
+                      f"the tokenizer stored in {self.index.path}",
+                      "the index was built with a tokenizer that cannot encode this text: rebuild it with "
+                      "`propme index build` and the model's tokenizer saved whole (tokenizer.json)")
 
     def _runner(self, jobs: list[tuple[str, str, str | None]], workers: int) -> TraceRunner:
         """The runner of `runner` (the Ray tracer runs jobs in driver threads instead)."""

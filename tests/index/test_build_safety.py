@@ -348,6 +348,65 @@ def test_tokenizer_with_empty_vocabulary_is_one_message(tmp_path, cli_run):
     assert code == 2 and "empty vocabulary" in err
 
 
+def bpe_tokenizer(out: Path, alphabet: str) -> Path:
+    """A character BPE that knows only `alphabet` and has no unknown token: it drops every other
+    character, as a tokenizer saved without its vocabulary's pieces does."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE({c: i for i, c in enumerate(alphabet)}, merges=[]))
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=alphabet[-1]).save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("alphabet,found", [("#", "to no token ids"), ("0123456789#", "to only")],
+                         ids=["nothing", "digits-only"])
+def test_a_tokenizer_that_encodes_the_corpus_to_nearly_nothing_is_refused_before_any_work(
+        alphabet, found, tmp_path, cli_run):
+    docs = [{"id": f"d{i}", "text": f"Ordinary document {i} about the quick brown fox that jumps over the lazy "
+                                    "dog and then runs far away into the green woods."}
+            for i in range(400)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", docs)
+    tok = bpe_tokenizer(tmp_path / "tok", alphabet)
+    code, _, err = cli_run(*build_args(corpus, tmp_path / "idx", tok))
+    assert code == 2 and found in err and "sample text(s)" in err and "hint:" in err
+    assert not (tmp_path / "idx").exists() and not staging_dir(tmp_path / "idx").exists()  # nothing was written
+
+
+def test_tracing_with_a_tokenizer_that_encodes_nothing_is_refused(tmp_path, tok, monkeypatch, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 7))
+    monkeypatch.setattr(build_module, "check_encodes", lambda *args: None)  # an index built before the check
+    code, _, err = cli_run(*build_args(corpus, tmp_path / "idx", bpe_tokenizer(tmp_path / "tok", "#")))
+    assert code == 0, err
+    gens = write_jsonl(tmp_path / "gens.jsonl", [{"completion": d["text"]} for d in word_docs(5, 7)])
+    code, _, err = cli_run("trace", "--index", tmp_path / "idx", "--input", gens, "--out", tmp_path / "r.jsonl",
+                           "--summary", tmp_path / "s.json", "--quiet")
+    assert code == 2 and "the tokenizer stored in" in err and "to no token ids" in err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize("shards", [40, 100_000])
+def test_more_shards_than_documents_is_one_rule_at_any_count(shards, tmp_path, tok, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(30, 7))
+    args = build_args(corpus, tmp_path / "idx", tok)
+    args[args.index("--shards") + 1] = str(shards)
+    code, _, err = cli_run(*args)
+    assert code == 2, err
+    assert f"shard(s) 30-{shards - 1} got no documents (30 documents for {shards:,} shards)" in err
+    assert "use fewer --shards" in err and "open files" not in err
+
+
+def test_shards_beyond_the_open_file_budget_are_reopened_to_append(tmp_path, tok, monkeypatch, cli_run):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", word_docs(60, 7))
+    args = build_args(corpus, tmp_path / "wide", tok)
+    args[args.index("--shards") + 1] = "6"
+    assert cli_run(*args)[0] == 0
+    monkeypatch.setattr("propme_metrics.index.shard_writer.open_shards_allowed", lambda: 2)
+    args[args.index("--out") + 1] = str(tmp_path / "narrow")
+    assert cli_run(*args)[0] == 0
+    assert tree(tmp_path / "narrow") == tree(tmp_path / "wide")
+
+
 def test_second_concurrent_build_of_the_same_out_stops_at_once(tmp_path, tok, cli_run):
     import fcntl
 

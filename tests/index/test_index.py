@@ -419,9 +419,12 @@ def test_interrupted_tokenization_restarts_cleanly(tmp_path, gpt2_dir, gpt2_tok)
     out = tmp_path / "idx"
 
     class DiesMidway(CorpusSource):
-        def __iter__(self):
+        passes = 0
+
+        def __iter__(self):  # the first pass is the tokenizer check's sample, the second tokenizes
+            DiesMidway.passes += 1
             for i, doc in enumerate(super().__iter__()):
-                if i == 17:
+                if i == 17 and DiesMidway.passes == 2:
                     raise KeyboardInterrupt
                 yield doc
 
