@@ -45,7 +45,7 @@ def write_task(corpus: Path, folder: Path, seed: int = 0) -> Path:
     (folder / f"{TASK}.yaml").write_text(
         f"task: {TASK}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {json.dumps(str(data))}\n"
         "test_split: test\noutput_type: multiple_choice\ndoc_to_text: \"{{question}}\"\ndoc_to_target: gold\n"
-        "doc_to_choice: choices\nmetric_list:\n  - metric: acc\n    higher_is_better: true\n", encoding="utf-8")
+        "doc_to_choice: choices\nmetric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n", encoding="utf-8")
     return folder
 
 
