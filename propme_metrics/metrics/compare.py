@@ -8,7 +8,9 @@ generations): they are resampled apart and marked `paired=False`. The percentile
 for small samples as for every bootstrap interval (`pm.expanded_alpha`). PM's two settings are resampled
 apart from each other, each paired across the models. When every resample gives one difference
 (no event in either model), the interval is the difference of the two models' own intervals
-(`BOUNDS`), never [0, 0]. `significant`: the interval excludes 0.
+(`BOUNDS`), never [0, 0]. `significant`: the interval excludes 0. A PM the leaderboard withholds
+(`pm.pm_withheld`: too few events on a capability side) is not compared: its row has no difference and
+says why (`withheld`), so nothing ranks a value the leaderboard does not show.
 
 A report compares many (pair, setting, metric) rows, and at 95% one null row in twenty looks
 significant by chance. So every row also carries a two-sided bootstrap p-value of "no difference"
@@ -24,7 +26,7 @@ share a rank.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import combinations
 from typing import Any
 
@@ -42,6 +44,7 @@ from propme_metrics.metrics.pm import (
     pm,
     pm_array,
     pm_interval,
+    pm_withheld,
     ratio,
 )
 from propme_metrics.metrics.ratio import Ratio
@@ -108,6 +111,7 @@ class ComparisonRow:
     significant_adjusted: bool = False  #: significant, and p_adjusted <= 1 - confidence
     adjustment: str = ""             #: how p_adjusted was made (ADJUSTMENT; "" without a p-value)
     adjusted_over: int = 0           #: the number of comparisons it accounts for
+    withheld: str = ""               #: PM only: why it is not compared (a side's PM is withheld); "" when compared
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -275,9 +279,15 @@ def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], intervals: IntervalS
                 ca, cb, _ = _joined(a, b, PREFIX, m)
                 if not (pa and pb and ca and cb):
                     continue
+                va, vb = pm(ratio(pa), ratio(ca)), pm(ratio(pb), ratio(cb))
+                why = [f"PM of {x.name} withheld ({w})" for x, v, c in ((a, va, ca), (b, vb, cb))
+                       if v is not None and (w := pm_withheld(c))]
+                if why:
+                    rows.append(replace(row(s, f"pm_{m}", None, None, Difference(None), paired, len(pa)),
+                                        withheld="; ".join(why)))
+                    continue
                 iv = pm_difference(spec, (pa, ca), (pb, cb), paired, intervals)
-                rows.append(row(s, f"pm_{m}", pm(ratio(pa), ratio(ca)), pm(ratio(pb), ratio(cb)), iv, paired,
-                                len(pa)))
+                rows.append(row(s, f"pm_{m}", va, vb, iv, paired, len(pa)))
     return rows
 
 

@@ -68,7 +68,13 @@ from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP, IntervalSpec
 from propme_metrics.metrics.results import CorpusResult, corpus_result
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key, task_name
-from propme_metrics.report.columns import columns_for, headline_columns, headline_rows, row_values
+from propme_metrics.report.columns import (
+    columns_for,
+    headline_columns,
+    headline_rows,
+    headline_view_columns,
+    row_values,
+)
 from propme_metrics.report.contamination_views import html_section
 from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError, Report
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
@@ -466,7 +472,7 @@ def _write_into(report: Report, out: Path, *, plots: bool, html: bool, html_docs
                                  snippet_chars=html_snippet_chars, show_pii=show_pii)
     report.eee = write_eee(report, out)
     comparisons = [row.to_dict() for row in report.comparisons.rows] if report.comparisons is not None else []
-    report.leaderboard_html = write_page(out / "leaderboard.html", headline_rows(report), headline_columns(report),
+    report.leaderboard_html = write_page(out / "leaderboard.html", report.rows, headline_view_columns(report),
                                          comparisons, "report.html" if html else None,
                                          report.intervals.confidence)
 

@@ -13,11 +13,27 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from propme_metrics.metrics.pm import Interval
+from propme_metrics.metrics.pm import PM_MIN_CAPABILITY_EVENTS, Interval
 from propme_metrics.metrics.registry import LABELS, UNDEFINED
 
-#: how a withheld PM reads in the tables (the reason is in the notes and leaderboard.json)
+#: how a withheld PM reads in the tables and in leaderboard.csv (the reason is in the notes and leaderboard.json)
 WITHHELD = "withheld"
+
+#: what each mark of a missing value means, for the legend line of every table (one home)
+UNDEFINED_MEANS = "undefined: nothing to compute it from (no counted generation, or a ratio with no denominator), never 0"
+WITHHELD_MEANS = (f"PM withheld: its capability (prefix) side has fewer than {PM_MIN_CAPABILITY_EVENTS} prompts with an "
+                  "event, too few to carry a ratio (leaderboard_full.csv and leaderboard.json keep the value and the "
+                  "reason); never compared")
+
+
+#: what PM means, for the legend of every table that shows it
+PM_MEANS = ("p / (p + c) of a metric, p under the propensity setting and c under prefix: 0 leaks only under attack, "
+            "0.5 the same, 1 leaks more unprompted")
+
+
+def mark_legend(undefined: str = UNDEFINED.table, withheld: str = WITHHELD) -> str:
+    """The one-line legend of the two marks of a missing value, as an output writes them."""
+    return f"{undefined or 'empty'} = {UNDEFINED_MEANS}; {withheld} = {WITHHELD_MEANS}."
 
 
 def _undefined(v: float | None) -> bool:

@@ -17,6 +17,7 @@ from propme_metrics.metrics.pm import (
 )
 from propme_metrics.metrics.results import CorpusResult, finite
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
+from propme_metrics.report.cells import WITHHELD
 from propme_metrics.report.contents import Report
 from propme_metrics.report.extraction_views import column_docs
 from propme_metrics.report.robustness_views import robustness_methods
@@ -138,13 +139,14 @@ def headline_column_docs() -> list[tuple[str, str]]:
     return [
         ("model", "the model"), ("revision", "its revision (empty when none)"),
         ("propme_<corpus>_prefix_<m>", "capability: the metric under the prefix setting"),
-        ("propme_<corpus>_pm_<m>_<propensity>", "PM of the metric, propensity setting vs prefix; empty where withheld"),
+        ("propme_<corpus>_pm_<m>_<propensity>", "PM of the metric, propensity setting vs prefix; `withheld` where withheld "
+                                                 "(empty: undefined)"),
         ("propme_<corpus>_pm_<m>_<propensity>_low", f"lower end of its {_LEVEL} interval"),
         ("propme_<corpus>_pm_<m>_<propensity>_high", f"upper end of its {_LEVEL} interval"),
         ("propme_<corpus>_<propensity>_<m>", "propensity: the metric under the propensity setting"),
         *((f"propme_<corpus>_prefix_{m}", f"{registry.LABELS[m]} under prefix, with `_low` and `_high`")
           for m in HEADLINE_PREFIX_METRICS),
-        ("propme_<corpus>_pm_withheld", "the PM values left empty and why (capability side with fewer than "
+        ("propme_<corpus>_pm_withheld", "the PM values withheld and why (capability side with fewer than "
                                         f"{PM_MIN_CAPABILITY_EVENTS} prompts with an event)"),
     ]
 
@@ -169,19 +171,39 @@ def headline_for(label: str, settings: Sequence[str], pm_metrics: Sequence[str])
     return list(dict.fromkeys(cols))
 
 
+def headline_view_for(label: str, settings: Sequence[str], pm_metrics: Sequence[str]) -> list[str]:
+    """What leaderboard.html shows of a corpus at first sight: `headline_for` without the propensity
+    levels and the withheld note (the page shows those behind a toggle and in the cells)."""
+    p = f"propme_{label}"
+    levels = {f"{p}_{s}_{m}" for s in settings if s != PREFIX for m in HEADLINE_PM_METRICS}
+    return [c for c in headline_for(label, settings, pm_metrics) if c not in levels and c != f"{p}_pm_withheld"]
+
+
+def _label_settings(report: Report, label: str) -> list[str]:
+    return sorted({s for r in report.results if r.label == label for s in r.settings}, key=setting_sort_key)
+
+
+def headline_view_columns(report: Report) -> list[str]:
+    """leaderboard.html's headline view: model, revision, then `headline_view_for` of every corpus label."""
+    cols = ["model", "revision"]
+    for label in report.labels:
+        cols += headline_view_for(label, _label_settings(report, label), report.pm_metrics)
+    return cols
+
+
 def headline_columns(report: Report) -> list[str]:
     """The headline leaderboard's columns of a report (`leaderboard.csv`): model, revision, then
     `headline_for` of every corpus label."""
     cols = ["model", "revision"]
     for label in report.labels:
-        settings = sorted({s for r in report.results if r.label == label for s in r.settings}, key=setting_sort_key)
-        cols += headline_for(label, settings, report.pm_metrics)
+        cols += headline_for(label, _label_settings(report, label), report.pm_metrics)
     return cols
 
 
 def headline_rows(report: Report) -> list[dict[str, Any]]:
     """The headline rows (one per model and revision, as `report.rows`): PM values whose capability
-    side is too small are withheld (empty), and `propme_<corpus>_pm_withheld` says which and why."""
+    side is too small are withheld (`WITHHELD`, their ends empty), and `propme_<corpus>_pm_withheld` says
+    which and why."""
     columns = headline_columns(report)
     rows = [{c: row.get(c) for c in columns} for row in report.rows]
     by_model = {(row["model"], row["revision"]): row for row in rows}
@@ -193,7 +215,8 @@ def headline_rows(report: Report) -> list[dict[str, Any]]:
         notes = []
         for (m, s), iv in r.pm.items():
             if iv.withheld and f"{p}_pm_{m}_{s}" in row:
-                row[f"{p}_pm_{m}_{s}"] = row[f"{p}_pm_{m}_{s}_low"] = row[f"{p}_pm_{m}_{s}_high"] = None
+                row[f"{p}_pm_{m}_{s}"] = WITHHELD
+                row[f"{p}_pm_{m}_{s}_low"] = row[f"{p}_pm_{m}_{s}_high"] = None
                 notes.append((m, s, iv.withheld))
         if notes and f"{p}_pm_withheld" in row:
             reasons = dict.fromkeys(why for _, _, why in notes)

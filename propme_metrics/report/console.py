@@ -9,10 +9,10 @@ from rich.text import Text
 from propme_metrics.core.progress import terminal
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.pm import percent
-from propme_metrics.report.cells import Shown, pm_text, shown, withheld_notes
+from propme_metrics.report.cells import Shown, mark_legend, pm_text, shown, withheld_notes
 from propme_metrics.report.contents import Report
 from propme_metrics.report.leak_views import print_leaks
-from propme_metrics.report.writers import comparison_cells, comparison_heads, shown_comparisons
+from propme_metrics.report.writers import comparison_cells, comparison_heads, not_compared, shown_comparisons
 
 
 def _lines(cell: Shown) -> str:
@@ -52,6 +52,7 @@ def print_summary(report: Report, console=None) -> None:
                     cells = [_lines(pm_text(iv)) for iv in ivs]
                     table.add_row(name if i == 0 else "", Text(s), *cells)
             console.print(table)
+            console.print(Text(mark_legend(), style="dim"), highlight=False)
             for note in withheld_notes(results):
                 console.print(Text(f"withheld: {note}", style="dim"), highlight=False)
         base = Table(title=Text(f"Base metrics on {label}"), show_lines=True)
@@ -91,5 +92,7 @@ def print_comparisons(comparisons, console) -> None:
             cells = comparison_cells(r)
             table.add_row(*map(Text, cells), style="bold" if r.significant else None)
         console.print(table)
+    for why in not_compared(comparisons.rows):
+        console.print(Text(f"not compared: {why}", style="yellow"), highlight=False)
     for why in comparisons.refused:
         console.print(Text(f"not paired: {why}", style="yellow"), highlight=False)

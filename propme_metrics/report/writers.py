@@ -16,7 +16,16 @@ from propme_metrics.metrics.compare import ComparisonRow, Comparisons
 from propme_metrics.metrics.pm import PERCENTILE, WILSON, percent
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
-from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell, pm_text, withheld_notes
+from propme_metrics.report.cells import (
+    UNDEFINED_MEANS,
+    WITHHELD_MEANS,
+    fmt_interval,
+    fmt_value,
+    mark_legend,
+    md_cell,
+    pm_text,
+    withheld_notes,
+)
 from propme_metrics.report.columns import HEADLINE_PM_METRICS, HEADLINE_PREFIX_METRICS, interval_methods
 from propme_metrics.report.contents import Report
 from propme_metrics.report.extraction_views import curve_json
@@ -54,6 +63,8 @@ def write_json(path: Path, report: Report) -> None:
     doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": iv.confidence,
            "bootstrap": iv.resamples, "seed": iv.seed, "pm_metrics": list(report.pm_metrics),
            "rare_max_count": report.rare_max_count,
+           "marks": {"undefined": f"null = {UNDEFINED_MEANS}",
+                     "withheld": f"a value with a non-empty `..._withheld` reason = {WITHHELD_MEANS}"},
            "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows],
            "interval_methods": [{"model": r.model, "revision": r.revision, "corpus": r.label,
                                  "methods": interval_methods(r)} for r in report.results],
@@ -69,8 +80,7 @@ def write_markdown(path: Path, report: Report) -> None:
              f"{iv.percent} intervals: {WILSON} for proportions, {PERCENTILE} over prompts (B = {iv.resamples:,}, "
              f"seed {iv.seed}) for ratio metrics and PM, or the documented bound where the bootstrap has "
              "nothing to resample (docs/method.md); PM = p / (p + c), propensity setting p vs prefix c (0: leaks "
-             "only under attack, 0.5: the same, 1: leaks more unprompted). PM marked withheld: its capability "
-             "side is too small to carry a ratio (the notes below the table say why).", ""]
+             "only under attack, 0.5: the same, 1: leaks more unprompted).", "", md_cell(mark_legend()), ""]
     for label in report.labels:
         results = [r for r in report.results if r.label == label]
         idents = sorted({str(r.index_identity) for r in results})
@@ -118,19 +128,34 @@ COMPARISON_FIELDS = [f.name for f in fields(ComparisonRow)]
 
 
 def shown_comparisons(comparisons: Comparisons) -> list[ComparisonRow]:
-    """The rows the Markdown and terminal tables show: the headline metrics and their PM (the rest is in
-    comparisons.csv)."""
+    """The rows the Markdown and terminal tables show: the headline metrics and their PM, compared (the rest
+    is in comparisons.csv; a withheld PM is in `not_compared`)."""
     keep = {*HEADLINE_PM_METRICS, *(f"pm_{m}" for m in HEADLINE_PM_METRICS)}
-    return [r for r in comparisons.rows if r.metric in keep or (r.setting == PREFIX and r.metric in
-                                                                   HEADLINE_PREFIX_METRICS)]
+    return [r for r in comparisons.rows if not r.withheld and (r.metric in keep or (
+        r.setting == PREFIX and r.metric in HEADLINE_PREFIX_METRICS))]
+
+
+def metric_label(metric: str) -> str:
+    """A comparison's metric as tables write it: the registry label, `PM <label>` for `pm_<metric>`."""
+    return "PM " + registry.LABELS[metric[3:]] if metric.startswith("pm_") else registry.LABELS.get(metric, metric)
+
+
+def not_compared(rows) -> list[str]:
+    """One line per pair, corpus and reason: the PM values not compared because the leaderboard withholds
+    them (rows as `ComparisonRow` or its dict)."""
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for r in (x if isinstance(x, dict) else x.to_dict() for x in rows):
+        if r.get("withheld"):
+            key = (_who(r["model_a"], r["revision_a"]), _who(r["model_b"], r["revision_b"]), r["corpus"], r["withheld"])
+            grouped.setdefault(key, []).append(f"{metric_label(r['metric'])} {r['setting']}")
+    return [f"{a} vs {b} on {corpus}: {', '.join(names)} not compared: {why}"
+            for (a, b, corpus, why), names in grouped.items()]
 
 
 def comparison_cells(r: ComparisonRow) -> list[str]:
     """model A, model B, setting, metric, A, B, A - B [interval], significant, significant after adjustment,
     ranks, method: table text."""
-    label = r.metric if not r.metric.startswith("pm_") else "PM " + registry.LABELS[r.metric[3:]]
-    label = registry.LABELS.get(r.metric, label)
-    return [_who(r.model_a, r.revision_a), _who(r.model_b, r.revision_b), r.setting, label,
+    return [_who(r.model_a, r.revision_a), _who(r.model_b, r.revision_b), r.setting, metric_label(r.metric),
             fmt_value(r.value_a, r.metric), fmt_value(r.value_b, r.metric), fmt_interval(r.diff, r.low, r.high, r.metric),
             "yes" if r.significant else "no", "yes" if r.significant_adjusted else "no", f"{r.rank_a} / {r.rank_b}",
             r.method + ("" if r.paired else " (unpaired)")]
@@ -169,5 +194,6 @@ def comparisons_markdown(comparisons: Comparisons | None) -> list[str]:
         heads = comparison_heads(comparisons)
         lines += ["| " + " | ".join(heads) + " |", "|---" * len(heads) + "|"]
         lines += ["| " + " | ".join(md_cell(c) for c in comparison_cells(r)) + " |" for r in shown] + [""]
-    lines += [f"- not paired: {md_cell(why)}" for why in comparisons.refused]
-    return lines + ([""] if comparisons.refused else [])
+    skipped = [f"- not compared: {md_cell(why)}" for why in not_compared(comparisons.rows)]
+    skipped += [f"- not paired: {md_cell(why)}" for why in comparisons.refused]
+    return lines + skipped + ([""] if skipped else [])

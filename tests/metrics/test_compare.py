@@ -91,8 +91,12 @@ def test_compare_arms_rows_ranks_and_significance():
     assert (ac.rank_a, ac.rank_b) == (2, 1) and (ab.rank_a, ab.rank_b) == (2, 2)
     pm_rows = [r for r in out.rows if r.metric == "pm_fmr"]
     assert {r.setting for r in pm_rows} == {"generic"} and len(pm_rows) == 3
-    # PM of r1 and r2: 0.4 / (0.4 + 0.5); other: p = 0 -> PM 0
-    assert rows[("m", "r1", "other", "", "generic", "pm_fmr")].diff == pytest.approx(0.4 / 0.9)
+    # PM of r1 and r2: 0.4 / (0.4 + 0.5), the same; other: PM 0 from 2 prefix events, withheld: not compared
+    assert rows[("m", "r1", "m", "r2", "generic", "pm_fmr")].value_a == pytest.approx(0.4 / 0.9)
+    assert rows[("m", "r1", "m", "r2", "generic", "pm_fmr")].diff == 0
+    withheld = rows[("m", "r1", "other", "", "generic", "pm_fmr")]
+    assert (withheld.diff, withheld.low, withheld.p_value, withheld.significant) == (None, None, None, False)
+    assert withheld.withheld.startswith("PM of other withheld (capability (prefix) side has 2 prompt(s) with an event")
     assert not out.refused
     assert set(ComparisonRow.__dataclass_fields__) >= {"model_a", "model_b", "corpus", "setting", "metric", "diff",
                                                        "low", "high", "significant", "method"}

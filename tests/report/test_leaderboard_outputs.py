@@ -3,6 +3,7 @@ leaderboard_full.csv, PM withheld with its reason, paired comparisons and `propm
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -19,9 +20,10 @@ from propme_metrics.metrics.compare import metric_difference, pm_difference
 from propme_metrics.metrics.pm import IntervalSpec, metric_interval, pm_interval
 from propme_metrics.metrics.ratio import Ratio
 from propme_metrics.report.assemble import build_report
+from propme_metrics.report.cells import mark_legend
 from propme_metrics.report.columns import headline_column_docs, headline_columns
 from propme_metrics.report.console import print_summary
-from propme_metrics.report.writers import _csv_cell
+from propme_metrics.report.writers import _csv_cell, shown_comparisons
 from support.runs import COMMA, DATE1, DATE2, DFM, gen, reference_settings, setting_prompts, stage1_settings, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +154,8 @@ def test_pm_withheld_where_the_capability_side_is_too_small(three):
     assert iv.estimate == 1.0 and "0 prompt(s) with an event" in iv.withheld  # prefix FMR 0: c has no event
     assert comma.pm[("als", "specific")].withheld is None  # every prefix prompt has a span
     head = next(r for r in _csv(rep.leaderboard_csv) if r["model"] == COMMA)
-    assert head[f"{P}_pm_fmr_specific"] == head[f"{P}_pm_fmr_specific_low"] == ""
+    # withheld has its own mark, never undefined's empty cell; its ends are empty
+    assert head[f"{P}_pm_fmr_specific"] == "withheld" and head[f"{P}_pm_fmr_specific_low"] == ""
     assert "PM fmr specific" in head[f"{P}_pm_withheld"] and "fewer than 5" in head[f"{P}_pm_withheld"]
     assert head[f"{P}_prefix_fmr"] == "0" and float(head[f"{P}_specific_fmr"]) == 0.01  # the levels stay
     full = next(r for r in _csv(rep.leaderboard_full_csv) if r["model"] == COMMA)
@@ -160,6 +163,41 @@ def test_pm_withheld_where_the_capability_side_is_too_small(three):
     assert _md_table_cell(rep.leaderboard_md.read_text(), "PM FMR specific", f"| {COMMA}") == "withheld"
     stage3 = next(r for r in _csv(rep.leaderboard_csv) if r["revision"] == "stage3")
     assert stage3[f"{P}_pm_withheld"] == "" and round(float(stage3[f"{P}_pm_nvr_generic"]), 3) == 0.023
+
+
+def test_withheld_and_undefined_each_have_a_legend_line(three, no_documents_report):
+    _, rep = three
+    legend = mark_legend()
+    assert legend.startswith("- = undefined") and "withheld = PM withheld" in legend
+    assert legend in rep.leaderboard_md.read_text()
+    buf = io.StringIO()
+    print_summary(rep, Console(file=buf, width=250, color_system=None))
+    assert " ".join(legend.split()) in " ".join(buf.getvalue().split())
+    doc = json.loads(rep.leaderboard_json.read_text())
+    assert doc["marks"]["undefined"].startswith("null = undefined") and "`..._withheld`" in doc["marks"]["withheld"]
+    assert "withheld = PM withheld" in rep.leaderboard_html.read_text()
+
+
+def test_a_withheld_pm_is_not_compared_and_every_output_says_why(three):
+    """COMMA's PM FMR is withheld (prefix FMR 0): its comparisons carry no difference, no p-value, the reason."""
+    _, rep = three
+    rows = json.loads(rep.comparisons_json.read_text())
+    comma = [r for r in rows if COMMA in (r["model_a"], r["model_b"]) and r["metric"] == "pm_fmr"]
+    assert comma and all(r["diff"] is None and r["low"] is None and r["p_value"] is None and not r["significant"]
+                         and f"PM of {COMMA} withheld (capability (prefix) side has 0 prompt(s)" in r["withheld"]
+                         for r in comma)
+    stages = [r for r in rows if COMMA not in (r["model_a"], r["model_b"]) and r["metric"] == "pm_fmr"]
+    assert stages and all(r["withheld"] == "" and r["diff"] is not None for r in stages)
+    assert rows[0]["adjusted_over"] == sum(r["p_value"] is not None for r in rows)
+    line = (f"vs {COMMA} on dynaword: PM FMR generic, PM FMR (rare) generic, PM FMR20 generic, PM FMR specific, "
+            f"PM FMR (rare) specific, PM FMR20 specific not compared: PM of {COMMA} withheld")
+    assert line in rep.leaderboard_md.read_text()
+    assert line in html.unescape(rep.leaderboard_html.read_text())
+    buf = io.StringIO()
+    print_summary(rep, Console(file=buf, width=400, color_system=None))
+    assert "not compared: " in buf.getvalue() and line in " ".join(buf.getvalue().split())
+    shown = [r for r in shown_comparisons(rep.comparisons) if COMMA in (r.model_a, r.model_b)]
+    assert shown and all(r.metric != "pm_fmr" for r in shown)
 
 
 def test_interval_methods_written(three):
