@@ -32,7 +32,7 @@ from propme_metrics.metrics.pm import CONFIDENCE, percent
 from propme_metrics.prompts.settings import SETTINGS, setting_sort_key
 from propme_metrics.report.cells import PM_MEANS, WITHHELD, fmt_value, mark_legend, shown
 from propme_metrics.report.pages import environment, static
-from propme_metrics.report.writers import not_compared
+from propme_metrics.report.writers import metric_label, not_compared
 
 #: where a model's row links to in report.html: (anchor, link text)
 REPORT_LINKS = (("pm", "PM"), ("metrics", "metrics"), ("explorer", "generations"))
@@ -275,7 +275,7 @@ def _comparison(c: Mapping[str, Any]) -> ComparisonView:
         return str(c.get(f"model_{side}", "")) + (f" @ {rev}" if rev else "")
 
     diff, low, high = (_number(c.get(k)) for k in ("diff", "low", "high"))
-    metric = str(c.get("metric", ""))
+    metric = metric_label(str(c.get("metric", "")))
     interval = registry.UNDEFINED.table if low is None or high is None else f"[{fmt_value(low)}, {fmt_value(high)}]"
     sig, adj = c.get("significant"), c.get("significant_adjusted") if c.get("adjustment") else None
     return ComparisonView(who("a"), who("b"), str(c.get("corpus", "")), str(c.get("setting", "")),

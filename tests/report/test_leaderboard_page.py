@@ -110,7 +110,7 @@ def test_columns_beyond_the_headline_and_comparisons_not_significant_are_behind_
     assert [(r.model, r.setting, r.cells[0].text) for r in more["base metrics"].rows][:2] == [
         ("m-low", "generic", "0.2"), ("m-high", "generic", "0.2")]
     assert [label for label, _ in view.corpora[1].more_legend] == ["PM", "FMR", "ALS"]
-    assert [c.metric for c in view.significant] == ["pm_fmr"] and [c.metric for c in view.other_comparisons] == ["pm_nvr"]
+    assert [c.metric for c in view.significant] == ["PM FMR"] and [c.metric for c in view.other_comparisons] == ["PM NVR"]
     page = render_page(rows, COLUMNS, COMPARISONS)
     folded = page.split("<details")
     assert len(folded) == 3 and 'id="compare-rest"' in folded[2] and 'id="compare"' not in folded[2]
