@@ -14,9 +14,13 @@ Each base metric of each setting and each PM is one `evaluation_result`:
 - `lower_is_better` from the registry (every PropMe metric measures memorization), the range
   (`min_score`, `max_score`: proportions and PM in [0, 1], ALS and PII items unbounded above);
 - `score_details.uncertainty`: the interval shown for the metric (`confidence_interval` with its
-  `method` and `confidence_level`), `num_samples` (the units the interval resamples or counts) and
-  `num_bootstrap_samples` for a bootstrap interval;
+  `method`, one of `INTERVAL_METHODS`, and `confidence_level`), `num_samples` (the units the interval
+  resamples or counts) and `num_bootstrap_samples` for a bootstrap interval;
 - `source_data` (a private data set): the index identity, prompt-set fingerprint and start token.
+
+The likelihood subtask's figures (the registry's likelihood metrics, and the (n, p)-discoverable curve
+at the report's n grid) are results of the same record, `propme.<corpus>.<metric>.prefix_likelihood`,
+with their bootstrap intervals over documents.
 
 With a contamination check of the runs' other benchmarks (`propme report --index`), the record of
 each model that ran a benchmark also holds, per task, `propme.contamination.<task>.contaminated_share`
@@ -41,10 +45,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
 from propme_metrics.core.files import write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.pm import CONFIDENCE, WILSON
+from propme_metrics.metrics.extraction_curve import LikelihoodResult
+from propme_metrics.metrics.likelihood import SUBTASK_SUFFIX
+from propme_metrics.metrics.pm import CONFIDENCE, ONE_UNIT, PERCENTILE, PROPAGATED, UNIFORM, WILSON, ZERO_EVENTS
 from propme_metrics.metrics.results import CorpusResult, MetricResult, finite
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.report.contents import Report
@@ -63,6 +70,23 @@ _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f
 UNBOUNDED = ("-Infinity", "Infinity")
 #: metrics whose values have no upper bound (the rest, and PM, lie in [0, 1])
 _UNBOUNDED = {"als": "tokens", "als_nl": "tokens", "pii_items": "items per generation"}
+
+
+#: every name a record's `confidence_interval.method` can hold, and what it means: the one list (docs/cli.md's
+#: table of interval methods is checked against it, and `_score` refuses any other name)
+INTERVAL_METHODS: tuple[tuple[str, str], ...] = (
+    (WILSON, "modified Wilson score interval over counted generations (items for contamination shares and 0/1 "
+             "metrics): every proportion"),
+    (PERCENTILE, "percentile bootstrap over units (prompts; generations in the prompt-free settings), its tails "
+                 "expanded for small samples: ratio metrics, PM, robustness figures"),
+    (ZERO_EVENTS, "a ratio metric with no event in any unit: the exact bound on the share of units with an event"),
+    (UNIFORM, "a ratio metric with one value in every unit: that bound mirrored"),
+    (ONE_UNIT, "a ratio metric with a single unit: from 0 to the largest value one unit can take"),
+    (PROPAGATED, "PM whose every resample gives one value: PM at the ends of the two sides' intervals"),
+    (BOOTSTRAP_PERCENTILE, "plain percentile bootstrap: the likelihood subtask over documents, contamination "
+                           "means and differences over items"),
+)
+_METHOD_NAMES = frozenset(name for name, _ in INTERVAL_METHODS)
 
 
 @dataclass(frozen=True)
@@ -105,17 +129,20 @@ def _source_data(res: CorpusResult, setting: str) -> dict[str, Any]:
 
 
 def _metric_config(metric_id: str, name: str, description: str, unit: str | None, higher_is_better: bool,
-                   parameters: dict[str, Any]) -> dict[str, Any]:
-    """`unit` None: a value in [0, 1]; else the unit of a value without an upper bound."""
+                   parameters: dict[str, Any], bounds: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """`unit` None: a value in [0, 1]; else the unit of a value without an upper bound (or within `bounds`)."""
+    low, high = bounds or (0.0, 1.0 if unit is None else "Infinity")
     return {"evaluation_description": description, "metric_id": metric_id, "metric_name": name,
             "metric_kind": "memorization", "metric_unit": unit or "proportion",
             "lower_is_better": not higher_is_better, "score_type": "continuous",
-            "min_score": 0.0, "max_score": 1.0 if unit is None else "Infinity", "metric_parameters": parameters}
+            "min_score": low, "max_score": high, "metric_parameters": parameters}
 
 
 def _score(value: float, interval: ShownInterval | None, details: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"score": value, "details": {k: str(v) for k, v in details.items()}}
     if interval is not None:
+        if interval.method not in _METHOD_NAMES:
+            raise ValueError(f"interval method {interval.method!r} is not one of eee.INTERVAL_METHODS (docs/cli.md)")
         uncertainty: dict[str, Any] = {
             "confidence_interval": {"lower": interval.low, "upper": interval.high, "confidence_level": interval.confidence,
                                     "method": interval.method},
@@ -193,6 +220,37 @@ def _figure_results(res: CorpusResult) -> list[dict[str, Any]]:
             "metric_config": _metric_config(metric_id, spec.label, spec.description, unit, False,
                                             {"setting": f.setting, "figure": f.name, "units": f.unit}),
             "score_details": _score(iv.estimate, interval, {"units": f.units, "unit": f.unit})})
+    return out
+
+
+#: the likelihood metrics' units and bounds where they are not a share in [0, 1]
+_LIKELIHOOD_SCALES = {"log10_p_median": ("log10 probability", ("-Infinity", 0.0))}
+
+
+def likelihood_results(res: LikelihoodResult, intervals: Any) -> list[dict[str, Any]]:
+    """The likelihood subtask's figures of one model and corpus: each registry likelihood metric, then
+    the curve's shares at the report's n grid not among them, with bootstrap intervals over documents
+    (`intervals`: the report's `IntervalSpec`); each value is a statistic over the scored documents."""
+    figures = [(m.name, m.label, m.description, m.aggregation, m.n, res.metrics[m.name])
+               for m in registry.LIKELIHOOD_METRICS]
+    named = {m.n for m in registry.LIKELIHOOD_METRICS if m.n is not None}
+    figures += [(registry.discoverable_name(n), f"disc@{n:,}", f"share of prefix documents (n, p)-discoverable at "
+                 f"n = {n:,}", "mean", n, e) for n, e in res.curve.items() if n not in named]
+    details = {"corpus": res.corpus, "corpus_label": res.label, "index_identity": res.task.index_identity or ""}
+    source = {"dataset_name": res.task.task, "source_type": "other", "additional_details": details}
+    out = []
+    for name, label, description, aggregation, n, e in figures:
+        if not _defined(e.value):
+            continue
+        metric_id = f"propme.{res.label}.{name}.{SUBTASK_SUFFIX}"
+        interval = (ShownInterval(e.low, e.high, BOOTSTRAP_PERCENTILE, res.n_documents, intervals.confidence,
+                                  intervals.resamples or None) if _defined(e.low, e.high) else None)
+        unit, bounds = _LIKELIHOOD_SCALES.get(name, (None, None))
+        params = {"setting": SUBTASK_SUFFIX, "aggregation": aggregation, "unit_of_resampling": "document",
+                  "discoverable_p": res.p, **({"discoverable_n": n} if n is not None else {})}
+        out.append({"evaluation_result_id": metric_id, "evaluation_name": res.task.task, "source_data": source,
+                    "metric_config": _metric_config(metric_id, label, description, unit, False, params, bounds),
+                    "score_details": _score(e.value, interval, {"documents": res.n_documents})})
     return out
 
 
@@ -278,15 +336,19 @@ def _records(report: Report, retrieved: float | None) -> list[tuple[dict[str, An
     for r in report.results:
         by_model.setdefault((r.model, r.revision), []).append(r)
     contamination = _contamination_by_model(report)
-    for key in contamination:
-        by_model.setdefault(key, [])   # a model that ran only benchmarks: a record of its contamination figures
+    likelihood: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for lik in report.likelihood:
+        likelihood.setdefault((lik.model, lik.revision), []).extend(likelihood_results(lik, report.intervals))
+    for key in (*contamination, *likelihood):
+        by_model.setdefault(key, [])   # a model that ran only benchmarks or likelihood: a record of those figures
     out: list[tuple[dict[str, Any], list[CorpusResult]]] = []
     for (model, revision), results in by_model.items():
         who = model + (f"@{revision}" if revision else "")
         model_args, checked = contamination.get((model, revision), ("", []))
         if results:
             model_args = next(iter(results[0].settings.values())).task.model_args
-        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r), *_figure_results(r))] + checked
+        evaluation = [x for r in results for x in (*_pm_results(r), *_base_results(r), *_figure_results(r))]
+        evaluation += likelihood.get((model, revision), []) + checked
         record = {
             "schema_version": SCHEMA_VERSION, "evaluation_id": f"propme/{who}/{stamp}", "retrieved_timestamp": stamp,
             "source_metadata": {"source_name": "PropMe", "source_type": "evaluation_run",

@@ -4,15 +4,31 @@ and intervals, undefined values left out (never 0)."""
 from __future__ import annotations
 
 import json
+import math
+import re
+import statistics
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
 from propme_metrics.metrics.pm import PERCENTILE, WILSON, wilson_interval
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contents import IncompleteReportError
-from support.runs import COMMA, DATE1, DATE2, DFM, gen, reference_settings, setting_prompts, stage1_settings, write_run
+from propme_metrics.report.eee import INTERVAL_METHODS
+from support.runs import (
+    COMMA,
+    DATE1,
+    DATE2,
+    DFM,
+    add_likelihood_task,
+    gen,
+    reference_settings,
+    setting_prompts,
+    stage1_settings,
+    write_run,
+)
 
 SCHEMAS = Path(__file__).parent.parent / "data" / "every_eval_ever"
 
@@ -37,7 +53,12 @@ def report(tmp_path_factory):
     runs = [write_run(root / "stage1", DFM, "stage1", stage1_settings(), date=DATE1).parent,
             write_run(root / "stage3", DFM, "stage3", reference_settings(), date=DATE2).parent,
             write_run(root / "comma", COMMA, "", _edge(), date=DATE1).parent]
+    add_likelihood_task(runs[1] / DFM.replace("/", "__"), LOGPS, date=DATE2)  # stage3 also ran the likelihood subtask
     return build_report(runs, root / "report", bootstrap=300, seed=1, plots=False, html=False)
+
+
+#: stage3's likelihood documents: log P(z) of each (greedy above -1)
+LOGPS = [-0.05, -0.5, -2.0, -4.0, -7.0, -12.0, -30.0, -80.0]
 
 
 def _records(out: Path) -> dict[str, dict]:
@@ -156,3 +177,38 @@ def test_the_official_validator_accepts_the_records_as_written(report):
     assert code == 0 and len(found) == len(report.eee), {k: v[:3] for k, v in found.items() if v}
     for path in report.eee:
         assert path.relative_to(report.out / "eee").as_posix().startswith("data/propme/")
+
+
+def test_every_interval_method_a_record_names_is_one_docs_cli_lists(report):
+    """The records name their intervals' methods as docs/cli.md's table of interval methods lists them,
+    which is `eee.INTERVAL_METHODS` (the one list); every kind of interval the fixture has is among them."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text[text.index("#### Interval methods"):].split("\n#### ")[0]
+    assert re.findall(r"^\| `([^`]+)` \| (.+) \|$", section, flags=re.M) == list(INTERVAL_METHODS)
+    named = {r["score_details"]["uncertainty"]["confidence_interval"]["method"]
+             for record in _records(report.out).values() for r in record["evaluation_results"]
+             if "uncertainty" in r["score_details"]}
+    assert named <= {name for name, _ in INTERVAL_METHODS}
+    assert {WILSON, PERCENTILE, BOOTSTRAP_PERCENTILE} <= named
+
+
+def test_the_likelihood_figures_are_in_the_record(report, validator):
+    (record,) = [r for r in _records(report.out).values()
+                 if r["model_info"]["additional_details"].get("revision") == "stage3"]
+    assert not sorted(validator.iter_errors(record), key=str)
+    greedy = _result(record, "propme.dynaword.greedy_extraction.prefix_likelihood")
+    assert greedy["evaluation_name"] == "propme_dynaword_prefix_likelihood"
+    assert greedy["score_details"]["score"] == pytest.approx(2 / 8)  # log P(z) above -1: the first two of eight
+    ci = greedy["score_details"]["uncertainty"]
+    assert ci["confidence_interval"]["method"] == BOOTSTRAP_PERCENTILE and ci["num_samples"] == len(LOGPS)
+    assert ci["num_bootstrap_samples"] == 300 and ci["confidence_interval"]["lower"] < 2 / 8 < ci["confidence_interval"]["upper"]
+    # (n, p)-discoverable at n = 100, p = 0.5 (the default): 1 - (1 - P)^100 >= 0.5 while P >= 1 - 0.5^(1/100)
+    threshold = 1 - 0.5 ** (1 / 100)
+    disc = _result(record, "propme.dynaword.discoverable@100.prefix_likelihood")
+    assert disc["score_details"]["score"] == pytest.approx(sum(math.exp(lp) >= threshold for lp in LOGPS) / 8)
+    assert disc["metric_config"]["metric_parameters"]["discoverable_n"] == 100
+    median = _result(record, "propme.dynaword.log10_p_median.prefix_likelihood")
+    assert median["score_details"]["score"] == pytest.approx(statistics.median(lp / math.log(10) for lp in LOGPS))
+    assert (median["metric_config"]["min_score"], median["metric_config"]["max_score"]) == ("-Infinity", 0.0)
+    others = [r for r in _records(report.out).values() if r["evaluation_id"] != record["evaluation_id"]]
+    assert not any(".prefix_likelihood" in x["evaluation_result_id"] for r in others for x in r["evaluation_results"])

@@ -11,7 +11,7 @@ import pytest
 from propme_metrics.cli.app import main
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError
-from support.runs import DATE1, DATE2, DFM, gen, setting_prompts, write_run
+from support.runs import DATE1, DATE2, DFM, add_likelihood_task, gen, setting_prompts, write_run
 
 
 def small_settings(n: int = 8) -> dict[str, list[list[dict]]]:
@@ -399,27 +399,6 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
 
 
 # --- the likelihood subtask, predict-only runs, --output_path out.json ------------------------------
-
-
-def add_likelihood_task(folder: Path, logps: list[float], date: str = DATE1) -> Path:
-    """Add the prefix likelihood subtask (one document per log-probability, greedy when above -1) to the
-    run whose results file in `folder` has date id `date`."""
-    results = folder / f"results_{date}.json"
-    data = json.loads(results.read_text())
-    task = "propme_dynaword_prefix_likelihood"
-    data["configs"][task] = {"task": task, "output_type": "loglikelihood", "metadata": {
-        "version": 1.0, "corpus": "dynaword", "measure": "likelihood", "language": "da"}}
-    data["results"][task] = {"alias": task}
-    data["versions"][task] = 1.0
-    results.write_text(json.dumps(data))
-    rows = [{"doc_id": i, "doc": {"id": f"prefix-{i:03d}", "index_identity": "idx-dynaword-v1"}, "target": "",
-             "arguments": {}, "resps": [[[lp, lp > -1]]], "filtered_resps": [[lp, lp > -1]], "filter": "none",
-             "metrics": ["likelihood"], "likelihood": {"id": f"prefix-{i:03d}", "logp": lp, "greedy": lp > -1,
-                                                        "target_tokens": 50}}
-            for i, lp in enumerate(logps)]
-    path = folder / f"samples_{task}_{date}.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_a_log_probability_a_rounding_error_below_zero_is_reported(tmp_path):

@@ -167,3 +167,24 @@ def write_benchmark_run(root: Path, model: str, task: str, config: dict, docs: l
                                  "resps": [["x"]], "filtered_resps": ["x"], "filter": "none", "metrics": [metric],
                                  metric: value}) + "\n")
     return path
+
+
+def add_likelihood_task(folder: Path, logps: list[float], date: str = DATE1) -> Path:
+    """Add the prefix likelihood subtask (one document per log-probability, greedy when above -1) to the
+    run whose results file in `folder` has date id `date`."""
+    results = folder / f"results_{date}.json"
+    data = json.loads(results.read_text())
+    task = "propme_dynaword_prefix_likelihood"
+    data["configs"][task] = {"task": task, "output_type": "loglikelihood", "metadata": {
+        "version": 1.0, "corpus": "dynaword", "measure": "likelihood", "language": "da"}}
+    data["results"][task] = {"alias": task}
+    data["versions"][task] = 1.0
+    results.write_text(json.dumps(data))
+    rows = [{"doc_id": i, "doc": {"id": f"prefix-{i:03d}", "index_identity": "idx-dynaword-v1"}, "target": "",
+             "arguments": {}, "resps": [[[lp, lp > -1]]], "filtered_resps": [[lp, lp > -1]], "filter": "none",
+             "metrics": ["likelihood"], "likelihood": {"id": f"prefix-{i:03d}", "logp": lp, "greedy": lp > -1,
+                                                        "target_tokens": 50}}
+            for i, lp in enumerate(logps)]
+    path = folder / f"samples_{task}_{date}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
