@@ -260,3 +260,45 @@ def test_a_template_the_corpus_lacks_is_left_out_of_the_share(cli_run, bench, tm
     (d,) = first["discounted_spans"]
     assert d["reason"] == TEMPLATE and d["items"] == 6 and d["corpus_count"] == 0
     assert d["text"].startswith("Zorq quibble") and instruction[-10:] in d["text"]
+
+
+def _output_path_json_run(bench, folder):
+    """PropMe's tasks and the benchmark run as lm-eval writes them for `--output_path <folder>/x.json`:
+    results `x_<date id>.json` (no model subfolder), PropMe's `propme_x_<date id>.json` beside it."""
+    from support.runs import DATE1, DATE2
+
+    write_run(folder.parent / "propme", DFM, "stage1", stage1_settings(), date=DATE1)
+    write_benchmark_run(folder.parent / "bench", COMMA, "quiz", bench["config"], bench["rows"], SCORES[B], date=DATE2)
+    folder.mkdir()
+    for written in (folder.parent / "propme", folder.parent / "bench"):
+        for path in written.rglob("*.json*"):
+            shutil.copy(path, folder / (f"x_{path.name[len('results_'):]}" if path.name.startswith("results_")
+                                        else path.name))
+    (folder / f"propme_x_{DATE1}.json").write_text(json.dumps({"format": "propme-lm-eval/1", "tasks": {}}))
+
+
+def test_a_run_written_with_output_path_x_json_gets_its_contamination_section(cli_run, bench, tmp_path):
+    run = tmp_path / "run"
+    _output_path_json_run(bench, run)
+    code, _, err = cli_run("report", run, "--out", tmp_path / "r", "--index", bench["index"], "--include-path",
+                           bench["tasks"], "--bootstrap", 50, "--no-html")
+    assert code == 0, err
+    assert "no contamination section" not in err
+    doc = json.loads((tmp_path / "r" / "contamination" / "contamination.json").read_text())
+    assert doc["tasks"]["quiz"]["contaminated"] == len(PLANTED) and set(doc["tasks"]["quiz"]["models"]) == {B}
+
+
+def test_a_benchmark_run_that_cannot_be_read_drops_the_section_with_a_line(cli_run, bench, tmp_path):
+    """The benchmark's samples file is missing: the report is written, and says on one line why it
+    has no contamination section (docs/cli.md), naming the file."""
+    from support.runs import DATE2
+
+    run = tmp_path / "run"
+    _output_path_json_run(bench, run)
+    (run / f"samples_quiz_{DATE2}.jsonl").unlink()
+    code, _, err = cli_run("report", run, "--out", tmp_path / "r", "--index", bench["index"], "--include-path",
+                           bench["tasks"], "--bootstrap", 50, "--no-html")
+    assert code == 0, err
+    line = next(x for x in err.splitlines() if "no contamination section" in x)
+    assert f"samples_quiz_{DATE2}.jsonl" in " ".join(err.split()) and "--log_samples" in " ".join(err.split()), line
+    assert not (tmp_path / "r" / "contamination").exists()
