@@ -13,8 +13,15 @@ import yaml
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.files import write_atomic
-from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, SUBTASK_SUFFIX
-from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SETTINGS, task_name
+from propme_metrics.prompts.settings import (
+    LIKELIHOOD,
+    MEASURE_KEY,
+    PREFIX,
+    PROMPT_FREE_SETTINGS,
+    SETTINGS,
+    SUBTASK_SUFFIX,
+    task_name,
+)
 
 from .discovery import tasks_path
 from .lmeval_results import PM_ENTRY

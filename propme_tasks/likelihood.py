@@ -25,10 +25,9 @@ from propme_metrics.metrics.likelihood import (
     DISCOVERABLE_P,
     N_KEY,
     P_KEY,
-    SUBTASK_SUFFIX,
     DocumentLikelihood,
 )
-from propme_metrics.prompts.settings import CONTINUATION_TOKENS, PREFIX, PREFIX_TOKENS, task_name
+from propme_metrics.prompts.settings import CONTINUATION_TOKENS, PREFIX, PREFIX_TOKENS, SUBTASK_SUFFIX, task_name
 from propme_metrics.trace.task_document import TaskDocument
 
 from . import hooks

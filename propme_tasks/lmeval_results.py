@@ -36,12 +36,12 @@ from statistics import NormalDist
 from typing import Any
 
 from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
-from propme_metrics.core.lmeval_files import SIDECAR_PREFIX
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY, bootstrap_documents
+from propme_metrics.metrics.likelihood import bootstrap_documents
 from propme_metrics.metrics.pm import Interval, IntervalSpec, metric_interval, pm_interval
 from propme_metrics.metrics.ratio import Ratio, pool_ratios
-from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
+from propme_metrics.prompts.settings import LIKELIHOOD, MEASURE_KEY, PREFIX, PROMPT_FREE_SETTINGS
+from propme_metrics.runs.files import SIDECAR_PREFIX
 
 #: how PropMe's stderr in lm-eval's results is computed (written into every sidecar)
 STDERR_RULE = ("half-width of the interval `propme report` shows (modified Wilson over counted generations for a "

@@ -23,8 +23,7 @@ from typing import Any
 
 from lm_eval.api.task import ConfigurableTask
 
-from propme_metrics.metrics.likelihood import LIKELIHOOD, MEASURE_KEY
-from propme_metrics.prompts.settings import Setting, task_name
+from propme_metrics.prompts.settings import LIKELIHOOD, MEASURE_KEY, Setting, task_name
 from propme_metrics.trace.task_document import TaskDocument
 
 from .schema import TaskConfigError

@@ -109,7 +109,7 @@ def report_contamination(args: argparse.Namespace, rule, out: Path):
     from rich.text import Text
 
     from propme_metrics.contamination.assess import check_tasks
-    from propme_metrics.contamination.runs import logged_index_path, read_runs
+    from propme_metrics.contamination.runs import NoBenchmarkError, logged_index_path, read_runs
     from propme_metrics.core.errors import PropMeError
     from propme_metrics.core.progress import stderr_console
     from propme_metrics.index.reader import open_index
@@ -118,8 +118,12 @@ def report_contamination(args: argparse.Namespace, rule, out: Path):
     try:
         logged = read_runs(args.runs)
         path = args.index or logged_index_path(args.runs)
-    except PropMeError:
-        return None  # no benchmark task besides PropMe's (or none readable): no section
+    except NoBenchmarkError:
+        return None  # no benchmark task besides PropMe's: no section
+    except PropMeError as exc:  # the report itself does not depend on it
+        stderr_console.print(Text(f"no contamination section: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")),
+                             highlight=False)
+        return None
     if path is None:
         stderr_console.print("no contamination section: the runs hold benchmark tasks but no index is known "
                              "(pass --index)", highlight=False)

@@ -31,7 +31,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.values import summarize
     from propme_metrics.report.trace_leaks import leaks_record, trace_leaks, trace_robustness, traced_task
-    from propme_metrics.trace.inputs import read_generations
+    from propme_metrics.runs.generations import read_generations
     from propme_metrics.trace.options import TRACE_OPTIONS
     from propme_metrics.trace.pii import leaks
     from propme_metrics.trace.result import TraceConfig

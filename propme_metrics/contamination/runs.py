@@ -1,19 +1,17 @@
 """Benchmark samples read back from lm-eval output folders (`--log_samples`): every task that is
 not one of PropMe's, the models that ran it, its logged documents and each model's per-sample
-metric values. The results files are found and read as the report reads them (`core.lmeval_files`)."""
+metric values. The runs are read as the report reads them (`runs.lmeval`)."""
 from __future__ import annotations
 
-import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.core.jsonl import json_objects
-from propme_metrics.core.lmeval_files import date_id, model_identity, read_results, results_files, samples_path_of
-from propme_metrics.trace.inputs import read_samples
-
-SAMPLES_HINT = "run lm-eval with --log_samples (and keep the samples files beside the results)"
+from propme_metrics.runs.files import date_id, results_files
+from propme_metrics.runs.lmeval import LmEvalRun, LmEvalTask, TaskKind, read_results_file, read_run
+from propme_metrics.runs.samples import SAMPLES_HINT, read_samples_file
 
 
 @dataclass(frozen=True)
@@ -52,55 +50,31 @@ class LoggedTask:
     docs: list[LoggedDoc]
 
 
-def is_propme_task(task: str, config: dict[str, Any]) -> bool:
-    """PropMe's own tasks (`propme_*`, or metadata naming a corpus and setting) are not benchmarks."""
-    metadata = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
-    task = str(task)
-    return task.startswith("propme_") or bool(metadata.get("corpus") and metadata.get("setting"))
+class NoBenchmarkError(ConfigError):
+    """The runs hold no benchmark task besides PropMe's (the report then has no contamination section)."""
 
 
-def _metric_value(value: Any) -> float | None:
-    """A per-sample metric value that averages (bool or finite number); None for anything else
-    (corpus-level items such as BLEU's (reference, prediction) pairs)."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def read_samples_file(path: Path) -> dict[int, tuple[dict[str, Any], dict[str, float]]]:
+def read_logged_docs(path: Path) -> dict[int, tuple[dict[str, Any], dict[str, float]]]:
     """A task's samples file: doc_id -> (document, metrics) with every filter's metrics (named
     `<metric>` for the filter `none`, `<metric>_<filter>` for others)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            rows = read_samples(list(json_objects(fh, str(path), "the samples file is damaged: re-run lm-eval")))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the samples file {path}: {exc}", SAMPLES_HINT) from None
     docs: dict[int, tuple[dict[str, Any], dict[str, float]]] = {}
-    for s in rows:
+    for s in read_samples_file(path):
         doc_id = s.row.get("doc_id")
         if not isinstance(doc_id, int) or not isinstance(s.row.get("doc"), dict):
             raise ConfigError(f"{path}, line {s.lineno}: not an lm-eval sample (no doc_id or doc)", SAMPLES_HINT)
         _, metrics = docs.setdefault(doc_id, (s.doc, {}))
-        names = s.row.get("metrics")
-        for name in names if isinstance(names, list) else []:
-            value = _metric_value(s.row.get(name)) if isinstance(name, str) else None
-            if value is not None:
-                metrics[name if s.filter == "none" else f"{name}_{s.filter}"] = value
+        for name, value in s.metric_values().items():
+            metrics[name if s.filter == "none" else f"{name}_{s.filter}"] = value
     return docs
 
 
-def _benchmark_configs(paths: list[str | Path]):
-    """(results path, results JSON, task, config) of every benchmark task of the runs, by date."""
-    files = sorted({p for path in paths for p in results_files(Path(path))},
-                   key=lambda p: (date_id(p), str(p)))
+def _benchmark_tasks(paths: Sequence[str | Path]) -> Iterator[tuple[LmEvalRun, LmEvalTask]]:
+    """(run, task) of every benchmark task of the runs, by date."""
+    files = sorted({p for path in paths for p in results_files(Path(path))}, key=lambda p: (date_id(p), str(p)))
     for results_path in files:
-        data = read_results(results_path)
-        for task, config in data["configs"].items():
-            config = config if isinstance(config, dict) else {}
-            if not is_propme_task(task, config):
-                yield results_path, data, str(task), config
+        run = read_results_file(results_path)
+        for task in run.of_kind(TaskKind.BENCHMARK):
+            yield run, task
 
 
 def _merge(task: LoggedTask, run: BenchmarkRun, docs: dict[int, tuple[dict[str, Any], dict[str, float]]]) -> None:
@@ -124,54 +98,50 @@ def read_runs(paths: list[str | Path], tasks: tuple[str, ...] = ()) -> list[Logg
     """The benchmark tasks of lm-eval output folders or results files (`tasks`: only these), each
     with every model that ran it (a model's latest run of it when it ran the task several times)."""
     latest: dict[tuple[str, str], tuple[BenchmarkRun, dict[str, Any]]] = {}
-    for results_path, data, task, config in _benchmark_configs(paths):
-        if tasks and task not in tasks:
+    for lm_run, task in _benchmark_tasks(paths):
+        if tasks and task.name not in tasks:
             continue
-        samples = samples_path_of(results_path, task)
-        if not samples.is_file():
-            raise ConfigError(f"missing samples file {samples} for task {task} of {results_path}", SAMPLES_HINT)
-        model, revision, model_args = model_identity(data)
-        better = (data.get("higher_is_better") or {}).get(task) or {}
-        run = BenchmarkRun(model, revision, model_args, samples, {str(k): bool(v) for k, v in better.items()})
-        latest[(task, run.label)] = (run, config)  # files come in date order: a model's latest run wins
+        run = BenchmarkRun(lm_run.model, lm_run.revision, lm_run.model_args, task.check_samples(),
+                           task.higher_is_better)
+        latest[(task.name, run.label)] = (run, task.config)  # files come in date order: a model's latest run wins
     found: dict[str, LoggedTask] = {}
     for (task, label), (run, config) in latest.items():
         entry = found.setdefault(task, LoggedTask(task, config, {}, []))
         entry.config = config
         entry.runs[label] = run
-        _merge(entry, run, read_samples_file(run.samples_path))
+        _merge(entry, run, read_logged_docs(run.samples_path))
     missing = [t for t in tasks if t not in found]
     if missing:
         raise ConfigError(f"no samples of task(s) {', '.join(missing)} in {', '.join(map(str, paths))}",
                           "name tasks the runs hold (their results_*.json 'configs'), or leave out --tasks")
     if not found:
-        raise ConfigError(f"the runs {', '.join(map(str, paths))} hold no benchmark task besides PropMe's",
+        raise NoBenchmarkError(f"the runs {', '.join(map(str, paths))} hold no benchmark task besides PropMe's",
                           "run lm-eval with your benchmark tasks next to PropMe's (e.g. --tasks propme_demo,arc_easy)")
     for entry in found.values():
         entry.docs.sort(key=lambda d: d.doc_id)
     return list(found.values())
 
 
-def logged_index_path(paths: list[str | Path]) -> str | None:
+def logged_index_path(paths: Sequence[str | Path]) -> str | None:
     """The index folder PropMe's own tasks of these runs traced against (their logged documents'
     `index_path`), or None when no PropMe task logged one."""
     for path in paths:
         try:
-            found = results_files(Path(path))
+            found = read_run(path)
         except ConfigError:
             continue  # the report itself says what is wrong with it
-        for results_path in found:
-            try:
-                configs = read_results(results_path)["configs"]
-                for task, config in configs.items():
-                    samples = samples_path_of(results_path, task)
-                    if not is_propme_task(task, config if isinstance(config, dict) else {}) or not samples.is_file():
+        for run in found:
+            for task in run.tasks:
+                if task.kind == TaskKind.BENCHMARK or not task.samples_path.is_file():
+                    continue
+                try:
+                    rows = task.samples()
+                except ConfigError:
+                    continue  # unreadable: the report itself says what is wrong with it
+                for s in rows:
+                    try:
+                        if s.document.index_path:
+                            return str(s.document.index_path)
+                    except ConfigError:
                         continue
-                    with open(samples, encoding="utf-8") as fh:
-                        for _, row in json_objects(fh, str(samples)):
-                            doc = row.get("doc")
-                            if isinstance(doc, dict) and doc.get("index_path"):
-                                return str(doc["index_path"])
-            except (OSError, ValueError, AttributeError, ConfigError):
-                continue  # unreadable: the report itself says what is wrong with it
     return None

@@ -11,7 +11,6 @@ the floor. The study's report, section 5.1.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.figures import FLOOR, Figure
@@ -36,9 +35,7 @@ def floor_prompts(tasks: Mapping[str, RunTask]) -> list[str]:
 
 def trace_config(tasks: Mapping[str, RunTask]) -> TraceConfig:
     """The tracing settings the tasks' generations were traced with (the defaults when not recorded)."""
-    recorded = next((t.trace_config for t in tasks.values() if t.trace_config), None) or {}
-    names = {f.name for f in fields(TraceConfig)}
-    return TraceConfig(**{k: v for k, v in recorded.items() if k in names})
+    return next((t.trace_config for t in tasks.values() if t.trace_config is not None), TraceConfig())
 
 
 def trace_prompts(texts: Sequence[str], index, config: TraceConfig) -> list[TraceResult]:

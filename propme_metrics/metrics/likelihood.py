@@ -25,9 +25,6 @@ DISCOVERABLE_N = (1, 10, 100, 1_000, 10_000)
 DISCOVERABLE_P = 0.5
 #: the task-metadata keys that change them
 N_KEY, P_KEY = "discoverable_n", "discoverable_p"
-#: what marks the likelihood subtask in its metadata (`measure: likelihood`), and its name's suffix
-MEASURE_KEY, LIKELIHOOD = "measure", "likelihood"
-SUBTASK_SUFFIX = "prefix_likelihood"
 LN10 = math.log(10.0)
 LN2 = math.log(2.0)
 
@@ -113,14 +110,6 @@ def check_n(raw: Any, where: str = N_KEY) -> tuple[int, ...]:
         raise ConfigError(f"{where} must be a list of positive whole numbers of samples (at most {MAX_SIZE:,}), "
                           f"not {raw!r}", f"for instance {list(DISCOVERABLE_N)} (the default)")
     return tuple(sorted(set(values)))
-
-
-def is_likelihood_config(config: Mapping[str, Any] | None) -> bool:
-    """Whether an lm-eval task configuration is the likelihood subtask (its metadata or output type)."""
-    config = config or {}
-    metadata = config.get("metadata") or {}
-    return (isinstance(metadata, Mapping) and metadata.get(MEASURE_KEY) == LIKELIHOOD) \
-        or config.get("output_type") == "loglikelihood" and str(config.get("task", "")).endswith(SUBTASK_SUFFIX)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from propme_metrics.metrics.pm import CONFIDENCE, Interval, IntervalSpec, metric
 from propme_metrics.metrics.robustness import Robustness, corpus_robustness
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
+from propme_metrics.prompts.start import StartToken
 
 
 @dataclass
@@ -50,7 +51,7 @@ class CorpusResult:
     prompt_set: str
     settings: dict[str, SettingResult]
     pm: dict[tuple[str, str], Interval]   #: (metric, propensity setting) -> PM with interval
-    start_token: dict[str, str] | None = None   #: what every prompt started with (the prefix task's record)
+    start_token: StartToken | None = None   #: what every prompt started with (the prefix task's record)
     leaks: CorpusLeaks | None = None   #: which data leaks: by source and by duplication (`metrics.leak_analysis`)
     robustness: Robustness | None = None   #: floor, repeated sampling, long spans' duplication (`metrics.robustness`)
 

@@ -15,7 +15,8 @@ from propme_metrics.metrics.likelihood import DocumentLikelihood
 from propme_metrics.metrics.pm import PromptStat
 from propme_metrics.metrics.values import Contributions
 from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
-from propme_metrics.trace.result import TraceResult
+from propme_metrics.prompts.start import StartToken
+from propme_metrics.trace.result import TraceConfig, TraceResult
 from propme_metrics.trace.text_rules import continuation_reproduced
 
 
@@ -82,11 +83,11 @@ class RunTask:
     results_path: Path
     samples_path: Path
     date_id: str
-    start_token: dict[str, str] | None = None   #: {"token", "choice", "note"} of the logged samples
+    start_token: StartToken | None = None   #: what the logged samples' prompts started with (None: not recorded)
     limit: float | None = None     #: lm-eval's --limit of the run (None: a full run)
     rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold its metrics were computed with
     #: the tracing settings its generations were traced with (a re-trace's when re-traced); None: not recorded
-    trace_config: dict[str, Any] | None = None
+    trace_config: TraceConfig | None = None
     #: sha256 of the chat template lm-eval applied to its prompts (`--apply_chat_template`); None: plain prompts
     chat_template_sha: str | None = None
 

@@ -32,6 +32,9 @@ CONTINUATION_TOKENS = 50
 PREFIX_MIN_DOC_TOKENS = 100
 #: what every PropMe task name starts with: `propme_<corpus>` (group), `propme_<corpus>_<setting>`
 TASK_PREFIX = "propme_"
+#: what marks the likelihood subtask in its metadata (`measure: likelihood`), and its name's suffix
+MEASURE_KEY, LIKELIHOOD = "measure", "likelihood"
+SUBTASK_SUFFIX = "prefix_likelihood"
 
 
 def task_name(corpus: str, setting: str | None = None) -> str:

@@ -94,13 +94,14 @@ from propme_metrics.report.leaderboard_page import write_page
 from propme_metrics.report.load import (
     describe_chat_template,
     describe_start_token,
-    load_likelihood_run,
+    load_likelihood,
     load_retrace,
-    load_run,
+    load_tasks,
 )
 from propme_metrics.report.plots import write_plots
 from propme_metrics.report.robustness_views import robustness_columns, robustness_values
 from propme_metrics.report.writers import write_comparisons, write_csv, write_json, write_markdown
+from propme_metrics.runs.lmeval import LmEvalRun, TaskKind, read_run
 
 
 def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]:
@@ -230,9 +231,10 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     with report_lock(out):  # a second report into `out` stops here, before any work
         intervals = IntervalSpec(bootstrap, seed)
         notes: list[str] = []
-        tasks = _load_tasks(runs, retraced, retraced_other_settings, notes, rare_max_count)
+        read = [read_run(run) for run in runs]  # each results file read once
+        tasks = _load_tasks(runs, read, retraced, retraced_other_settings, notes, rare_max_count)
         computed = _compute(group_tasks(tasks, separate), pm_metrics, intervals, notes)
-        likelihood_tasks = dedupe_likelihood([t for run in runs for t in load_likelihood_run(run)], notes)
+        likelihood_tasks = dedupe_likelihood(load_likelihood([r for found in read for r in found]), notes)
         likelihood = likelihood_results(likelihood_tasks, computed.results, intervals, notes, discoverable_n,
                                         discoverable_p)
         report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, intervals, notes)
@@ -253,8 +255,8 @@ def _comparisons(report: Report, pairing: str):
     return compare_results(report.results, report.pm_metrics, report.intervals, pairing)
 
 
-def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retraced_other_settings: bool,
-                notes: list[str], rare_max_count: int | None) -> list[RunTask]:
+def _load_tasks(runs: Sequence[str | Path], read: Sequence[Sequence[LmEvalRun]], retraced: Sequence[str | Path],
+                retraced_other_settings: bool, notes: list[str], rare_max_count: int | None) -> list[RunTask]:
     """The runs' PropMe tasks with their traced samples (re-traces applied), one per model,
     revision, task and --limit, those without samples dropped; ConfigError when nothing is left
     (none at all when the runs hold the likelihood subtask alone: that is reported by itself) or the
@@ -270,8 +272,8 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
                               + ": one re-trace per samples file", "pass each re-trace once")
         by_samples[r.samples_path] = r.summary_path
         r.mixed_settings = retraced_other_settings
-    for run in runs:
-        found = load_run(run, retraces, rare_max_count)
+    for run, files in zip(runs, read):
+        found = load_tasks(files, retraces, rare_max_count)
         if not found:
             notes.append(f"{run}: no PropMe task in its results")
         tasks.extend(found)
@@ -282,7 +284,7 @@ def _load_tasks(runs: Sequence[str | Path], retraced: Sequence[str | Path], retr
         notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}"
                      + (" (its tracing settings were not checked against the run's: --retraced-other-settings)"
                         if retraced_other_settings else ""))
-    likelihood_only = not tasks and any(load_likelihood_run(run) for run in runs)
+    likelihood_only = not tasks and any(r.of_kind(TaskKind.LIKELIHOOD) for files in read for r in files)
     if not tasks and not likelihood_only:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",
                           "run lm-eval with --tasks propme_<corpus> --log_samples")
@@ -337,12 +339,12 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
     ordered = sorted(by_setting, key=setting_sort_key)
     res = corpus_result(g.label, g.identity, fingerprint, by_setting, pm_metrics, intervals)
     settings = res.settings
-    starts = {json.dumps(by_setting[s].start_token, sort_keys=True): by_setting[s].task for s in ordered}
+    starts = {by_setting[s].start_token: by_setting[s].task for s in ordered}
     label = f"{model}" + (f" (revision {revision})" if revision else "")
     if res.leaks.note:
         notes.append(f"{label}, corpus {g.label}: {res.leaks.note}")
     notes.append(f"{label}, corpus {g.label}: start token: " + "; ".join(
-        f"{describe_start_token(json.loads(k))} ({t if len(starts) > 1 else 'every setting'})"
+        f"{describe_start_token(k)} ({t if len(starts) > 1 else 'every setting'})"
         for k, t in starts.items()) + f"; prompts: {describe_chat_template(g.chat_template_sha)}")
     if PREFIX in by_setting:
         if not res.propensity_settings:

@@ -95,8 +95,8 @@ def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> l
 def row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
     p = f"propme_{res.label}"
     out: dict[str, Any] = {f"{p}_index": res.index_identity, f"{p}_prompt_set": res.prompt_set,
-                           f"{p}_start_token": (res.start_token or {}).get("token"),
-                           f"{p}_start_token_choice": (res.start_token or {}).get("choice")}
+                           f"{p}_start_token": res.start_token.token if res.start_token else None,
+                           f"{p}_start_token_choice": res.start_token.choice if res.start_token else None}
     for (m, s), iv in res.pm.items():
         out[f"{p}_pm_{m}_{s}"] = finite(iv.estimate)
         out[f"{p}_pm_{m}_{s}_low"] = finite(iv.low)

@@ -120,10 +120,10 @@ def _unit(setting: str) -> str:
 
 
 def _source_data(res: CorpusResult, setting: str) -> dict[str, Any]:
-    start = res.start_token or {}
+    start = res.start_token
     details = {"corpus": res.corpus, "corpus_label": res.label, "setting": setting,
                "index_identity": res.index_identity or "", "prompt_set": res.prompt_set,
-               "start_token": start.get("token", ""), "start_token_choice": start.get("choice", "")}
+               "start_token": start.token if start else "", "start_token_choice": start.choice if start else ""}
     return {"dataset_name": f"propme_{res.label}_{setting}", "source_type": "other",
             "additional_details": {k: str(v) for k, v in details.items()}}
 

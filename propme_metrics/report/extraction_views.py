@@ -13,9 +13,10 @@ from matplotlib.figure import Figure
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.extraction_curve import LikelihoodResult
-from propme_metrics.metrics.likelihood import SUBTASK_SUFFIX, Estimate
+from propme_metrics.metrics.likelihood import Estimate
 from propme_metrics.metrics.pm import CONFIDENCE, percent
 from propme_metrics.metrics.registry import UNDEFINED
+from propme_metrics.prompts.settings import SUBTASK_SUFFIX
 from propme_metrics.report.cells import fmt_interval, slug
 from propme_metrics.report.figures import model_label, plain, save
 

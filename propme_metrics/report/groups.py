@@ -12,6 +12,7 @@ from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.results import CorpusResult
 from propme_metrics.metrics.runs import LikelihoodTask, RunTask, limit_label
 from propme_metrics.report.load import describe_chat_template, describe_trace_config
+from propme_metrics.trace.result import TraceConfig
 
 
 def prompt_set_fingerprint(obj: Any) -> str:
@@ -31,7 +32,7 @@ class ComparableTasks:
     tasks: list[RunTask]
     label: str = ""
     limit: float | None = None
-    trace_config: dict[str, Any] | None = None   #: None: no task recorded its tracing settings (yet)
+    trace_config: TraceConfig | None = None   #: None: no task recorded its tracing settings (yet)
     chat_template_sha: str | None = None
 
     def add(self, task: RunTask) -> None:

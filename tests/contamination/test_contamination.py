@@ -15,8 +15,8 @@ from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
 from propme_metrics.contamination.summary import task_summary
-from propme_metrics.core.lmeval_files import model_identity
 from propme_metrics.index.reader import open_index
+from propme_metrics.runs.files import model_identity
 from propme_metrics.trace.text_rules import normalize_text
 from support.corpora import make_index, write_jsonl
 from support.lmeval import run_lm_eval, samples_file

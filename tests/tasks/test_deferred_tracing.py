@@ -135,7 +135,7 @@ def test_samples_logging_nvr_max_as_a_number_still_load(lm_eval_runs, tmp_path):
         for row in _samples(lm_eval_runs["two"], "propme_demo_prefix"):
             row["nvr_max"] = row["nvr_max"]["max"]
             fh.write(json.dumps(row) + "\n")
-    loaded = [load_samples(p, "propme_demo_prefix", setting="prefix")[0] for p in (path, old)]
+    loaded = [load_samples(p, "propme_demo_prefix", setting="prefix").prompts for p in (path, old)]
     assert [(p.id, p.generations, p.values) for p in loaded[0]] == [(p.id, p.generations, p.values) for p in loaded[1]]
     assert loaded[0] and all(p.values for p in loaded[0])
 

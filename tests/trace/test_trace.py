@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from propme_metrics.cli.app import main
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.index.search import Occurrences
-from propme_metrics.trace.inputs import read_generations
+from propme_metrics.runs.generations import read_generations
 from propme_metrics.trace.result import TraceConfig, TracedDocument, TraceResult
 from propme_metrics.trace.tracer import Tracer, evenly_spaced, select_occurrences
 from support.corpora import make_index, write_jsonl

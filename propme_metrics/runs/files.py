@@ -1,9 +1,11 @@
 """lm-eval output folders as files: the results files a folder holds (as lm-eval names them), the
-samples file of each task beside them, and a results file's JSON and model. The one place that
-finds and reads them (the report, `propme contamination` and its report section)."""
+samples file of each task beside them, and a results file's JSON, model, --limit and chat
+template. The one place that finds and reads them (`runs.lmeval` reads them into typed runs)."""
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -95,3 +97,24 @@ def read_results(results_path: Path) -> dict[str, Any]:
         raise ConfigError(f"{results_path} is not an lm-eval results file (no 'configs')",
                           "pass lm-eval's results_*.json files or the folders holding them")
     return data
+
+
+def run_limit(data: dict[str, Any], path: Path) -> float | None:
+    """lm-eval's --limit of a results file (a count, or a share when below 1); None for a full run."""
+    limit = (data.get("config") or {}).get("limit")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
+        raise ConfigError(f"{path}: config.limit is {limit!r}, not a positive number")
+    return float(limit)
+
+
+def chat_template_sha(results: dict[str, Any]) -> str | None:
+    """The sha256 of the chat template an lm-eval results file says its prompts went through
+    (`chat_template_sha`, or the hash of `chat_template`, as lm-eval computes it); None for plain prompts."""
+    sha, template = results.get("chat_template_sha"), results.get("chat_template")
+    if isinstance(sha, str) and sha:
+        return sha
+    if isinstance(template, str) and template:
+        return hashlib.sha256(template.encode("utf-8")).hexdigest()
+    return None
