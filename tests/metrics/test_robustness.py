@@ -56,7 +56,7 @@ def _task(setting: str, prompts: list[TracedPrompt]) -> RunTask:
         p.values = [contributions(t) if counts_for_metrics(t) else None for t in p.generations]
     return RunTask(task=f"propme_x_{setting}", corpus="x", setting=setting, model="m", revision="", model_args="",
                    metadata={}, index_identity=None, results={}, prompts=prompts, results_path=Path(),
-                   samples_path=Path(), date_id="", trace_config=TraceConfig().to_dict())
+                   samples_path=Path(), date_id="", trace_config=TraceConfig())
 
 
 def _value(rob, name, setting):
