@@ -50,10 +50,9 @@ from propme_metrics.core.files import write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.extraction_curve import LikelihoodResult
-from propme_metrics.metrics.likelihood import SUBTASK_SUFFIX
 from propme_metrics.metrics.pm import CONFIDENCE, ONE_UNIT, PERCENTILE, PROPAGATED, UNIFORM, WILSON, ZERO_EVENTS
 from propme_metrics.metrics.results import CorpusResult, MetricResult, finite
-from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
+from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SUBTASK_SUFFIX
 from propme_metrics.report.contents import Report
 from propme_metrics.trace.pii import detect, mask_text
 
