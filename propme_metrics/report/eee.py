@@ -49,6 +49,7 @@ from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
 from propme_metrics.core.files import write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.compare import BOUNDS, UNPAIRED
 from propme_metrics.metrics.extraction_curve import LikelihoodResult
 from propme_metrics.metrics.pm import CONFIDENCE, ONE_UNIT, PERCENTILE, PROPAGATED, UNIFORM, WILSON, ZERO_EVENTS
 from propme_metrics.metrics.results import CorpusResult, MetricResult, finite
@@ -84,6 +85,9 @@ INTERVAL_METHODS: tuple[tuple[str, str], ...] = (
     (PROPAGATED, "PM whose every resample gives one value: PM at the ends of the two sides' intervals"),
     (BOOTSTRAP_PERCENTILE, "plain percentile bootstrap: the likelihood subtask over documents, contamination "
                            "means and differences over items"),
+    (UNPAIRED, "a difference of two independent sets of units (a setting's figure minus the corpus' floor): each "
+               "side resampled apart, tails expanded"),
+    (BOUNDS, "a difference whose every resample gives one value: the difference of the two sides' intervals"),
 )
 _METHOD_NAMES = frozenset(name for name, _ in INTERVAL_METHODS)
 

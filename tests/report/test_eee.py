@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
+from propme_metrics.metrics import compare, pm
 from propme_metrics.metrics.pm import PERCENTILE, WILSON, wilson_interval
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contents import IncompleteReportError
@@ -190,6 +191,11 @@ def test_every_interval_method_a_record_names_is_one_docs_cli_lists(report):
              if "uncertainty" in r["score_details"]}
     assert named <= {name for name, _ in INTERVAL_METHODS}
     assert {WILSON, PERCENTILE, BOOTSTRAP_PERCENTILE} <= named
+    # every method an interval of a result can have: the metrics', PM's, the figures' (a floor's excess is
+    # a difference: compare's unpaired bootstrap or bounds), contamination's and the likelihood's
+    made = {pm.WILSON, pm.PERCENTILE, pm.ZERO_EVENTS, pm.UNIFORM, pm.ONE_UNIT, pm.PROPAGATED, BOOTSTRAP_PERCENTILE,
+            compare.UNPAIRED, compare.BOUNDS}
+    assert {name for name, _ in INTERVAL_METHODS} == made
 
 
 def test_the_likelihood_figures_are_in_the_record(report, validator):
