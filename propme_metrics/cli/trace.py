@@ -72,7 +72,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     summary = summarize(results, drop_degenerate=not args.keep_degenerate, pii=personal,
                         rare_max_count=args.rare_max_count)
     leaked_items = int(summary.sums["pii_items"][0])  # over the counted generations
-    task = traced_task(generations, results, index.path, manifest.identity, args.rare_max_count)
+    task = traced_task(generations, results, index.path, manifest.identity, args.rare_max_count,
+                       summary.per_generation)
     leaks_found = trace_leaks(task, args.bootstrap, args.seed)
     robust = trace_robustness(task, index, args.bootstrap, args.seed)
     record = summary_record(summary.to_dict(), leaked_items, config, not args.keep_degenerate, args.rare_max_count,

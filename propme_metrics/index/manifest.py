@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.core.files import write_atomic
+from propme_metrics.core.files import cache_dir, write_atomic
 from propme_metrics.index.format import MANIFEST_NAME, old_dir
 
 INDEX_FORMAT = "propme-index/1"
@@ -58,16 +58,42 @@ MANIFEST_SCHEMA: dict[str, Any] = {
 }
 
 
-def manifest_problem(data: Any) -> str | None:
-    """What is wrong with a manifest's JSON (None when nothing): the schema first, then what a schema
-    cannot say (the shard list matches `shard_ids`, every id lies below `num_shards`, each shard's
-    token file holds its tokens and one separator per document)."""
+def _valid_mark(raw: bytes) -> Path:
+    """Where `schema_problem` marks that the manifest text `raw` met MANIFEST_SCHEMA (keyed by both)."""
+    key = hashlib.sha256(json.dumps(MANIFEST_SCHEMA, sort_keys=True).encode() + b"\0" + raw).hexdigest()
+    return cache_dir() / "valid-manifests" / key
+
+
+def schema_problem(data: Any, raw: bytes | None = None) -> str | None:
+    """Where `data` breaks MANIFEST_SCHEMA (None: nowhere). `raw`, the text `data` was read from: a
+    text that met this schema before is not checked again (a mark in PropMe's cache folder; loading
+    `jsonschema` and checking cost about 80 ms, a third of a small `propme trace`)."""
+    mark = _valid_mark(raw) if raw is not None else None
+    if mark is not None and mark.exists():
+        return None
     import jsonschema
 
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(MANIFEST_SCHEMA).iter_errors(data))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
         return f"{where}: {error.message}"
+    if mark is not None:
+        try:
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
+        except OSError:  # a read-only cache folder: checked again next time
+            pass
+    return None
+
+
+def manifest_problem(data: Any, raw: bytes | None = None) -> str | None:
+    """What is wrong with a manifest's JSON (None when nothing): the schema first (`schema_problem`;
+    `raw`: the text it was read from), then what a schema cannot say (the shard list matches
+    `shard_ids`, every id lies below `num_shards`, each shard's token file holds its tokens and one
+    separator per document)."""
+    problem = schema_problem(data, raw)
+    if problem is not None:
+        return problem
     ids = [s["id"] for s in data["shards"]]
     if sorted(ids) != sorted(data["shard_ids"]):
         return f"shards lists ids {ids}, shard_ids says {data['shard_ids']}"
@@ -190,14 +216,15 @@ class IndexManifest:
                                    "an index is complete only once its build has finished; "
                                    "(re)run `propme index build` for it")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            raw = path.read_bytes()
+            data = json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
             raise IndexFormatError(f"{path} is corrupt (not JSON: {exc})",
                                    "rebuild the index with `propme index build`") from None
         if isinstance(data, dict) and "format" in data and data["format"] != INDEX_FORMAT:
             raise IndexFormatError(f"{path}: unknown index format {data.get('format')!r} (expected {INDEX_FORMAT})",
                                    "rebuild the index with this version of PropMe")
-        problem = manifest_problem(data)
+        problem = manifest_problem(data, raw)
         if problem is not None:
             raise IndexFormatError(f"{path} is damaged: {problem}",
                                    "restore the manifest from a copy of the index or rebuild the index with "

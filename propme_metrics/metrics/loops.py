@@ -11,6 +11,7 @@ of its characters equal to the character one period later. Code or prose whose r
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -26,6 +27,7 @@ LOOP_MIN_REPEATS = 3
 LOOP_AGREEMENT = 0.9
 
 
+@lru_cache(maxsize=4096)  # a span's text is read by every metric pass over a trace (summary, leak tables, figures)
 def is_periodic(text: str) -> bool:
     """Whether `text`, white space collapsed, repeats one unit of at most LOOP_MAX_UNIT characters at
     least LOOP_MIN_REPEATS times with LOOP_AGREEMENT of its characters equal one period later."""

@@ -52,6 +52,9 @@ class Summary:
     n_loops: int = 0   #: counted generations with a loop span (`metrics.loops`: left out of every other metric)
     metrics: dict[str, float | None] = field(default_factory=dict)
     sums: dict[str, tuple[float, float]] = field(default_factory=dict)  #: pooled (numerator, denominator)
+    #: each generation's contributions, in input order (None: not counted), for whatever pools them
+    #: next (the leak tables of `propme trace`) without computing them again
+    per_generation: list[Contributions | None] = field(default_factory=list, repr=False, compare=False)
 
     def __getattr__(self, name: str) -> float | None:
         metrics = self.__dict__.get("metrics", {})
@@ -73,12 +76,15 @@ def summarize(results: Iterable[TraceResult], drop_degenerate: bool = True,
     pii = [None] * len(results) if pii is None else list(pii)
     failed = sum(r.error is not None for r in results)
     degenerate = sum(r.error is None and r.degenerate for r in results)
-    counted = [contributions(r, pii=p, rare_max_count=rare_max_count) for r, p in zip(results, pii)
-               if r.error is None and not (drop_degenerate and r.degenerate)]
+    per_generation = [contributions(r, pii=p, rare_max_count=rare_max_count)
+                      if r.error is None and not (drop_degenerate and r.degenerate) else None
+                      for r, p in zip(results, pii)]
+    counted = [c for c in per_generation if c is not None]
     values: dict[str, float | None] = {}
     sums: dict[str, tuple[float, float]] = {}
     for m in METRICS:
         sums[m.name] = pool(m, counted)
         values[m.name] = m.pooled(*sums[m.name])
     return Summary(n_generations=len(results), n_counted=len(counted), n_degenerate=degenerate,
-                   n_failed=failed, n_loops=int(sums["loops"][0]), metrics=values, sums=sums)
+                   n_failed=failed, n_loops=int(sums["loops"][0]), metrics=values, sums=sums,
+                   per_generation=per_generation)

@@ -17,7 +17,7 @@ from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks
 from propme_metrics.metrics.pm import IntervalSpec
 from propme_metrics.metrics.robustness import Robustness, corpus_robustness
 from propme_metrics.metrics.runs import RunTask, TracedPrompt
-from propme_metrics.metrics.values import contributions, counts_for_metrics
+from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.trace.inputs import TraceInput
 from propme_metrics.trace.result import TraceResult
@@ -31,18 +31,23 @@ def _unit_key(key: str) -> str:
 
 
 def traced_task(inputs: Sequence[TraceInput], results: Sequence[TraceResult], index_path: str | Path,
-                index_identity: str, rare_max_count: int) -> RunTask:
+                index_identity: str, rare_max_count: int,
+                values: Sequence[Contributions | None] | None = None) -> RunTask:
     """The traced generations as one task of the report's kind (setting `prefix` when every generation
-    has a true continuation, else `traced`), grouped into units as the module docstring says."""
+    has a true continuation, else `traced`), grouped into units as the module docstring says.
+    `values`: the generations' contributions when already computed (`Summary.per_generation`, with
+    `rare_max_count`), else they are computed here."""
     prefix = bool(inputs) and all(g.continuation for g in inputs)
     setting = PREFIX if prefix else TRACED
     prompts: dict[str, TracedPrompt] = {}
-    for g, r in zip(inputs, results):
+    for i, (g, r) in enumerate(zip(inputs, results)):
         unit = _unit_key(r.key)
         p = prompts.setdefault(unit, TracedPrompt(id=unit, prompt="", continuation=g.continuation or "",
                                                   index_path=str(index_path)))
         p.generations.append(r)
-        p.values.append(contributions(r, rare_max_count=rare_max_count) if counts_for_metrics(r) else None)
+        known = values[i] if values is not None else None
+        p.values.append(None if not counts_for_metrics(r) else known if known is not None else
+                        contributions(r, rare_max_count=rare_max_count))
     task = RunTask(task="propme trace", corpus="", setting=setting, model="", revision="", model_args="",
                    metadata={}, index_identity=index_identity, results={}, prompts=list(prompts.values()),
                    results_path=Path(), samples_path=Path(), date_id="", rare_max_count=rare_max_count)

@@ -43,8 +43,8 @@ DEGENERATE_LETTERS = 0.5
 def letter_share(text: str) -> float | None:
     """The share of letters among the non-space characters (so outer white space cannot tip it);
     None when there is none."""
-    visible = [c for c in text if not c.isspace()]
-    return sum(c.isalpha() for c in visible) / len(visible) if visible else None
+    visible = "".join(text.split())  # str.split drops exactly the characters str.isspace names
+    return sum(map(str.isalpha, visible)) / len(visible) if visible else None
 
 
 def is_degenerate(text: str) -> bool:

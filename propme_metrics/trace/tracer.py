@@ -386,10 +386,23 @@ class _Context:
         self.probes = tuple(dict.fromkeys(words[i] for i in (0, len(words) // 2, -1))) if words else ()
         self.core_g = "".join(words)
         self._classes: dict[str, str] = {}  #: match class by window text (a window is classified up to three times)
+        #: `fetch`'s windows by (picks, needle tokens): a loop's spans repeat one text, so the same
+        #: occurrences of the same tokens are fetched again and again (about half of the fetches)
+        self._fetched: dict[tuple, list[_Retrieved]] = {}
 
     def fetch(self, picks: list[tuple[int, int]], needle: tuple[int, int]) -> list[_Retrieved]:
         """Windows of the picked occurrences of ids[needle], skipping a (shard, document) seen
-        before in this retrieval; decoded in one batch."""
+        before in this retrieval; decoded in one batch. The windows depend on the picks and the
+        needle's tokens alone, so a repeated request is answered from the first (a new list of the
+        same, never changed, windows)."""
+        key = (tuple(picks), tuple(self.ids[needle[0]:needle[1]]))
+        found = self._fetched.get(key)
+        if found is None:
+            found = self._fetched[key] = self._fetch(picks, needle)
+        return list(found)
+
+    def _fetch(self, picks: list[tuple[int, int]], needle: tuple[int, int]) -> list[_Retrieved]:
+        """`fetch` itself."""
         wins, seen = [], set()
         fetched = self.tracer.search.windows(picks, self.max_disp_len)
         self.tracer.search.check_holds(fetched, self.ids[needle[0]:needle[1]])

@@ -494,6 +494,35 @@ def test_damaged_manifest_is_exit_3_naming_the_field(edit, fragment, tmp_path, s
         assert code == 3 and "damaged" in err and fragment in err, (args[:2], err)
 
 
+def test_a_manifest_text_is_checked_against_the_schema_once(tmp_path, synthetic_index, monkeypatch):
+    """A manifest text that met the schema is not checked again (the check and its import are a third
+    of a small `propme trace`); any change to the text is checked, and a damaged one still refused."""
+    import jsonschema
+
+    from propme_metrics.index.manifest import IndexManifest
+
+    monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
+    index = tmp_path / "index"
+    shutil.copytree(synthetic_index, index)
+    checked = []
+    validator = jsonschema.Draft202012Validator
+    monkeypatch.setattr(jsonschema, "Draft202012Validator", lambda schema: checked.append(1) or validator(schema))
+    first = IndexManifest.read(index)
+    assert IndexManifest.read(index) == first and len(checked) == 1
+    original = (index / MANIFEST_NAME).read_bytes()
+    _edit_manifest(index, _shard0("ds_bytes", 0))
+    for _ in range(2):
+        with pytest.raises(IndexFormatError, match="shards/0/ds_bytes"):
+            IndexManifest.read(index)
+    assert len(checked) == 3
+    (index / MANIFEST_NAME).write_bytes(original)
+    assert IndexManifest.read(index) == first and len(checked) == 3
+    _edit_manifest(index, lambda m: {**m, "created": "another day"})  # valid, but another text: checked once more
+    IndexManifest.read(index)
+    IndexManifest.read(index)
+    assert len(checked) == 4
+
+
 def test_stray_shard_files_of_another_index_are_named(tmp_path, synthetic_index, cli_run):
     index = tmp_path / "index"
     shutil.copytree(synthetic_index, index)

@@ -108,3 +108,22 @@ def test_summary_is_json_ready(results):
     data = summarize(results).to_dict()
     assert json.loads(json.dumps(data)) == data
     assert not any(isinstance(v, float) and math.isnan(v) for v in data.values())
+
+
+@pytest.mark.parametrize("drop_degenerate", [True, False])
+def test_the_leak_tables_reuse_the_summary_contributions(results, monkeypatch, drop_degenerate):
+    """`propme trace` computes each generation's contributions once: the summary keeps them (None
+    where a generation is not counted) and the leak tables' task takes them as they are, degenerate
+    generations left out there whatever the summary counted."""
+    import propme_metrics.report.trace_leaks as trace_leaks
+    from propme_metrics.trace.inputs import TraceInput
+
+    s = summarize(results, drop_degenerate=drop_degenerate)
+    counted = [r.error is None and not (drop_degenerate and r.degenerate) for r in results]
+    assert s.per_generation == [contributions(r) if c else None for r, c in zip(results, counted)]
+    inputs = [TraceInput(key=r.key, text=r.text) for r in results]
+    fresh = trace_leaks.traced_task(inputs, results, "index", "identity", 10)
+    monkeypatch.setattr(trace_leaks, "contributions", lambda *a, **k: pytest.fail("computed again"))
+    reused = trace_leaks.traced_task(inputs, results, "index", "identity", 10, s.per_generation)
+    assert [p.values for p in reused.prompts] == [p.values for p in fresh.prompts]
+    assert [v is None for p in reused.prompts for v in p.values] == [not counts_for_metrics(r) for r in results]

@@ -342,6 +342,29 @@ def test_tracer_equals_the_reference_on_copies(synthetic_index, synthetic_record
                 assert as_reference(tr.trace_one(g, "x")) == reference_view(ref.trace(g))
 
 
+def test_a_loop_fetches_each_window_once_and_equals_the_reference(synthetic_index, synthetic_records, corpus_ids,
+                                                                  monkeypatch):
+    """A model loop (one corpus sentence again and again) asks for the same occurrences of the same
+    tokens over and over: each distinct request is fetched once, and the trace is the reference's."""
+    from propme_metrics.trace import tracer as tracer_module
+
+    tr = Tracer(synthetic_index)
+    ref = reference(tr, corpus_ids, "mixed")
+    sentence = next(s for r in synthetic_records for s in r["text"].split(". ") if len(s.split()) >= 8)
+    g = " " + ". ".join([sentence] * 10) + "."
+    tr.warm()
+    real_windows, real_fetch = tr.search.windows, tracer_module._Context.fetch
+    fetched, asked = [], []
+    monkeypatch.setattr(tr.search, "windows", lambda picks, n: fetched.append((tuple(picks), n)) or
+                        real_windows(picks, n))
+    monkeypatch.setattr(tracer_module._Context, "fetch", lambda self, picks, needle: asked.append(1) or
+                        real_fetch(self, picks, needle))
+    got = tr.trace_one(g, "x")
+    assert as_reference(got) == reference_view(ref.trace(g))
+    assert len(asked) > len(fetched) > 0          # requests repeat in a loop ...
+    assert len(fetched) == len(set(fetched))      # ... and none was fetched twice
+
+
 @pytest.mark.parametrize("mode", ["text", "mixed"])
 def test_merging_needs_the_union_to_occur(synthetic_index, oracle, synthetic_records, mode):
     """Kept spans that overlap merge only when their union occurs; no final span is absent from the corpus.
