@@ -204,11 +204,32 @@ def _joint_ratios_over(stats: Sequence[Sequence[Ratio]], draws: Iterable[np.ndar
     if any(len(s) != n for s in stats):
         raise ValueError("paired unit lists must have one length")
     arrays = [_arrays(s) for s in stats]
+    if isinstance(draws, _SharedDraws):
+        return [divide_arrays(draws.sums(num), draws.sums(den)) for num, den in arrays]
     parts: list[list[np.ndarray]] = [[] for _ in stats]
     for idx in draws:
         for k, (num, den) in enumerate(arrays):
             parts[k].append(divide_arrays(num[idx].sum(axis=1), den[idx].sum(axis=1)))
     return [np.concatenate(p) for p in parts]
+
+
+class _SharedDraws(tuple):
+    """Chunks of resample rows that several intervals share (`_seeded_draws`), with the resampled
+    sums of each values array they were asked for: the intervals of one leak table share their
+    denominators (every source's share has the table's total below it), so half the sums repeat."""
+
+    _MEMO_SIZE = 64   #: values arrays remembered (the memo is emptied when it would hold more)
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """`values[idx].sum(axis=1)` of every chunk, concatenated (computed once per values)."""
+        memo = self.__dict__.setdefault("_memo", {})
+        key = values.tobytes()
+        found = memo.get(key)
+        if found is None:
+            if len(memo) >= self._MEMO_SIZE:
+                memo.clear()
+            found = memo[key] = np.concatenate([values[idx].sum(axis=1) for idx in self])
+        return found
 
 
 def _resampled_ratios(stats: Sequence[Ratio], iters: int, rng: np.random.Generator) -> np.ndarray:
@@ -225,8 +246,8 @@ def resample_indices(n: int, iters: int, rng: np.random.Generator) -> Iterator[n
 
 
 @lru_cache(maxsize=1)
-def _one_chunk_of_draws(n: int, iters: int, seed: int) -> tuple[np.ndarray, ...]:
-    draws = tuple(resample_indices(n, iters, np.random.default_rng(seed)))
+def _one_chunk_of_draws(n: int, iters: int, seed: int) -> _SharedDraws:
+    draws = _SharedDraws(resample_indices(n, iters, np.random.default_rng(seed)))
     for idx in draws:
         idx.setflags(write=False)  # shared by every interval that asks
     return draws

@@ -597,7 +597,7 @@ def _work(job: tuple[str, str, str | None]) -> TraceResult:
 #: a batch given workers is traced in this process for up to this many seconds first; workers are
 #: forked for the rest only when it would take longer than WORKERS_PAY_AFTER seconds more at the rate
 #: measured: forking, sending results back and the parent's idle wait cost more than a short rest saves
-PROBE_SECONDS = 0.2
+PROBE_SECONDS = 0.05
 WORKERS_PAY_AFTER = 0.4
 #: a generation's weight in the estimate of the rest: its characters and a few more for the fixed part
 _FIXED_CHARS = 8

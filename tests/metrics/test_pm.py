@@ -149,6 +149,24 @@ def test_bootstrap_chunking_does_not_change_draws(monkeypatch):
     assert bootstrap_pm(NVR_SETTING, NVR_PREFIX, IntervalSpec(1_000)) == whole
 
 
+def test_intervals_sharing_draws_sum_each_values_array_once(monkeypatch):
+    """The intervals of one leak table share their draws and their denominators: each distinct values
+    array is resampled once, and every interval is the one fresh draws would give."""
+    stats = [[PromptStat(float(i % k == 0) * (i % 7) / 3, float(i % 5)) for i in range(300)] for k in (2, 3, 4)]
+    fresh = []
+    for s in stats:
+        monkeypatch.setattr(pm_module, "_CHUNK_ENTRIES", 7 * len(s))  # several chunks: never the shared draws
+        fresh.append(bootstrap_metric(s, IntervalSpec(1_000, seed=5)))
+    monkeypatch.undo()
+    pm_module._one_chunk_of_draws.cache_clear()
+    summed = []
+    real = pm_module._SharedDraws.sums
+    monkeypatch.setattr(pm_module._SharedDraws, "sums", lambda self, v: summed.append(v.tobytes()) or real(self, v))
+    assert [bootstrap_metric(s, IntervalSpec(1_000, seed=5)) for s in stats] == fresh
+    assert len(summed) == 6 and len(set(summed)) == 4   # three numerators, one shared denominator
+    assert len(pm_module._one_chunk_of_draws(300, 1_000, 5)._memo) == 4
+
+
 def test_bootstrap_metric_of_nothing_is_undefined():
     assert bootstrap_metric([]) == Interval(None)
     assert bootstrap_metric([PromptStat(0.0, 0.0)] * 5) == Interval(None)
