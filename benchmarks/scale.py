@@ -668,49 +668,56 @@ def common_pile_shards(node_gib: int, width: int = 2) -> int:
 
 
 CORPORA = {"Danish Dynaword": 6.8e9, "Common Pile v0.1 (Comma mix)": 464e9}  #: tokens (Llama-2 tokenizer)
+#: (corpus, shards) of the extrapolation: Dynaword in 1B-token shards; the Common Pile in 1B-token
+#: shards (what a 24 GiB machine builds) and in about 10B-token shards (what 256 GiB nodes build)
+LAYOUTS = (("Danish Dynaword", 7), ("Common Pile v0.1 (Comma mix)", 464), ("Common Pile v0.1 (Comma mix)", 47))
+MACHINES = ((1, 2, 24), (1, 64, 512), (8, 128, 1024))  #: (machines, cores each, RAM GiB each) for build hours
 
 
-def extrapolate(builds: list[dict], traces: dict, machines=((1, 2, 24), (1, 64, 512), (8, 128, 1024))) -> None:
-    """Disk, memory, build hours and traces per hour for the mission's corpora, from the largest size
-    measured: EXTRAPOLATION, assuming the fewest shards that libdivsufsort sorts in the build's default
-    memory (half the machine's RAM; `index/sizing.shards_needed`), shards built one after another per
-    machine (as `build_index` does), tokenization scaling with cores, and tracing cost = measured +
-    (shards - measured shards) x the measured search share of one shard."""
-    from propme_metrics.index.sizing import shards_needed
+def extrapolate(builds: list[dict], traces: dict) -> None:
+    """Disk, memory, build hours and traces per hour for the mission's corpora (`LAYOUTS`), from the
+    largest size measured: EXTRAPOLATION. Tokenization scales with cores (the rate of the largest
+    tokenized size), suffix arrays are built one shard after another per machine at the largest
+    size's rate per token (a lower bound for larger shards), and a generation over S shards of T
+    tokens costs the measured one-shard cost plus (S - 1) searches of one shard, each the measured
+    search share grown by the binary search's depth, log2(T) / log2(measured tokens). Cold: every
+    shard read from the disk for every generation (one machine whose RAM cannot hold the index);
+    warm: every shard in a page cache, which is the cost per core of a Ray cluster whose nodes keep
+    their shards warm, as long as its drivers keep up (`docs/scale.md`, where one driver stops scaling)."""
+    from propme_metrics.index.format import pointer_size
+    from propme_metrics.index.suffix_array import divsufsort_memory
 
     b = builds[-1]
     measured = [x for x in builds if x["tokenize_seconds"]]
-    if not measured:
+    w, c = traces.get((b["size"], "accelerated", "warm")), traces.get((b["size"], "accelerated", "cold"))
+    if not measured or not (w and c):
+        print("\n(no extrapolation: it needs a tokenized size and the largest size traced warm and cold)")
         return
     tok_per_core_s = measured[-1]["tokens"] / measured[-1]["tokenize_seconds"]  # one tokenizer thread
     sa_s_per_token = b["sa_seconds"] / b["tokens"]
-    disk_per_token = (b["shard_bytes"] + b["toplevel_bytes"]) / b["tokens"]
-    sa_rss_per_token = b.get("peak_rss_sa_mib", b["peak_rss_mib"]) * 2**20 / b["tokens"]
-    print(f"\nEXTRAPOLATION (not measured) from the {b['tokens']:,}-token index: {disk_per_token:.2f} bytes of disk "
-          f"per token, suffix array {sa_s_per_token * 1e9:.0f} s per billion tokens on one core and "
-          f"{sa_rss_per_token:.1f} bytes of memory per token, tokenization {tok_per_core_s:,.0f} tokens/s per core "
-          f"(as measured here, on a shared machine); shards: the fewest that libdivsufsort sorts in half the "
-          f"machine's RAM.\n")
-    print("| corpus | tokens | shards | disk | build memory per machine | machines x cores (RAM GiB) | build hours | "
-          "traces/hour per core, warm | traces/hour per core, cold |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|---:|")
-    w, c = traces.get((b["size"], "accelerated", "warm")), traces.get((b["size"], "accelerated", "cold"))
-    for name, tokens in CORPORA.items():
-        disk = tokens * disk_per_token
-        for n, cores, ram in machines:
-            shards = shards_needed(int(tokens), 2, ram * 2**30 // 2, ram * 2**30, "divsufsort")
-            per_shard = tokens / shards
-            mem = sa_rss_per_token * per_shard
-            tok_h = tokens / (tok_per_core_s * cores * n) / 3600
-            sa_h = math.ceil(shards / n) * per_shard * sa_s_per_token / 3600
-            warm = cold = "-"
-            if w and c:
-                more = (shards - b.get("shards", 1)) / b.get("shards", 1)
-                warm = f"{3.6e6 / (w['mean_ms'] + more * w['search_ms']):,.0f}"
-                cold = f"{3.6e6 / (c['mean_ms'] + more * c['search_ms']):,.0f}"
-            fits = "" if mem <= ram * 2**30 / 2 else " (over half the RAM: more, smaller shards)"
-            print(f"| {name} | {tokens / 1e9:,.1f}B | {shards} | {disk / 1e9:,.0f} GB | {mem / 2**30:,.1f} GiB{fits} | "
-                  f"{n} x {cores} ({ram}) | {tok_h + sa_h:,.1f} | {warm} | {cold} |")
+    base = b["shard_bytes"] + b["toplevel_bytes"] - b["tokens"] * pointer_size(2 * b["tokens"])  # all but pointers
+    print(f"\nEXTRAPOLATION (not measured) from the {b['tokens']:,}-token shard: one generation (about 256 tokens) "
+          f"{w['cpu_ms']:.1f} ms of CPU warm ({w['search_ms']:.1f} of it searching), {c['mean_ms']:.1f} ms cold "
+          f"({c['search_ms']:.1f} searching); suffix array {sa_s_per_token * 1e9:.0f} s per billion tokens on one "
+          f"core; tokenization {tok_per_core_s:,.0f} tokens/s per core (tokenized size {measured[-1]['tokens']:,}).\n")
+    print("| corpus | tokens | shards (tokens each) | disk | suffix-array memory per shard | build hours: "
+          + " / ".join(f"{n} x {cores} ({ram} GiB)" for n, cores, ram in MACHINES)
+          + " | traces/hour per core, shards on disk (cold) | traces/hour per core, shards warm (RAM, or Ray nodes "
+          "keeping them) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, shards in LAYOUTS:
+        tokens = CORPORA[name]
+        per_shard = tokens / shards
+        ds_bytes = int(2 * per_shard)
+        disk = shards * per_shard * (base / b["tokens"] + pointer_size(ds_bytes))
+        hours = [tokens / (tok_per_core_s * cores * n) / 3600 + math.ceil(shards / n) * per_shard * sa_s_per_token / 3600
+                 for n, cores, _ram in MACHINES]
+        depth = math.log2(per_shard) / math.log2(b["tokens"])
+        cold = 3.6e6 / (c["mean_ms"] + (shards - 1) * c["search_ms"] * depth)
+        warm = 3.6e6 / (w["cpu_ms"] + (shards - 1) * w["search_ms"] * depth)
+        print(f"| {name} | {tokens / 1e9:,.1f}B | {shards} ({per_shard / 1e9:,.1f}B) | {disk / 1e9:,.0f} GB | "
+              f"{divsufsort_memory(ds_bytes) / 2**30:,.0f} GiB | " + " / ".join(f"{h:,.1f}" for h in hours)
+              + f" | {cold:,.0f} | {warm:,.0f} |")
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT
@@ -27,10 +28,21 @@ def counts_for_metrics(r: TraceResult) -> bool:
 def contributions(r: TraceResult, metrics: Iterable[Metric] = METRICS,
                   pii: PIILeaks | None = None, rare_max_count: int = RARE_MAX_COUNT) -> Contributions:
     """What one generation adds to each metric: its (numerator, denominator), read without its loop
-    spans (`metrics.loops`). `pii`: its leaks, if known; `rare_max_count`: `fmr_rare`'s threshold."""
+    spans (`metrics.loops`). `pii`: its leaks, if known; `rare_max_count`: `fmr_rare`'s threshold.
+    An empty completion (most of a study's generations) has no span, document or personal data:
+    what it adds depends on its extraction alone, so the registry's values for it are made once."""
+    if not r.text and not r.final_spans and metrics is METRICS and (pii is None or not pii.detected):
+        return dict(_empty_contributions(r.extracted, rare_max_count))
     view = without_loops(r)
     g = Generation(view.trace, leaks(r) if pii is None else pii, rare_max_count, view.loops)
     return {m.name: m.contribution(g) for m in metrics}
+
+
+@lru_cache(maxsize=16)
+def _empty_contributions(extracted: bool | None, rare_max_count: int) -> Contributions:
+    """The registry's contributions of an empty completion (`contributions`)."""
+    empty = TraceResult(key="", text="", n_tokens=0, degenerate=False, extracted=extracted)
+    return {m.name: m.contribution(Generation(empty, PIILeaks(), rare_max_count)) for m in METRICS}
 
 
 def pool(metric: Metric, counted: Iterable[Contributions]) -> tuple[float, float]:

@@ -127,3 +127,18 @@ def test_the_leak_tables_reuse_the_summary_contributions(results, monkeypatch, d
     reused = trace_leaks.traced_task(inputs, results, "index", "identity", 10, s.per_generation)
     assert [p.values for p in reused.prompts] == [p.values for p in fresh.prompts]
     assert [v is None for p in reused.prompts for v in p.values] == [not counts_for_metrics(r) for r in results]
+
+
+@pytest.mark.parametrize("extracted", [None, True, False])
+def test_an_empty_completion_contributes_what_the_registry_says(extracted):
+    """Empty completions (most of a study's) share one computation of their contributions: the same
+    values the registry's functions give such a trace, and a fresh dict each time."""
+    from propme_metrics.metrics.registry import METRICS, Generation
+    from propme_metrics.trace.pii import PIILeaks
+
+    empty = TraceResult(key="k", text="", n_tokens=0, degenerate=False, extracted=extracted)
+    expected = {m.name: m.contribution(Generation(empty, PIILeaks(), 10)) for m in METRICS}
+    got = contributions(empty, rare_max_count=10)
+    assert got == expected and got is not contributions(empty, rare_max_count=10)
+    assert got["extraction"] == ((0.0, 0.0) if extracted is None else (float(extracted), 1.0))
+    assert contributions(empty, pii=PIILeaks(), rare_max_count=10) == expected
