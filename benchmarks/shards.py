@@ -144,12 +144,13 @@ def main() -> None:
     print(f"\n{args.generations} generations of {args.gen_tokens} tokens, {args.tokens:,} tokens in 1 to {counts[-1]} "
           f"shards, best of {args.rounds} rounds; load average at end {os.getloadavg()}\n")
     print("| code | " + " | ".join(f"{n} shard(s) ms wall / CPU" for n in counts) +
-          " | marginal ms per shard (wall) | largest / 1 shard |")
+          " | marginal ms per shard (wall / CPU) | largest / 1 shard |")
     print("|---|" + "---:|" * (len(counts) + 2))
     for name in codes:
         wall = [best[(name, n)]["wall_ms"] for n in counts]
         cells = " | ".join(f"{best[(name, n)]['wall_ms']:.2f} / {best[(name, n)]['cpu_ms']:.2f}" for n in counts)
-        print(f"| {name} | {cells} | {slope(counts, wall):.3f} | {wall[-1] / wall[0]:.2f}x |")
+        cpu = [best[(name, n)]["cpu_ms"] for n in counts]
+        print(f"| {name} | {cells} | {slope(counts, wall):.3f} / {slope(counts, cpu):.3f} | {wall[-1] / wall[0]:.2f}x |")
     mine = [best[("this code", n)]["wall_ms"] for n in counts]
     s, ratio = slope(counts, mine), mine[-1] / mine[0]
     print(f"\ngoal (issue 42 item 3): marginal cost per shard <= 0.3 ms: {s:.3f} ms ({'met' if s <= 0.3 else 'NOT met'}); "
