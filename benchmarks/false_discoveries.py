@@ -53,9 +53,7 @@ def replicate(rng: np.random.Generator, m: int, real: int, n: int, rate: float, 
         is_real = i < real
         a, b = _shares(rng, q), _shares(rng, q * (0.5 if is_real else 1.0))
         iv = metric_difference(FMR, a, b, True, IntervalSpec(resamples, seed * m + i))
-        sig = iv.low is not None and iv.high is not None and (iv.low > 0 or iv.high < 0)
-        rows.append(ComparisonRow("a", "", "b", "", "c", f"s{i % SETTINGS}", f"m{i}", None, None, iv.estimate,
-                                  iv.low, iv.high, sig, iv.method, True, n, p_value=iv.p_value))
+        rows.append(ComparisonRow("a", "", "b", "", "c", f"s{i % SETTINGS}", f"m{i}", None, None, iv, True, n))
         truth.append(is_real)
     table = Comparisons(rows=rows)
     adjust(table)

@@ -10,7 +10,7 @@ them; each wrapper acts on PropMe's tasks and groups only and leaves every other
 * `evaluator_utils._compute_task_aggregations`: each PropMe metric's `<metric>_stderr` is
   `STDERR_RULE`: the half-width of the interval `propme report` shows for it (modified Wilson
   over the counted generations for a share, the expanded percentile bootstrap over prompts for a
-  ratio, a percentile bootstrap over documents for the likelihood subtask), divided by the normal
+  ratio and over documents for the likelihood subtask), divided by the normal
   quantile of its confidence; `N/A` where that interval is undefined (a maximum has none). The
   helper entries `trace` and `likelihood` (per sample: the full record) leave the task's results.
 * `api.group.Group.aggregate`: a group whose `aggregate_metric_list` names `pm` (each corpus's
@@ -35,18 +35,17 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import bootstrap_documents
-from propme_metrics.metrics.pm import Interval, IntervalSpec, metric_interval, pm_interval
+from propme_metrics.metrics.pm import DEFAULT_INTERVALS, Interval, IntervalSpec, metric_interval, pm_interval
 from propme_metrics.metrics.ratio import Ratio, pool_ratios
 from propme_metrics.prompts.settings import LIKELIHOOD, MEASURE_KEY, PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.runs.files import SIDECAR_PREFIX
 
 #: how PropMe's stderr in lm-eval's results is computed (written into every sidecar)
 STDERR_RULE = ("half-width of the interval `propme report` shows (modified Wilson over counted generations for a "
-               "share, expanded percentile bootstrap over prompts for a ratio, percentile bootstrap over documents "
-               "for the likelihood subtask; 10,000 resamples, seed 0) divided by the normal quantile of its "
+               "share, expanded percentile bootstrap over prompts for a ratio and over documents for the likelihood "
+               "subtask; 10,000 resamples, seed 0) divided by the normal quantile of its "
                "confidence (1.96 at 95%)")
 #: the helper entries of PropMe's tasks: per sample the full record, never a metric of the table
 HELPERS = (registry.TRACE_DIAGNOSTIC[0], registry.LIKELIHOOD_DIAGNOSTIC[0])
@@ -96,7 +95,7 @@ class RunFigures:
 
     tasks: dict[str, TaskFigures] = field(default_factory=dict)
     groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    intervals: IntervalSpec = IntervalSpec()
+    intervals: IntervalSpec = DEFAULT_INTERVALS
 
     def task(self, task: Any, raw_metrics: dict[tuple[str, str], list], agg: dict[str, Any],
              bootstrap_iters: int | None) -> dict[str, Any]:
@@ -140,9 +139,7 @@ class RunFigures:
             spec = registry.LIKELIHOOD_BY_NAME.get(metric)
             if spec is None or not items:
                 continue
-            est = bootstrap_documents({metric: items}, {metric: spec.statistic}, self.intervals)[metric]
-            iv = Interval(est.value, est.low, est.high, BOOTSTRAP_PERCENTILE, self.intervals.confidence,
-                          self.intervals.resamples)
+            iv = bootstrap_documents({metric: items}, {metric: spec.statistic}, self.intervals)[metric]
             found.append(((metric, filter_key), iv, len(items)))
         return found
 

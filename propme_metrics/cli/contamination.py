@@ -74,6 +74,7 @@ def cmd_contamination(args: argparse.Namespace) -> int:
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.core.progress import terminal
     from propme_metrics.index.reader import open_index
+    from propme_metrics.metrics.pm import IntervalSpec
     from propme_metrics.report.contamination_views import contamination_lines, write_outputs
 
     rule = rule_from(args)
@@ -87,8 +88,8 @@ def cmd_contamination(args: argparse.Namespace) -> int:
 
         search = ray_search(index, address=args.ray or None, actors=args.actors)
     try:
-        result = check_tasks(index, per_task, rule, args.workers, args.bootstrap, args.seed, args.quiet, runs=runs,
-                             search=search)
+        result = check_tasks(index, per_task, rule, args.workers, IntervalSpec(args.bootstrap, args.seed), args.quiet,
+                             runs=runs, search=search)
     finally:
         if search is not None:
             search.close()
@@ -113,6 +114,7 @@ def report_contamination(args: argparse.Namespace, rule, out: Path):
     from propme_metrics.core.errors import PropMeError
     from propme_metrics.core.progress import stderr_console
     from propme_metrics.index.reader import open_index
+    from propme_metrics.metrics.pm import IntervalSpec
     from propme_metrics.report.contamination_views import write_outputs
 
     try:
@@ -137,7 +139,7 @@ def report_contamination(args: argparse.Namespace, rule, out: Path):
         stderr_console.print(Text(f"no contamination section: {getattr(exc, 'message', exc)} (run `propme "
                                   "contamination` for the details)"), highlight=False)
         return None
-    result = check_tasks(index, per_task, rule, 1, args.bootstrap, args.seed,
+    result = check_tasks(index, per_task, rule, 1, IntervalSpec(args.bootstrap, args.seed),
                          runs={t.task: t.runs for t in logged})
     write_outputs(out, result)
     return result

@@ -16,6 +16,7 @@ from propme_metrics.contamination.sources import SHOWN_ITEMS, FlaggedItem, locat
 from propme_metrics.contamination.summary import TaskSummary, task_summary
 from propme_metrics.index.reader import Index
 from propme_metrics.index.search import IndexSearch
+from propme_metrics.metrics.pm import DEFAULT_INTERVALS, IntervalSpec
 
 
 @dataclass
@@ -25,8 +26,7 @@ class ContaminationResult:
     index_path: str
     index_identity: str
     rule: ContaminationRule
-    bootstrap: int
-    seed: int
+    intervals: IntervalSpec                  #: how every figure's interval was made
     checks: list[TaskCheck]
     summaries: dict[str, TaskSummary]
     flagged: dict[str, list[FlaggedItem]]   #: per task, its first flagged items with their spans' sources
@@ -40,11 +40,11 @@ class ContaminationResult:
 
 
 def check_tasks(index: Index, per_task: Sequence[tuple[str, Sequence[BenchmarkItem]]], rule: ContaminationRule,
-                workers: int = 1, bootstrap: int = 0, seed: int = 0, quiet: bool = True,
+                workers: int = 1, intervals: IntervalSpec = DEFAULT_INTERVALS, quiet: bool = True,
                 runs: dict[str, dict[str, BenchmarkRun]] | None = None, shown_items: int = SHOWN_ITEMS,
                 search: IndexSearch | None = None) -> ContaminationResult:
-    """Match every task's items (`workers` processes), apply `rule`, summarize each task (intervals
-    from `bootstrap` resamples, `seed`) and locate the spans of its first `shown_items` flagged
+    """Match every task's items (`workers` processes), apply `rule`, summarize each task (every
+    interval by `intervals`) and locate the spans of its first `shown_items` flagged
     items. `runs`: the models' runs of each task, when the items come from runs. `search`:
     another search path than the index's own (its shards on Ray: `CorpusMatcher`)."""
     from propme_metrics.core.progress import progress_bar, rate
@@ -64,6 +64,6 @@ def check_tasks(index: Index, per_task: Sequence[tuple[str, Sequence[BenchmarkIt
             checks.append(apply_rule(name, match_items(items, matcher, advance), rule, counts))
     seconds = time.time() - started
     return ContaminationResult(
-        str(index.path), index.manifest.identity, rule, bootstrap, seed, checks,
-        {c.task: task_summary(c, bootstrap, seed) for c in checks},
+        str(index.path), index.manifest.identity, rule, intervals, checks,
+        {c.task: task_summary(c, intervals) for c in checks},
         {c.task: locate_flagged(matcher, c, shown_items) for c in checks}, seconds, dict(runs or {}))

@@ -1,6 +1,7 @@
 """Per-task figures: the contaminated share (Wilson interval), every logged per-sample metric on
 all, clean and contaminated items with intervals, the difference contaminated - clean with a
-bootstrap interval (GPT-3's clean-subset study), and the curve across thresholds."""
+bootstrap interval (GPT-3's clean-subset study), and the curve across thresholds. Every figure is a
+`metrics.pm.Interval` made by one `IntervalSpec` (`units`: the items behind it; None for a difference)."""
 from __future__ import annotations
 
 import math
@@ -13,49 +14,35 @@ import numpy as np
 from propme_metrics.contamination.check import TaskCheck, coverage_values
 from propme_metrics.contamination.rule import CURVE_COVERAGE, CURVE_K, ContaminationRule
 from propme_metrics.metrics.pm import (
-    CONFIDENCE,
-    DEFAULT_BOOTSTRAP,
+    DEFAULT_INTERVALS,
     WILSON,
-    percentile_bounds,
+    Interval,
+    IntervalSpec,
     resample_indices,
     wilson_interval,
 )
 
-#: the interval of a non-0/1 metric's mean and of a difference: the plain percentile bootstrap
-BOOTSTRAP_PERCENTILE = "bootstrap-percentile"
 
-
-@dataclass(frozen=True)
-class Estimate:
-    """A figure with its interval (every part None when undefined), how the interval was made and
-    the items behind it (`n`: None for a difference, which has two groups)."""
-
-    value: float | None
-    low: float | None = None
-    high: float | None = None
-    method: str | None = None   #: WILSON or BOOTSTRAP_PERCENTILE; None when there is no interval
-    n: int | None = None
-    resamples: int = 0          #: bootstrap resamples behind the interval (0: not a bootstrap)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form in contamination.json."""
-        out: dict[str, Any] = {"value": self.value, "low": self.low, "high": self.high, "method": self.method}
-        if self.n is not None:
-            out["n"] = self.n
-        return out
+def figure(iv: Interval) -> dict[str, Any]:
+    """A figure's JSON form in contamination.json: value, ends, method (None without an interval) and
+    `n`, the items behind it (not for a difference, which has two groups)."""
+    out: dict[str, Any] = {"value": iv.estimate, "low": iv.low, "high": iv.high, "method": iv.method or None}
+    if iv.units is not None:
+        out["n"] = iv.units
+    return out
 
 
 @dataclass(frozen=True)
 class MetricSplit:
     """One per-sample metric on all, clean and contaminated items, and contaminated - clean."""
 
-    all: Estimate
-    clean: Estimate
-    contaminated: Estimate
-    difference: Estimate
+    all: Interval
+    clean: Interval
+    contaminated: Interval
+    difference: Interval
 
     def to_dict(self) -> dict[str, Any]:
-        return {part: getattr(self, part).to_dict() for part in ("all", "clean", "contaminated", "difference")}
+        return {part: figure(getattr(self, part)) for part in ("all", "clean", "contaminated", "difference")}
 
 
 @dataclass(frozen=True)
@@ -80,14 +67,14 @@ class TaskSummary:
 
     items: int
     contaminated: int
-    share: Estimate
+    share: Interval
     boilerplate_kgrams: int
     rule: ContaminationRule
     models: dict[str, dict[str, MetricSplit]]   #: model label -> metric -> its split
     curve: list[CurvePoint]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"items": self.items, "contaminated": self.contaminated, "share": self.share.to_dict(),
+        return {"items": self.items, "contaminated": self.contaminated, "share": figure(self.share),
                 "boilerplate_kgrams": self.boilerplate_kgrams, "rule": self.rule.to_dict(),
                 "models": {label: {name: m.to_dict() for name, m in metrics.items()}
                            for label, metrics in self.models.items()},
@@ -107,34 +94,37 @@ def _resampled_means(values: np.ndarray, iters: int, rng: np.random.Generator) -
     return np.concatenate([values[idx].mean(axis=1) for idx in resample_indices(len(values), iters, rng)])
 
 
-def mean_with_interval(values: np.ndarray, iters: int, seed: int) -> Estimate:
-    """The mean with a Wilson interval for 0/1 values (accuracy), a percentile bootstrap otherwise;
-    undefined when there are no values."""
+def mean_with_interval(values: np.ndarray, intervals: IntervalSpec) -> Interval:
+    """The mean with a Wilson interval for 0/1 values (accuracy), a bootstrap interval
+    (`IntervalSpec.bounds`) otherwise; undefined when there are no values."""
     n = len(values)
     if n == 0:
-        return Estimate(None, n=0)
+        return Interval(None, confidence=intervals.confidence, units=0)
     mean = float(values.mean())
     if _is_binary(values):
-        low, high = wilson_interval(int(values.sum()), n, CONFIDENCE)
-        return Estimate(mean, _finite(low), _finite(high), WILSON, n)
-    if iters > 0:
-        low, high = percentile_bounds(_resampled_means(values, iters, np.random.default_rng(seed)), CONFIDENCE)
-        return Estimate(mean, _finite(low), _finite(high), BOOTSTRAP_PERCENTILE, n, iters)
-    return Estimate(mean, n=n)
+        low, high = wilson_interval(int(values.sum()), n, intervals.confidence)
+        return Interval(mean, _finite(low), _finite(high), WILSON, intervals.confidence, units=n)
+    if intervals.bootstrap:
+        samples = _resampled_means(values, intervals.resamples, np.random.default_rng(intervals.seed))
+        low, high = intervals.bounds(samples, n)
+        return Interval(mean, _finite(low), _finite(high), intervals.method, intervals.confidence,
+                        intervals.resamples, units=n)
+    return Interval(mean, confidence=intervals.confidence, units=n)
 
 
-def difference(contaminated: np.ndarray, clean: np.ndarray, iters: int, seed: int) -> Estimate:
-    """contaminated - clean, with a percentile-bootstrap interval (each group resampled on its
-    own, with its own size); undefined when either group is empty."""
+def difference(contaminated: np.ndarray, clean: np.ndarray, intervals: IntervalSpec) -> Interval:
+    """contaminated - clean, with a bootstrap interval (each group resampled on its own, with its own
+    size; the expansion counts the smaller group); undefined when either group is empty."""
     if not len(contaminated) or not len(clean):
-        return Estimate(None)
+        return Interval(None, confidence=intervals.confidence)
     value = float(contaminated.mean() - clean.mean())
-    if iters <= 0:
-        return Estimate(value)
-    rng = np.random.default_rng(seed)
-    samples = _resampled_means(contaminated, iters, rng) - _resampled_means(clean, iters, rng)
-    low, high = percentile_bounds(samples, CONFIDENCE)
-    return Estimate(value, low, high, BOOTSTRAP_PERCENTILE, resamples=iters)
+    if not intervals.bootstrap:
+        return Interval(value, confidence=intervals.confidence)
+    rng = np.random.default_rng(intervals.seed)
+    samples = (_resampled_means(contaminated, intervals.resamples, rng)
+               - _resampled_means(clean, intervals.resamples, rng))
+    low, high = intervals.bounds(samples, min(len(contaminated), len(clean)))
+    return Interval(value, low, high, intervals.method, intervals.confidence, intervals.resamples)
 
 
 def model_labels(check: TaskCheck) -> list[str]:
@@ -153,23 +143,24 @@ def _values(check: TaskCheck, model: str, metric: str, mask: np.ndarray) -> np.n
                      if m and metric in r.item.metrics.get(model, {})], dtype=float)
 
 
-def _split(check: TaskCheck, model: str, metric: str, flagged: np.ndarray, iters: int, seed: int) -> MetricSplit:
+def _split(check: TaskCheck, model: str, metric: str, flagged: np.ndarray, intervals: IntervalSpec) -> MetricSplit:
     every = np.ones(len(flagged), dtype=bool)
     dirty, clean = _values(check, model, metric, flagged), _values(check, model, metric, ~flagged)
-    return MetricSplit(all=mean_with_interval(_values(check, model, metric, every), iters, seed),
-                       clean=mean_with_interval(clean, iters, seed),
-                       contaminated=mean_with_interval(dirty, iters, seed),
-                       difference=difference(dirty, clean, iters, seed))
+    return MetricSplit(all=mean_with_interval(_values(check, model, metric, every), intervals),
+                       clean=mean_with_interval(clean, intervals),
+                       contaminated=mean_with_interval(dirty, intervals),
+                       difference=difference(dirty, clean, intervals))
 
 
-def task_summary(check: TaskCheck, iters: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> TaskSummary:
+def task_summary(check: TaskCheck, intervals: IntervalSpec = DEFAULT_INTERVALS) -> TaskSummary:
     """The task's figures: share, each model's metrics split into clean and contaminated items, the curve."""
     n, k = len(check.items), check.contaminated
-    low, high = wilson_interval(k, n, CONFIDENCE)
+    low, high = wilson_interval(k, n, intervals.confidence)
     flagged = np.array([r.contaminated for r in check.items], dtype=bool)
-    models = {model: {name: _split(check, model, name, flagged, iters, seed) for name in metric_names(check, model)}
+    models = {model: {name: _split(check, model, name, flagged, intervals) for name in metric_names(check, model)}
               for model in model_labels(check)}
-    share = Estimate(k / n if n else None, _finite(low), _finite(high), WILSON if n else None, n)
+    share = Interval(k / n if n else None, _finite(low), _finite(high), WILSON if n else "", intervals.confidence,
+                     units=n)
     return TaskSummary(n, k, share, check.boilerplate_kgrams, check.rule, models, curve(check))
 
 

@@ -60,6 +60,7 @@ def run_benchmark_task(paths, root: Path | None = None, progress: bool = False):
     from propme_metrics.core.errors import BuildError
     from propme_metrics.demo.run import DEMO_MODEL, FINAL, lm_eval_env
     from propme_metrics.index.reader import open_index
+    from propme_metrics.metrics.pm import IntervalSpec
     from propme_metrics.report.contamination_views import write_outputs
     from propme_tasks.benchmark_docs import logged_items
 
@@ -79,7 +80,7 @@ def run_benchmark_task(paths, root: Path | None = None, progress: bool = False):
                              "fix the cause and run `propme demo` again: finished stages are reused")
     logged = read_runs([runs], (TASK,))
     per_task = logged_items(logged, str(folder))
-    result = check_tasks(open_index(paths.index), per_task, ContaminationRule(), 1, 1000, 0, not progress,
+    result = check_tasks(open_index(paths.index), per_task, ContaminationRule(), 1, IntervalSpec(1000, 0), not progress,
                          runs={TASK: logged[0].runs})
     write_outputs(root / "contamination", result)
     return result

@@ -361,11 +361,11 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
             stderr_console.print(f"[yellow]finding:[/] PM_{metric.upper()} ({setting} vs prefix) = {iv.estimate:.2f}: "
                                  f"the tiny model leaks {how} as much as under prefix attacks")
     for lr in report.likelihood:  # the (n, p) curve of the likelihood subtask
-        curve = "  ".join(f"n={n:,}: {e.value:.2f}" for n, e in lr.curve.items())
-        fmr = "-" if lr.prefix_fmr is None else f"{lr.prefix_fmr.value:.2f}"
+        curve = "  ".join(f"n={n:,}: {e.estimate:.2f}" for n, e in lr.curve.items())
+        fmr = "-" if lr.prefix_fmr is None else f"{lr.prefix_fmr.estimate:.2f}"
         print(f"\n(n, p)-discoverable prefix documents (p = {lr.p:g}, {lr.n_documents} documents): {curve}\n"
-              f"greedy extraction {lr.metrics['greedy_extraction'].value:.2f}, prefix FMR {fmr}, "
-              f"median log10 P(z) {lr.metrics['log10_p_median'].value:.2f}")
+              f"greedy extraction {lr.metrics['greedy_extraction'].estimate:.2f}, prefix FMR {fmr}, "
+              f"median log10 P(z) {lr.metrics['log10_p_median'].estimate:.2f}")
     for line in contamination_lines(contamination):
         print(f"\ncontamination of the demo's other benchmark (propme contamination): {line}")
     print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv} and {report.out / 'leaderboard.html'}\n"

@@ -26,7 +26,7 @@ share a rank.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any
 
@@ -40,7 +40,6 @@ from propme_metrics.metrics.pm import (
     informative_units,
     joint_ratios,
     metric_interval,
-    percentile_bounds,
     pm,
     pm_array,
     pm_interval,
@@ -51,9 +50,9 @@ from propme_metrics.metrics.ratio import Ratio
 from propme_metrics.metrics.results import CorpusResult
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS
 
-#: the interval methods of a difference
-PAIRED = "paired-bootstrap-expanded-percentile"
-UNPAIRED = "unpaired-bootstrap-expanded-percentile"
+#: the interval methods of a difference at the default spec (`IntervalSpec.paired`), and without resample variation
+PAIRED = IntervalSpec().paired(True)
+UNPAIRED = IntervalSpec().paired(False)
 BOUNDS = "bounds-difference"
 #: which pairs to compare: every pair of models, or consecutive revisions of each model (input order)
 PAIRINGS = ("all", "consecutive")
@@ -84,7 +83,8 @@ class Arm:
 
 @dataclass
 class ComparisonRow:
-    """One comparison: metric (or `pm_<metric>`) of A minus B on one corpus and setting."""
+    """One comparison: metric (or `pm_<metric>`) of A minus B on one corpus and setting, the
+    difference one `Difference` interval (its method: `IntervalSpec.paired`, or BOUNDS)."""
 
     model_a: str
     revision_a: str
@@ -95,26 +95,40 @@ class ComparisonRow:
     metric: str                  #: a registry metric, or `pm_<metric>`
     value_a: float | None
     value_b: float | None
-    diff: float | None           #: value_a - value_b (None: either is undefined)
-    low: float | None
-    high: float | None
-    significant: bool            #: the interval excludes 0
-    method: str                  #: PAIRED, UNPAIRED or BOUNDS ("" when undefined)
+    difference: Difference       #: value_a - value_b with its interval (estimate None: either is undefined)
     paired: bool
     units: int                   #: prompts joined (generations per model when unpaired)
-    confidence: float = CONFIDENCE
-    resamples: int = 0
     rank_a: int | None = None    #: ranks among the compared models of this corpus, setting, metric
     rank_b: int | None = None
-    p_value: float | None = None     #: two-sided bootstrap p-value of no difference (None: undefined)
-    p_adjusted: float | None = None  #: the same, Benjamini-Hochberg-adjusted over every row of the comparisons
+    p_adjusted: float | None = None  #: the difference's p-value, Benjamini-Hochberg-adjusted over every row
     significant_adjusted: bool = False  #: significant, and p_adjusted <= 1 - confidence
     adjustment: str = ""             #: how p_adjusted was made (ADJUSTMENT; "" without a p-value)
     adjusted_over: int = 0           #: the number of comparisons it accounts for
     withheld: str = ""               #: PM only: why it is not compared (a side's PM is withheld); "" when compared
 
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 0."""
+        lo, hi = self.difference.low, self.difference.high
+        return lo is not None and hi is not None and (lo > 0 or hi < 0)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The row as comparisons.json/.csv write it (`COMPARISON_FIELDS`, in that order)."""
+        d = self.difference
+        return {"model_a": self.model_a, "revision_a": self.revision_a, "model_b": self.model_b,
+                "revision_b": self.revision_b, "corpus": self.corpus, "setting": self.setting, "metric": self.metric,
+                "value_a": self.value_a, "value_b": self.value_b, "diff": d.estimate, "low": d.low, "high": d.high,
+                "significant": self.significant, "method": d.method, "paired": self.paired, "units": self.units,
+                "confidence": d.confidence, "resamples": d.resamples, "rank_a": self.rank_a, "rank_b": self.rank_b,
+                "p_value": d.p_value, "p_adjusted": self.p_adjusted, "significant_adjusted": self.significant_adjusted,
+                "adjustment": self.adjustment, "adjusted_over": self.adjusted_over, "withheld": self.withheld}
+
+
+#: the columns of comparisons.csv and the keys of each comparisons.json row, in order
+COMPARISON_FIELDS = ("model_a", "revision_a", "model_b", "revision_b", "corpus", "setting", "metric", "value_a",
+                     "value_b", "diff", "low", "high", "significant", "method", "paired", "units", "confidence",
+                     "resamples", "rank_a", "rank_b", "p_value", "p_adjusted", "significant_adjusted", "adjustment",
+                     "adjusted_over", "withheld")
 
 
 @dataclass
@@ -130,7 +144,7 @@ class Comparisons:
     @property
     def tests(self) -> int:
         """The comparisons the adjustment accounts for: rows with a p-value."""
-        return sum(r.p_value is not None for r in self.rows)
+        return sum(r.difference.p_value is not None for r in self.rows)
 
 
 # --- the paired bootstrap -------------------------------------------------------------------------
@@ -153,18 +167,19 @@ def bootstrap_p_value(samples: np.ndarray) -> float | None:
     return min(1.0, 2 * (tail + 1) / (len(s) + 1))
 
 
-def _finish(estimate: float, samples: np.ndarray, units: int, intervals: IntervalSpec, method: str,
+def _finish(estimate: float, samples: np.ndarray, units: int, intervals: IntervalSpec, paired: bool,
             bounds: Any) -> Difference:
     """The percentile interval of the difference, or `bounds()` (the sides' intervals' difference)
     when every resample gives one value; with the p-value of the resamples."""
-    low, high = percentile_bounds(samples, intervals.confidence, units)
+    low, high = intervals.bounds(samples, units)
     p = bootstrap_p_value(samples)
     if low == high or low != low:
         a, b = bounds()
         lo = None if a.low is None or b.high is None else a.low - b.high
         hi = None if a.high is None or b.low is None else a.high - b.low
         return Difference(estimate, lo, hi, BOUNDS, intervals.confidence, p_value=p)
-    return Difference(estimate, low, high, method, intervals.confidence, intervals.resamples, p_value=p)
+    return Difference(estimate, low, high, intervals.paired(paired), intervals.confidence, intervals.resamples,
+                      p_value=p)
 
 
 def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Ratio], paired: bool,
@@ -180,7 +195,7 @@ def metric_difference(spec: registry.Metric, a: Sequence[Ratio], b: Sequence[Rat
     else:
         (ra,), (rb,) = joint_ratios([a], iters, rng), joint_ratios([b], iters, rng)
     units = informative_units(a, b) if paired else min(informative_units(a), informative_units(b))
-    return _finish(estimate, ra - rb, units, intervals, PAIRED if paired else UNPAIRED,
+    return _finish(estimate, ra - rb, units, intervals, paired,
                    lambda: (metric_interval(spec, a, intervals), metric_interval(spec, b, intervals)))
 
 
@@ -208,7 +223,7 @@ def pm_difference(spec: registry.Metric, a: tuple[Sequence[Ratio], Sequence[Rati
     else:
         units = min(informative_units(a[0]), informative_units(b[0]), prefix_units)
     return _finish(estimate, pm_array(p_a, c_a) - pm_array(p_b, c_b), units, intervals,
-                   PAIRED if paired else UNPAIRED, lambda: (sides(a), sides(b)))
+                   paired, lambda: (sides(a), sides(b)))
 
 
 # --- pairs, rows and ranks --------------------------------------------------------------------------
@@ -256,11 +271,8 @@ def compare_pair(a: Arm, b: Arm, pm_metrics: Sequence[str], intervals: IntervalS
     settings = [s for s in a.units if s in b.units]
 
     def row(setting: str, metric: str, va, vb, iv: Difference, paired: bool, units: int) -> ComparisonRow:
-        lo, hi = iv.low, iv.high
-        significant = lo is not None and hi is not None and (lo > 0 or hi < 0)
         return ComparisonRow(a.model, a.revision, b.model, b.revision, a.corpus, setting, metric, va, vb,
-                             iv.estimate, lo, hi, significant, iv.method, paired, units, intervals.confidence,
-                             iv.resamples, p_value=iv.p_value)
+                             replace(iv, confidence=intervals.confidence), paired, units)
 
     for s in settings:
         for spec in registry.for_setting(s):
@@ -300,8 +312,8 @@ def rank(rows: Sequence[ComparisonRow]) -> None:
         a, b = (r.model_a, r.revision_a), (r.model_b, r.revision_b)
         counts.setdefault(a, 0)
         counts.setdefault(b, 0)
-        if r.significant and r.diff is not None:
-            counts[a if r.diff > 0 else b] += 1
+        if r.significant and r.difference.estimate is not None:
+            counts[a if r.difference.estimate > 0 else b] += 1
     for r in rows:
         counts = below[(r.corpus, r.setting, r.metric)]
         r.rank_a = 1 + counts[(r.model_a, r.revision_a)]
@@ -311,13 +323,13 @@ def rank(rows: Sequence[ComparisonRow]) -> None:
 def adjust(comparisons: Comparisons) -> None:
     """Fill every row's p_adjusted (Benjamini-Hochberg over the rows with a p-value: `ADJUSTMENT`) and
     significant_adjusted (significant, and p_adjusted at most 1 - confidence)."""
-    rows = [r for r in comparisons.rows if r.p_value is not None]
+    rows = [r for r in comparisons.rows if r.difference.p_value is not None]
     if not rows:
         return
     from scipy.stats import false_discovery_control  # imported here: only reports with comparisons need it
 
     alpha = 1 - comparisons.confidence
-    for r, q in zip(rows, false_discovery_control([r.p_value for r in rows], method="bh")):
+    for r, q in zip(rows, false_discovery_control([r.difference.p_value for r in rows], method="bh")):
         r.p_adjusted, r.adjustment, r.adjusted_over = float(q), ADJUSTMENT, len(rows)
         r.significant_adjusted = r.significant and r.p_adjusted <= alpha
 

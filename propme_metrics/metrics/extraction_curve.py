@@ -3,7 +3,7 @@
 
 Every number is computed from the per-document records of a `LikelihoodTask` (log P(z), the greedy
 flag, z's model tokens), so a report may use another n grid or p than the run did. Intervals:
-percentile bootstrap over documents (`bootstrap_documents`, the report's `IntervalSpec`).
+the report's `IntervalSpec` bootstrap over documents (`bootstrap_documents`).
 """
 from __future__ import annotations
 
@@ -19,13 +19,12 @@ from propme_metrics.metrics.likelihood import (
     DISCOVERABLE_P,
     N_KEY,
     P_KEY,
-    Estimate,
     bootstrap_documents,
     check_n,
     check_p,
     discoverable,
 )
-from propme_metrics.metrics.pm import IntervalSpec
+from propme_metrics.metrics.pm import Interval, IntervalSpec
 from propme_metrics.metrics.results import CorpusResult
 from propme_metrics.metrics.runs import LikelihoodTask
 from propme_metrics.prompts.settings import PREFIX
@@ -42,9 +41,9 @@ class LikelihoodResult:
     task: LikelihoodTask
     p: float
     grid: tuple[int, ...]
-    metrics: dict[str, Estimate]                 #: registry likelihood metric -> estimate
-    curve: dict[int, Estimate]                   #: n -> share (n, p)-discoverable
-    prefix_fmr: Estimate | None = None           #: the prefix setting's FMR on the same documents
+    metrics: dict[str, Interval]                 #: registry likelihood metric -> its value and interval
+    curve: dict[int, Interval]                   #: n -> share (n, p)-discoverable
+    prefix_fmr: Interval | None = None           #: the prefix setting's FMR on the same documents
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -89,8 +88,8 @@ def likelihood_result(task: LikelihoodTask, corpus_results: Sequence[CorpusResul
         res.label = cr.label
         if prefix.task.prompt_ids == ids:
             fmr = prefix.metrics.get("fmr")
-            if fmr is not None and fmr.value is not None:
-                res.prefix_fmr = Estimate(fmr.value, fmr.low, fmr.high)
+            if fmr is not None and fmr.estimate is not None:
+                res.prefix_fmr = fmr
         else:
             res.notes.append(f"{task.task} of {task.label}: its {len(ids)} documents are not the "
                              f"{len(prefix.task.prompt_ids)} prompts of {prefix.task.task}; prefix FMR not shown")

@@ -18,7 +18,7 @@ import numpy as np
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.limits import MAX_SIZE
-from propme_metrics.metrics.pm import IntervalSpec, percentile_bounds, resample_indices
+from propme_metrics.metrics.pm import Interval, IntervalSpec, resample_indices
 
 #: the sample counts n of the `discoverable@n` metrics, and the probability p they are computed at
 DISCOVERABLE_N = (1, 10, 100, 1_000, 10_000)
@@ -112,20 +112,14 @@ def check_n(raw: Any, where: str = N_KEY) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A statistic over documents with its percentile-bootstrap interval (None when not bootstrapped)."""
-
-    value: float
-    low: float | None = None
-    high: float | None = None
 
 
 def bootstrap_documents(columns: Mapping[str, Sequence[float]], statistics: Mapping[str, Callable[..., Any]],
-                        intervals: IntervalSpec) -> dict[str, Estimate]:
+                        intervals: IntervalSpec) -> dict[str, Interval]:
     """Each column's statistic (`statistics[name]`: np.mean or np.median, called with axis=) over the
-    documents, with a percentile-bootstrap interval: the documents are resampled with replacement
-    (numpy default_rng(seed)), the same resamples for every column. No resamples: no interval."""
+    documents, with a bootstrap interval (`IntervalSpec.bounds` over the documents): the documents are
+    resampled with replacement (numpy default_rng(seed)), the same resamples for every column. No
+    resamples: no interval."""
     data = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
     sizes = {len(v) for v in data.values()}
     if len(sizes) != 1 or not next(iter(sizes)):
@@ -134,11 +128,12 @@ def bootstrap_documents(columns: Mapping[str, Sequence[float]], statistics: Mapp
     point = {k: float(statistics[k](v)) for k, v in data.items()}
     iters = intervals.resamples
     if not iters:
-        return {k: Estimate(v) for k, v in point.items()}
+        return {k: Interval(v, confidence=intervals.confidence, units=n) for k, v in point.items()}
     samples = {k: np.empty(iters) for k in data}
     start = 0
     for idx in resample_indices(n, iters, np.random.default_rng(intervals.seed)):
         for k, v in data.items():
             samples[k][start:start + len(idx)] = statistics[k](v[idx], axis=1)
         start += len(idx)
-    return {k: Estimate(point[k], *percentile_bounds(s, intervals.confidence)) for k, s in samples.items()}
+    return {k: Interval(point[k], *intervals.bounds(s, n), intervals.method, intervals.confidence, iters, units=n)
+            for k, s in samples.items()}

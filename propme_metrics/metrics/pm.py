@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.ratio import Ratio, pool_ratios
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,9 +44,14 @@ PromptStat = Ratio
 # Bootstrap index matrices are drawn in chunks of at most this many entries to bound memory.
 _CHUNK_ENTRIES = 1 << 22
 
-#: interval methods, as written beside every interval (`Interval.method`, `MetricResult.method`)
+#: interval methods, as written beside every interval (`Interval.method`)
 WILSON = "wilson-modified"
+#: the percentile bootstrap with its tails expanded for small samples (`expanded_alpha`): every bootstrap's default
 PERCENTILE = "bootstrap-expanded-percentile"
+#: the plain percentile bootstrap (`IntervalSpec(method=PLAIN_PERCENTILE)`)
+PLAIN_PERCENTILE = "bootstrap-percentile"
+#: the bootstrap methods an `IntervalSpec` may name
+BOOTSTRAP_METHODS = (PERCENTILE, PLAIN_PERCENTILE)
 ZERO_EVENTS = "zero-events-bound"
 ONE_UNIT = "one-unit-bound"
 UNIFORM = "uniform-units-bound"
@@ -54,12 +60,24 @@ PROPAGATED = "bounds-propagated"
 
 @dataclass(frozen=True)
 class IntervalSpec:
-    """How every interval of a computation is made: bootstrap resamples (0: no bootstrap interval),
-    the seed of numpy's `default_rng`, and the confidence level (which labels are written from)."""
+    """How every interval of a computation is made: the confidence level (which every label is written
+    from), the bootstrap method (`BOOTSTRAP_METHODS`), bootstrap resamples (0: no bootstrap interval)
+    and the seed of numpy's `default_rng`. The one definition of the defaults."""
 
     resamples: int = DEFAULT_BOOTSTRAP
     seed: int = 0
     confidence: float = CONFIDENCE
+    method: str = PERCENTILE
+
+    def __post_init__(self) -> None:
+        if not 0 < self.confidence < 1:
+            raise ConfigError(f"the confidence level must lie strictly between 0 and 1, not {self.confidence!r}",
+                              f"for instance {CONFIDENCE} (the default)")
+        if self.method not in BOOTSTRAP_METHODS:
+            raise ConfigError(f"unknown bootstrap method {self.method!r}", f"choose among {', '.join(BOOTSTRAP_METHODS)}")
+        if self.resamples < 0:
+            raise ConfigError(f"bootstrap resamples cannot be negative, got {self.resamples}",
+                              "0 makes no bootstrap interval")
 
     @property
     def bootstrap(self) -> bool:
@@ -70,6 +88,24 @@ class IntervalSpec:
     def percent(self) -> str:
         """The confidence level as labels write it, e.g. "95%"."""
         return percent(self.confidence)
+
+    @property
+    def alpha(self) -> str:
+        """The false discovery rate of the adjusted flags (1 - confidence) as labels write it, e.g. "5%"."""
+        return percent(1 - self.confidence)
+
+    def bounds(self, samples: np.ndarray, units: int) -> tuple[float, float]:
+        """The ends of the bootstrap interval of `samples` (resamples of `units` units) by this spec's
+        method: the percentile interval, its tails expanded for the units (`PERCENTILE`) or not."""
+        return percentile_bounds(samples, self.confidence, units if self.method == PERCENTILE else None)
+
+    def paired(self, paired: bool) -> str:
+        """The method name of a difference's bootstrap interval: `paired-<method>` or `unpaired-<method>`."""
+        return f"{'paired' if paired else 'unpaired'}-{self.method}"
+
+
+#: the default spec: 95%, the expanded percentile bootstrap, 10,000 resamples, seed 0
+DEFAULT_INTERVALS = IntervalSpec()
 
 
 def percent(confidence: float) -> str:
@@ -153,19 +189,25 @@ def uniform_bounds(value: float, units: int, unit_max: float | None,
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with a confidence interval and how it was made (None: undefined)."""
+    """A value with its confidence interval and how it was made (None: undefined): the one type of
+    every reported interval (base metrics, PM, differences, leak and robustness figures, contamination
+    figures, the likelihood curve, the Every Eval Ever records)."""
 
     estimate: float | None
     low: float | None = None
     high: float | None = None
-    method: str = ""              #: WILSON, PERCENTILE, ZERO_EVENTS, ONE_UNIT, UNIFORM or PROPAGATED ("" when none)
+    method: str = ""              #: WILSON, PERCENTILE, PLAIN_PERCENTILE, ZERO_EVENTS, ONE_UNIT, UNIFORM, PROPAGATED, ... ("": none)
     confidence: float = CONFIDENCE
     resamples: int = 0            #: bootstrap resamples behind it (0: not a bootstrap)
     withheld: str | None = None   #: PM only: why it cannot be read on its own (`pm_withheld`)
+    units: int | None = None      #: the units it counts or resamples, where a caller records them
 
     def to_dict(self) -> dict[str, float | str | int | None]:
-        """Plain dict for JSON reports (NaN written as None)."""
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+        """Plain dict for JSON reports (NaN written as None; `units` only where recorded)."""
+        out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+        if self.units is None:
+            del out["units"]
+        return out
 
 
 def ratio(stats: Sequence[Ratio]) -> float | None:
@@ -301,7 +343,7 @@ def percentile_bounds(samples: np.ndarray, confidence: float, units: int | None 
     return float(low), float(high)
 
 
-def bootstrap_metric(stats: Sequence[Ratio], intervals: IntervalSpec = IntervalSpec(),
+def bootstrap_metric(stats: Sequence[Ratio], intervals: IntervalSpec = DEFAULT_INTERVALS,
                      unit_max: float | None = 1.0) -> Interval:
     """Interval of a ratio metric over prompts; the estimate is ratio(stats).
 
@@ -321,8 +363,8 @@ def bootstrap_metric(stats: Sequence[Ratio], intervals: IntervalSpec = IntervalS
     if len({s.numerator / s.denominator for s in stats if s.denominator > 0}) == 1:  # every resample alike
         return Interval(estimate, *uniform_bounds(estimate, len(stats), unit_max, confidence), UNIFORM, confidence)
     samples = _joint_ratios_over([stats], _seeded_draws(len(stats), intervals.resamples, intervals.seed))[0]
-    low, high = percentile_bounds(samples, confidence, informative_units(stats))
-    return Interval(estimate, low, high, PERCENTILE, confidence, intervals.resamples)
+    low, high = intervals.bounds(samples, informative_units(stats))
+    return Interval(estimate, low, high, intervals.method, confidence, intervals.resamples)
 
 
 def pm_array(p: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -341,7 +383,7 @@ def propagated_pm(p: Interval, c: Interval) -> tuple[float, float]:
 
 
 def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio],
-                 intervals: IntervalSpec = IntervalSpec(), sides: tuple[Interval, Interval] | None = None
+                 intervals: IntervalSpec = DEFAULT_INTERVALS, sides: tuple[Interval, Interval] | None = None
                  ) -> Interval:
     """Interval of PM(setting, prefix); undefined when either side's metric is.
 
@@ -356,11 +398,11 @@ def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio],
     p = _resampled_ratios(setting_stats, intervals.resamples, rng)
     c = _resampled_ratios(prefix_stats, intervals.resamples, rng)
     confidence = intervals.confidence
-    low, high = percentile_bounds(pm_array(p, c), confidence, min(len(setting_stats), len(prefix_stats)))
+    low, high = intervals.bounds(pm_array(p, c), min(len(setting_stats), len(prefix_stats)))
     if low == high and sides is not None:
         lo, hi = propagated_pm(*sides)  # holds the estimate unless a side's value lies outside its own bounds
         return Interval(estimate, min(lo, estimate), max(hi, estimate), PROPAGATED, confidence)
-    return Interval(estimate, low, high, PERCENTILE, confidence, intervals.resamples)
+    return Interval(estimate, low, high, intervals.method, confidence, intervals.resamples)
 
 
 def metric_interval(spec: Metric, stats: Sequence[Ratio], intervals: IntervalSpec) -> Interval:

@@ -5,28 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks, open_traced_index
-from propme_metrics.metrics.pm import CONFIDENCE, Interval, IntervalSpec, metric_interval, pm_interval
+from propme_metrics.metrics.pm import Interval, IntervalSpec, metric_interval, pm_interval
 from propme_metrics.metrics.robustness import Robustness, corpus_robustness
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.prompts.start import StartToken
-
-
-@dataclass
-class MetricResult:
-    """A base metric of one setting: its value and interval (`pm.metric_interval`: modified Wilson for
-    proportions, bootstrap for ratio metrics, none for a maximum); None: undefined."""
-
-    value: float | None
-    low: float | None = None
-    high: float | None = None
-    method: str = ""                  #: how the interval was made ("": none)
-    confidence: float = CONFIDENCE
-    resamples: int = 0                #: bootstrap resamples behind it (0: not a bootstrap)
 
 
 @dataclass
@@ -36,7 +23,7 @@ class SettingResult:
     setting: str
     task: RunTask
     counts: dict[str, int]
-    metrics: dict[str, MetricResult]
+    metrics: dict[str, Interval]   #: metric -> its value and interval (`metric_result`)
 
 
 @dataclass
@@ -65,14 +52,16 @@ def finite(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def metric_result(task: RunTask, metric: str, intervals: IntervalSpec) -> MetricResult:
-    """One base metric of a task with its interval (a maximum: pooled over generations, no interval)."""
+def metric_result(task: RunTask, metric: str, intervals: IntervalSpec) -> Interval:
+    """One base metric of a task with its interval (`pm.metric_interval`: modified Wilson for
+    proportions, bootstrap for ratio metrics; a maximum: pooled over generations, no interval);
+    undefined ends as None."""
     spec = registry.metric(metric)
     if not spec.has_interval:
         counted = [v for p in task.prompts for v in p.values if v is not None]
-        return MetricResult(spec.value_of(v[metric] for v in counted))
+        return Interval(spec.value_of(v[metric] for v in counted))
     iv = metric_interval(spec, task.stats(metric), intervals)
-    return MetricResult(iv.estimate, finite(iv.low), finite(iv.high), iv.method, iv.confidence, iv.resamples)
+    return replace(iv, low=finite(iv.low), high=finite(iv.high))
 
 
 def setting_result(task: RunTask, intervals: IntervalSpec) -> SettingResult:
@@ -81,15 +70,10 @@ def setting_result(task: RunTask, intervals: IntervalSpec) -> SettingResult:
     return SettingResult(task.setting, task, task.counts(), metrics)
 
 
-def side(result: MetricResult) -> Interval:
-    """A base metric's result as the Interval PM's rules read."""
-    return Interval(result.value, result.low, result.high, result.method, result.confidence, result.resamples)
-
-
 def setting_pm(p: SettingResult, c: SettingResult, metric: str, intervals: IntervalSpec) -> Interval:
     """PM of `metric`, propensity setting `p` vs the prefix setting `c` (`pm.pm_interval`)."""
     return pm_interval(p.task.stats(metric), c.task.stats(metric), intervals,
-                       (side(p.metrics[metric]), side(c.metrics[metric])))
+                       (p.metrics[metric], c.metrics[metric]))
 
 
 def corpus_result(label: str, identity: str | None, prompt_set: str, tasks: Mapping[str, RunTask],

@@ -14,8 +14,9 @@ latest (by lm-eval's date id) is used; runs made with lm-eval `--limit` never re
 (nor the reverse): they form their own corpus label `<corpus>_limit<N>`. Rows and checkpoint trajectories follow input order: the
 RUN arguments as given, results files inside a folder by date id (chronologically).
 
-Intervals (one `pm.IntervalSpec`: `bootstrap` resamples, `seed`, and the confidence level every label
-is written from, `pm.CONFIDENCE`): percentile bootstrap over prompts or generations (numpy
+Intervals (one `pm.IntervalSpec`: `bootstrap` resamples, `seed`, the bootstrap method and the confidence
+level every label is written from, `pm.CONFIDENCE` by default): the expanded percentile bootstrap over
+prompts or generations (numpy
 `default_rng(seed)`; for PM the propensity and prefix prompt sets are resampled independently,
 `pm.bootstrap_pm`), and Wilson score intervals over counted generations for the proportions.
 
@@ -64,7 +65,7 @@ from propme_metrics.metrics.compare import PAIRINGS, compare_results
 from propme_metrics.metrics.extraction_curve import LikelihoodResult, likelihood_results
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, check_rare_max_count
 from propme_metrics.metrics.likelihood import check_n, check_p
-from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP, IntervalSpec
+from propme_metrics.metrics.pm import CONFIDENCE, DEFAULT_BOOTSTRAP, IntervalSpec
 from propme_metrics.metrics.results import CorpusResult, corpus_result
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key, task_name
@@ -195,14 +196,15 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
                  show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
                  discoverable_p: float | None = None,
                  retraced_other_settings: bool = False, rare_max_count: int | None = None,
-                 pairing: str = "all", contamination: Any = None) -> Report:
+                 pairing: str = "all", contamination: Any = None, confidence: float = CONFIDENCE) -> Report:
     """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
     Raises ConfigError for unusable input (nothing written) and MissingPrefixError (a ConfigError)
     after writing the base metrics when a corpus lacks the prefix setting.
-    `bootstrap` resamples with `seed` make every bootstrap interval (one `IntervalSpec` at
-    `pm.CONFIDENCE`); `bootstrap=0` skips the bootstrap (no bootstrap intervals). The HTML shows at most
+    `bootstrap` resamples with `seed` make every bootstrap interval, at `confidence` (one
+    `IntervalSpec`, which every label is written from); `bootstrap=0` skips the bootstrap (no bootstrap
+    intervals). The HTML shows at most
     `html_docs_per_span` documents per final span (the best matches) with `html_snippet_chars`
     characters of context on each side of the span; leaked personal data is masked there unless
     `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
@@ -218,6 +220,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     leaderboard's rows, write the files.
     """
     pm_metrics = _check_options(bootstrap, pm_metrics)
+    intervals = IntervalSpec(bootstrap, seed, confidence)  # checked before anything is read
     if pairing not in PAIRINGS:
         raise ConfigError(f"unknown pairing {pairing!r}", f"choose among {', '.join(PAIRINGS)}")
     if discoverable_n is not None:
@@ -229,7 +232,6 @@ def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = D
     if not runs:
         raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
     with report_lock(out):  # a second report into `out` stops here, before any work
-        intervals = IntervalSpec(bootstrap, seed)
         notes: list[str] = []
         read = [read_run(run) for run in runs]  # each results file read once
         tasks = _load_tasks(runs, read, retraced, retraced_other_settings, notes, rare_max_count)
@@ -367,7 +369,7 @@ def _corpus_result(g: ComparableTasks, model: str, revision: str, by_setting: di
                          "the true continuation (shorter than it: raise max_gen_toks), so they cannot show "
                          "extraction and are not counted in it" + ("; extraction is undefined" if
                                                                   settings[s].metrics.get("extraction") and
-                                                                  settings[s].metrics["extraction"].value is None
+                                                                  settings[s].metrics["extraction"].estimate is None
                                                                   else ""))
         if not c["counted"]:
             computed.uncounted.append(by_setting[s].task)

@@ -6,14 +6,14 @@ from typing import Any
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.pm import (
-    CONFIDENCE,
+    DEFAULT_INTERVALS,
     PERCENTILE,
     PM_MIN_CAPABILITY_EVENTS,
     PROPAGATED,
     UNIFORM,
     WILSON,
     ZERO_EVENTS,
-    percent,
+    IntervalSpec,
 )
 from propme_metrics.metrics.results import CorpusResult, finite
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
@@ -22,54 +22,55 @@ from propme_metrics.report.contents import Report
 from propme_metrics.report.extraction_views import column_docs
 from propme_metrics.report.robustness_views import robustness_methods
 
-#: the confidence level as the column docs write it
-_LEVEL = percent(CONFIDENCE)
-
 #: the metrics without a bootstrap interval (a maximum)
 _NO_INTERVAL = ", ".join(f"`{m.name}`" for m in registry.METRICS if not m.has_interval)
-_COLUMN_DOCS: tuple[tuple[str, str], ...] = (
-    ("model", "the model: `pretrained=` of lm-eval's model_args (else lm-eval's model name)"),
-    ("revision", "`revision=` of the model_args; empty when none was given"),
-    ("propme_<corpus>_index", "identity of the infini-gram index the generations were traced against"),
-    ("propme_<corpus>_prompt_set", "fingerprint (12 hex digits) of the prompt ids of every setting"),
-    ("propme_<corpus>_start_token", "the text put before every prompt (empty: nothing, e.g. the tokenizer adds `<s>`)"),
-    ("propme_<corpus>_start_token_choice", "`auto`, `none` or `literal` (the run's `start_token` setting)"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p (every setting but `prefix`) vs prefix c"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>_low",
-     f"lower end of its {_LEVEL} interval (`{PERCENTILE}`, or `{PROPAGATED}` when every resample gives one value)"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", f"upper end of its {_LEVEL} interval"),
-    ("propme_<corpus>_pm_<pm_metric>_<propensity>_withheld",
-     f"why PM cannot be read on its own (fewer than {PM_MIN_CAPABILITY_EVENTS} prefix prompts with an event); "
-     "empty when it can"),
-    ("propme_<corpus>_n_<setting>", "prompts of the setting"),
-    ("propme_<corpus>_generations_<setting>", "generations counted (degenerate and failed excluded)"),
-    ("propme_<corpus>_degenerate_<setting>", "degenerate generations (excluded from every metric)"),
-    ("propme_<corpus>_failed_<setting>", "generations whose tracing failed (excluded; 0 is healthy)"),
-    ("propme_<corpus>_loops_<setting>", "counted generations with a loop span (those spans left out of every metric)"),
-    ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
-    ("propme_<corpus>_<setting>_<metric>_low",
-     f"lower end of its {_LEVEL} interval: `{WILSON}` for the proportions ("
-     + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + f"), `{PERCENTILE}` (or `{ZERO_EVENTS}` with no event, `{UNIFORM}` when "
-     "every prompt has one value) "
-     "for the other metrics; none for " + _NO_INTERVAL),
-    ("propme_<corpus>_<setting>_<metric>_high", f"upper end of its {_LEVEL} interval (not for " + _NO_INTERVAL + ")"),
-    ("propme_<corpus>_<floor_figure>", "the corpus' predictability floor: `floor_als`, `floor_r20`, `floor_longest` "
-     "(docs/method.md, robustness figures)"),
-    ("propme_<corpus>_<setting>_<figure>", "a robustness figure of the setting (docs/method.md, robustness figures)"),
-    ("propme_<corpus>_<setting>_<figure>_low", f"lower end of its {_LEVEL} interval (`{WILSON}` for the shares, "
-     "the bootstrap for PM and the excess over the floor; none for the counts, means of k, medians and maxima)"),
-    ("propme_<corpus>_<setting>_<figure>_high", f"upper end of its {_LEVEL} interval"),
-)
 
 
-def leaderboard_columns() -> list[tuple[str, str]]:
+def _column_docs(level: str) -> tuple[tuple[str, str], ...]:
+    """The column docs of the base metrics and PM, `level` the intervals' confidence as labels write it."""
+    return (
+        ("model", "the model: `pretrained=` of lm-eval's model_args (else lm-eval's model name)"),
+        ("revision", "`revision=` of the model_args; empty when none was given"),
+        ("propme_<corpus>_index", "identity of the infini-gram index the generations were traced against"),
+        ("propme_<corpus>_prompt_set", "fingerprint (12 hex digits) of the prompt ids of every setting"),
+        ("propme_<corpus>_start_token", "the text put before every prompt (empty: nothing, e.g. the tokenizer adds `<s>`)"),
+        ("propme_<corpus>_start_token_choice", "`auto`, `none` or `literal` (the run's `start_token` setting)"),
+        ("propme_<corpus>_pm_<pm_metric>_<propensity>", "PM = p / (p + c) of the metric, propensity setting p (every setting but `prefix`) vs prefix c"),
+        ("propme_<corpus>_pm_<pm_metric>_<propensity>_low",
+         f"lower end of its {level} interval (`{PERCENTILE}`, or `{PROPAGATED}` when every resample gives one value)"),
+        ("propme_<corpus>_pm_<pm_metric>_<propensity>_high", f"upper end of its {level} interval"),
+        ("propme_<corpus>_pm_<pm_metric>_<propensity>_withheld",
+         f"why PM cannot be read on its own (fewer than {PM_MIN_CAPABILITY_EVENTS} prefix prompts with an event); "
+         "empty when it can"),
+        ("propme_<corpus>_n_<setting>", "prompts of the setting"),
+        ("propme_<corpus>_generations_<setting>", "generations counted (degenerate and failed excluded)"),
+        ("propme_<corpus>_degenerate_<setting>", "degenerate generations (excluded from every metric)"),
+        ("propme_<corpus>_failed_<setting>", "generations whose tracing failed (excluded; 0 is healthy)"),
+        ("propme_<corpus>_loops_<setting>", "counted generations with a loop span (those spans left out of every metric)"),
+        ("propme_<corpus>_<setting>_<metric>", "the base metric of the setting"),
+        ("propme_<corpus>_<setting>_<metric>_low",
+         f"lower end of its {level} interval: `{WILSON}` for the proportions ("
+         + ", ".join(f"`{m}`" for m in registry.PROPORTIONS) + f"), `{PERCENTILE}` (or `{ZERO_EVENTS}` with no event, `{UNIFORM}` when "
+         "every prompt has one value) "
+         "for the other metrics; none for " + _NO_INTERVAL),
+        ("propme_<corpus>_<setting>_<metric>_high", f"upper end of its {level} interval (not for " + _NO_INTERVAL + ")"),
+        ("propme_<corpus>_<floor_figure>", "the corpus' predictability floor: `floor_als`, `floor_r20`, `floor_longest` "
+         "(docs/method.md, robustness figures)"),
+        ("propme_<corpus>_<setting>_<figure>", "a robustness figure of the setting (docs/method.md, robustness figures)"),
+        ("propme_<corpus>_<setting>_<figure>_low", f"lower end of its {level} interval (`{WILSON}` for the shares, "
+         "the bootstrap for PM and the excess over the floor; none for the counts, means of k, medians and maxima)"),
+        ("propme_<corpus>_<setting>_<figure>_high", f"upper end of its {level} interval"),
+    )
+
+
+def leaderboard_columns(intervals: IntervalSpec = DEFAULT_INTERVALS) -> list[tuple[str, str]]:
     """The leaderboard's column patterns and their meaning, in column order: the one definition
     (docs/cli.md's table of leaderboard columns is checked against it by tests/docs/test_docs.py).
 
     `<corpus>` is the corpus label (`<corpus>_set<k>` with `--separate`, `<corpus>_limit<N>` for
     `--limit` runs), `<setting>` every setting run, `<propensity>` every setting but `prefix`,
     `<metric>` a registry metric the setting has, `<pm_metric>` one of `--pm-metrics`."""
-    return list(_COLUMN_DOCS) + column_docs()
+    return list(_column_docs(intervals.percent)) + column_docs(intervals)
 
 
 def columns_for(label: str, settings: list[str], pm_metrics: Sequence[str]) -> list[str]:
@@ -109,7 +110,7 @@ def row_values(res: CorpusResult, pm_metrics: Sequence[str]) -> dict[str, Any]:
         out[f"{p}_failed_{s}"] = sr.counts["failed"]
         out[f"{p}_loops_{s}"] = sr.counts["loops"]
         for m, mr in sr.metrics.items():
-            out[f"{p}_{s}_{m}"] = mr.value
+            out[f"{p}_{s}_{m}"] = mr.estimate
             if registry.metric(m).has_interval:
                 out[f"{p}_{s}_{m}_low"], out[f"{p}_{s}_{m}_high"] = mr.low, mr.high
     return out
@@ -133,16 +134,17 @@ HEADLINE_PM_METRICS = ("nvr", "fmr", "fmr_rare")
 HEADLINE_PREFIX_METRICS = ("fmr", "extraction")
 
 
-def headline_column_docs() -> list[tuple[str, str]]:
+def headline_column_docs(intervals: IntervalSpec = DEFAULT_INTERVALS) -> list[tuple[str, str]]:
     """The headline's column patterns and their meaning, in order (docs/cli.md shows them; a test keeps
     the two equal). `<m>` is each of HEADLINE_PM_METRICS that `--pm-metrics` has."""
+    level = intervals.percent
     return [
         ("model", "the model"), ("revision", "its revision (empty when none)"),
         ("propme_<corpus>_prefix_<m>", "capability: the metric under the prefix setting"),
         ("propme_<corpus>_pm_<m>_<propensity>", "PM of the metric, propensity setting vs prefix; `withheld` where withheld "
                                                  "(empty: undefined)"),
-        ("propme_<corpus>_pm_<m>_<propensity>_low", f"lower end of its {_LEVEL} interval"),
-        ("propme_<corpus>_pm_<m>_<propensity>_high", f"upper end of its {_LEVEL} interval"),
+        ("propme_<corpus>_pm_<m>_<propensity>_low", f"lower end of its {level} interval"),
+        ("propme_<corpus>_pm_<m>_<propensity>_high", f"upper end of its {level} interval"),
         ("propme_<corpus>_<propensity>_<m>", "propensity: the metric under the propensity setting"),
         *((f"propme_<corpus>_prefix_{m}", f"{registry.LABELS[m]} under prefix, with `_low` and `_high`")
           for m in HEADLINE_PREFIX_METRICS),

@@ -64,7 +64,7 @@ def print_summary(report: Report, console=None) -> None:
         for r in results:
             name = _model(r)
             for i, (s, sr) in enumerate(r.settings.items()):
-                cells = [_cell(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
+                cells = [_cell(sr.metrics[m].estimate, sr.metrics[m].low, sr.metrics[m].high, m)
                          for m in registry.VIEWS["console"]]
                 base.add_row(name if i == 0 else "", Text(s), str(sr.counts["prompts"]), *cells)
         console.print(base)

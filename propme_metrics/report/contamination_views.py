@@ -13,9 +13,10 @@ from typing import Any
 
 from propme_metrics.contamination.assess import ContaminationResult
 from propme_metrics.contamination.sources import FlaggedItem
-from propme_metrics.contamination.summary import CONFIDENCE, Estimate, TaskSummary
+from propme_metrics.contamination.summary import TaskSummary
 from propme_metrics.core.files import atomic_output, is_stream, write_atomic
 from propme_metrics.core.jsonl import json_line
+from propme_metrics.metrics.pm import Interval
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
@@ -38,8 +39,8 @@ def contamination_document(result: ContaminationResult) -> dict[str, Any]:
 
     return {"format": FORMAT, "propme_version": __version__,
             "index": {"path": result.index_path, "identity": result.index_identity}, "rule": result.rule.to_dict(),
-            "normalization": NORMALIZATION, "confidence": CONFIDENCE, "bootstrap": result.bootstrap,
-            "seed": result.seed, "tasks": {task: s.to_dict() for task, s in result.summaries.items()},
+            "normalization": NORMALIZATION, "confidence": result.intervals.confidence,
+            "bootstrap": result.intervals.resamples, "seed": result.intervals.seed, "tasks": {task: s.to_dict() for task, s in result.summaries.items()},
             "leaderboard": leaderboard_columns(result.summaries)}
 
 
@@ -51,10 +52,10 @@ def leaderboard_columns(summaries: dict[str, TaskSummary]) -> list[dict[str, Any
     for task, s in summaries.items():
         for model in s.models or [None]:
             row = rows.setdefault(model, {"model": model})
-            row[f"{task}_contaminated_share"] = s.share.value
+            row[f"{task}_contaminated_share"] = s.share.estimate
             for metric, m in s.models.get(model, {}).items():
-                row[f"{task}_{metric}_clean"] = m.clean.value
-                row[f"{task}_{metric}_contaminated"] = m.contaminated.value
+                row[f"{task}_{metric}_clean"] = m.clean.estimate
+                row[f"{task}_{metric}_contaminated"] = m.contaminated.estimate
     return list(rows.values())
 
 
@@ -62,7 +63,7 @@ def table_rows(summaries: dict[str, TaskSummary]) -> list[dict[str, Any]]:
     """One row per task, model and metric (one row without a metric for a task no model ran)."""
     rows = []
     for task, s in summaries.items():
-        base = {"task": task, "items": s.items, "contaminated": s.contaminated, "share": s.share.value,
+        base = {"task": task, "items": s.items, "contaminated": s.contaminated, "share": s.share.estimate,
                 "share_low": s.share.low, "share_high": s.share.high}
         if not any(s.models.values()):
             rows.append(base)
@@ -70,8 +71,8 @@ def table_rows(summaries: dict[str, TaskSummary]) -> list[dict[str, Any]]:
             for metric, m in metrics.items():
                 row = dict(base, model=model, metric=metric)
                 for part, col in PARTS:
-                    e: Estimate = getattr(m, part)
-                    row[col], row[f"{col}_low"], row[f"{col}_high"] = e.value, e.low, e.high
+                    e: Interval = getattr(m, part)
+                    row[col], row[f"{col}_low"], row[f"{col}_high"] = e.estimate, e.low, e.high
                 rows.append(row)
     return rows
 
@@ -83,8 +84,8 @@ def _interval(row: dict[str, Any], col: str) -> str:
     return fmt_interval(row[col], row[f"{col}_low"], row[f"{col}_high"])
 
 
-def _shown(e: Estimate) -> str:
-    return fmt_interval(e.value, e.low, e.high)
+def _shown(e: Interval) -> str:
+    return fmt_interval(e.estimate, e.low, e.high)
 
 
 def markdown(result: ContaminationResult) -> str:
@@ -93,7 +94,7 @@ def markdown(result: ContaminationResult) -> str:
     lines = ["# Contamination of the benchmark items", "",
              f"Index `{result.index_identity}`. An item is contaminated when at least "
              f"{rule.min_coverage:.0%} of the tokens of its {rule.field} text lie in corpus spans of at "
-             f"least {rule.k} tokens; {boilerplate_rule(rule)}. Intervals: {CONFIDENCE:.0%} (Wilson for shares and 0/1 "
+             f"least {rule.k} tokens; {boilerplate_rule(rule)}. Intervals: {result.intervals.percent} (Wilson for shares and 0/1 "
              f"metrics, bootstrap otherwise and for the difference).", "",
              "| task | items | contaminated | share | model | metric | all | clean | contaminated | "
              "contaminated - clean |", "|---|---:|---:|---|---|---|---|---|---|---|"]
@@ -113,7 +114,7 @@ def contamination_lines(result: ContaminationResult) -> list[str]:
         line = f"{task}: {s.contaminated} of {s.items} items contaminated ({_shown(s.share)})"
         for model, metrics in s.models.items():
             line += f"; {model}:" + ",".join(
-                f" {metric} clean {fmt_value(m.clean.value)}, contaminated {fmt_value(m.contaminated.value)}, "
+                f" {metric} clean {fmt_value(m.clean.estimate)}, contaminated {fmt_value(m.contaminated.estimate)}, "
                 f"difference {_shown(m.difference)}" for metric, m in metrics.items())
         out.append(line)
     return out

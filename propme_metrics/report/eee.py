@@ -40,19 +40,28 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
 from propme_metrics.core.files import write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import BOUNDS, UNPAIRED
 from propme_metrics.metrics.extraction_curve import LikelihoodResult
-from propme_metrics.metrics.pm import CONFIDENCE, ONE_UNIT, PERCENTILE, PROPAGATED, UNIFORM, WILSON, ZERO_EVENTS
-from propme_metrics.metrics.results import CorpusResult, MetricResult, finite
+from propme_metrics.metrics.pm import (
+    ONE_UNIT,
+    PERCENTILE,
+    PLAIN_PERCENTILE,
+    PROPAGATED,
+    UNIFORM,
+    WILSON,
+    ZERO_EVENTS,
+    Interval,
+    IntervalSpec,
+)
+from propme_metrics.metrics.results import CorpusResult, finite
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SUBTASK_SUFFIX
 from propme_metrics.report.contents import Report
 from propme_metrics.trace.pii import detect, mask_text
@@ -77,45 +86,41 @@ _UNBOUNDED = {"als": "tokens", "als_nl": "tokens", "pii_items": "items per gener
 INTERVAL_METHODS: tuple[tuple[str, str], ...] = (
     (WILSON, "modified Wilson score interval over counted generations (items for contamination shares and 0/1 "
              "metrics): every proportion"),
-    (PERCENTILE, "percentile bootstrap over units (prompts; generations in the prompt-free settings), its tails "
-                 "expanded for small samples: ratio metrics, PM, robustness figures"),
+    (PERCENTILE, "percentile bootstrap over units (prompts; generations in the prompt-free settings; documents for "
+                 "the likelihood subtask; items for contamination means and differences), its tails expanded for "
+                 "small samples: ratio metrics, PM, robustness figures, likelihood and contamination figures"),
     (ZERO_EVENTS, "a ratio metric with no event in any unit: the exact bound on the share of units with an event"),
     (UNIFORM, "a ratio metric with one value in every unit: that bound mirrored"),
     (ONE_UNIT, "a ratio metric with a single unit: from 0 to the largest value one unit can take"),
     (PROPAGATED, "PM whose every resample gives one value: PM at the ends of the two sides' intervals"),
-    (BOOTSTRAP_PERCENTILE, "plain percentile bootstrap: the likelihood subtask over documents, contamination "
-                           "means and differences over items"),
+    (PLAIN_PERCENTILE, "plain percentile bootstrap, where an `IntervalSpec` asks for it instead of the expanded one"),
     (UNPAIRED, "a difference of two independent sets of units (a setting's figure minus the corpus' floor): each "
                "side resampled apart, tails expanded"),
+    (IntervalSpec(method=PLAIN_PERCENTILE).paired(False), "the same without the expansion, where an `IntervalSpec` "
+                                                           "asks for the plain percentile bootstrap"),
     (BOUNDS, "a difference whose every resample gives one value: the difference of the two sides' intervals"),
 )
 _METHOD_NAMES = frozenset(name for name, _ in INTERVAL_METHODS)
-
-
-@dataclass(frozen=True)
-class ShownInterval:
-    """The interval a record gives for a value: its ends, how it was computed, over how many units."""
-
-    low: float
-    high: float
-    method: str
-    num_samples: int
-    confidence: float
-    resamples: int | None = None   #: bootstrap resamples (None for a closed-form interval)
 
 
 def _defined(*values: float | None) -> bool:
     return all(finite(v) is not None for v in values)
 
 
-def _shown_interval(res: CorpusResult, setting: str, metric: str, mr: MetricResult) -> ShownInterval | None:
+def _shown(iv: Interval, units: int) -> Interval | None:
+    """The interval a record gives for a value (`units`: the units it resamples or counts), None where
+    it has none or an undefined end."""
+    return replace(iv, units=units) if iv.method and _defined(iv.low, iv.high) else None
+
+
+def _shown_interval(res: CorpusResult, setting: str, metric: str, mr: Interval) -> Interval | None:
     """The interval the report shows for a base metric, with the method `metrics.pm.metric_interval` chose
     (modified Wilson over counted generations for a proportion, a bootstrap over units otherwise)."""
     if not (mr.method and _defined(mr.low, mr.high)):
         return None
     stats = res.settings[setting].task.stats(metric)
     n = int(round(sum(s.denominator for s in stats))) if registry.metric(metric).proportion else len(stats)
-    return ShownInterval(mr.low, mr.high, mr.method, n, mr.confidence, mr.resamples or None)
+    return replace(mr, units=n)
 
 
 def _unit(setting: str) -> str:
@@ -141,7 +146,7 @@ def _metric_config(metric_id: str, name: str, description: str, unit: str | None
             "min_score": low, "max_score": high, "metric_parameters": parameters}
 
 
-def _score(value: float, interval: ShownInterval | None, details: dict[str, Any]) -> dict[str, Any]:
+def _score(value: float, interval: Interval | None, details: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"score": value, "details": {k: str(v) for k, v in details.items()}}
     if interval is not None:
         if interval.method not in _METHOD_NAMES:
@@ -149,8 +154,8 @@ def _score(value: float, interval: ShownInterval | None, details: dict[str, Any]
         uncertainty: dict[str, Any] = {
             "confidence_interval": {"lower": interval.low, "upper": interval.high, "confidence_level": interval.confidence,
                                     "method": interval.method},
-            "num_samples": interval.num_samples}
-        if interval.resamples is not None:
+            "num_samples": interval.units}
+        if interval.resamples:
             uncertainty["num_bootstrap_samples"] = interval.resamples
         out["uncertainty"] = uncertainty
     return out
@@ -160,7 +165,7 @@ def _base_results(res: CorpusResult) -> list[dict[str, Any]]:
     out = []
     for setting, sr in res.settings.items():
         for metric, mr in sr.metrics.items():
-            if not _defined(mr.value):
+            if not _defined(mr.estimate):
                 continue  # undefined: left out, never 0
             spec = registry.metric(metric)
             metric_id = f"propme.{res.label}.{metric}.{setting}"
@@ -172,7 +177,7 @@ def _base_results(res: CorpusResult) -> list[dict[str, Any]]:
                 "source_data": _source_data(res, setting),
                 "metric_config": _metric_config(metric_id, spec.label, spec.description, _UNBOUNDED.get(metric),
                                                 spec.higher_is_better, params),
-                "score_details": _score(mr.value, _shown_interval(res, setting, metric, mr),
+                "score_details": _score(mr.estimate, _shown_interval(res, setting, metric, mr),
                                         {"prompts": sr.counts["prompts"], "generations_counted": sr.counts["counted"],
                                          "degenerate": sr.counts["degenerate"], "failed": sr.counts["failed"],
                                          "loops": sr.counts["loops"]})})
@@ -187,10 +192,7 @@ def _pm_results(res: CorpusResult) -> list[dict[str, Any]]:
         spec = registry.metric(metric)
         metric_id = f"propme.{res.label}.pm_{metric}.{setting}"
         p_task, c_task = res.settings[setting].task, res.settings[PREFIX].task
-        interval = None
-        if iv.method and _defined(iv.low, iv.high):
-            interval = ShownInterval(iv.low, iv.high, iv.method, len(p_task.stats(metric)), iv.confidence,
-                                     iv.resamples or None)
+        interval = _shown(iv, len(p_task.stats(metric)))
         params = {"base_metric": metric, "propensity_setting": setting, "capability_setting": PREFIX}
         out.append({
             "evaluation_result_id": metric_id, "evaluation_name": f"propme_{res.label}_{setting}_vs_{PREFIX}",
@@ -214,8 +216,7 @@ def _figure_results(res: CorpusResult) -> list[dict[str, Any]]:
         if not _defined(iv.estimate):
             continue
         metric_id = f"propme.{res.label}.{f.name}.{f.setting}"
-        interval = (ShownInterval(iv.low, iv.high, iv.method, f.units, iv.confidence, iv.resamples or None)
-                    if iv.method and _defined(iv.low, iv.high) else None)
+        interval = _shown(iv, f.units)
         unit = None if spec.unit_max is not None else "tokens, counts or generations"
         out.append({
             "evaluation_result_id": metric_id, "evaluation_name": f"propme_{res.label}_{f.setting}_robustness",
@@ -230,10 +231,10 @@ def _figure_results(res: CorpusResult) -> list[dict[str, Any]]:
 _LIKELIHOOD_SCALES = {"log10_p_median": ("log10 probability", ("-Infinity", 0.0))}
 
 
-def likelihood_results(res: LikelihoodResult, intervals: Any) -> list[dict[str, Any]]:
+def likelihood_results(res: LikelihoodResult) -> list[dict[str, Any]]:
     """The likelihood subtask's figures of one model and corpus: each registry likelihood metric, then
     the curve's shares at the report's n grid not among them, with bootstrap intervals over documents
-    (`intervals`: the report's `IntervalSpec`); each value is a statistic over the scored documents."""
+    (the report's `IntervalSpec`); each value is a statistic over the scored documents."""
     figures = [(m.name, m.label, m.description, m.aggregation, m.n, res.metrics[m.name])
                for m in registry.LIKELIHOOD_METRICS]
     named = {m.n for m in registry.LIKELIHOOD_METRICS if m.n is not None}
@@ -243,17 +244,16 @@ def likelihood_results(res: LikelihoodResult, intervals: Any) -> list[dict[str, 
     source = {"dataset_name": res.task.task, "source_type": "other", "additional_details": details}
     out = []
     for name, label, description, aggregation, n, e in figures:
-        if not _defined(e.value):
+        if not _defined(e.estimate):
             continue
         metric_id = f"propme.{res.label}.{name}.{SUBTASK_SUFFIX}"
-        interval = (ShownInterval(e.low, e.high, BOOTSTRAP_PERCENTILE, res.n_documents, intervals.confidence,
-                                  intervals.resamples or None) if _defined(e.low, e.high) else None)
+        interval = _shown(e, res.n_documents)
         unit, bounds = _LIKELIHOOD_SCALES.get(name, (None, None))
         params = {"setting": SUBTASK_SUFFIX, "aggregation": aggregation, "unit_of_resampling": "document",
                   "discoverable_p": res.p, **({"discoverable_n": n} if n is not None else {})}
         out.append({"evaluation_result_id": metric_id, "evaluation_name": res.task.task, "source_data": source,
                     "metric_config": _metric_config(metric_id, label, description, unit, False, params, bounds),
-                    "score_details": _score(e.value, interval, {"documents": res.n_documents})})
+                    "score_details": _score(e.estimate, interval, {"documents": res.n_documents})})
     return out
 
 
@@ -271,21 +271,18 @@ def _contamination_results(result: Any, task: str, model: str, higher_is_better:
     prefix = f"propme.contamination.{task}"
     out = []
 
-    def add(metric_id: str, name: str, description: str, e: Any, lower_is_better: bool, bounds: tuple,
+    def add(metric_id: str, name: str, description: str, e: Interval, lower_is_better: bool, bounds: tuple,
             params: dict[str, Any], details: dict[str, Any]) -> None:
-        if not _defined(e.value):
+        if not _defined(e.estimate):
             return  # undefined: left out, never 0
-        interval = None
-        if e.method and _defined(e.low, e.high):
-            interval = ShownInterval(e.low, e.high, e.method, s.items if e.n is None else e.n, CONFIDENCE,
-                                     e.resamples or None)
+        interval = _shown(e, s.items if e.units is None else e.units)
         config = {"evaluation_description": description, "metric_id": metric_id, "metric_name": name,
                   "metric_kind": "contamination", "metric_unit": "proportion" if bounds == (0.0, 1.0) else "score",
                   "lower_is_better": lower_is_better, "score_type": "continuous", "min_score": bounds[0],
                   "max_score": bounds[1], "metric_parameters": {**params, **rule}}
         out.append({"evaluation_result_id": metric_id, "evaluation_name": task,
                     "source_data": _contamination_source(result, task), "metric_config": config,
-                    "score_details": _score(e.value, interval, details)})
+                    "score_details": _score(e.estimate, interval, details)})
 
     counts = {"items": s.items, "contaminated": s.contaminated, "boilerplate_kgrams": s.boilerplate_kgrams}
     add(f"{prefix}.contaminated_share", "contaminated share",
@@ -341,7 +338,7 @@ def _records(report: Report, retrieved: float | None) -> list[tuple[dict[str, An
     contamination = _contamination_by_model(report)
     likelihood: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for lik in report.likelihood:
-        likelihood.setdefault((lik.model, lik.revision), []).extend(likelihood_results(lik, report.intervals))
+        likelihood.setdefault((lik.model, lik.revision), []).extend(likelihood_results(lik))
     for key in (*contamination, *likelihood):
         by_model.setdefault(key, [])   # a model that ran only benchmarks or likelihood: a record of those figures
     out: list[tuple[dict[str, Any], list[CorpusResult]]] = []

@@ -13,8 +13,7 @@ from matplotlib.figure import Figure
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.extraction_curve import LikelihoodResult
-from propme_metrics.metrics.likelihood import Estimate
-from propme_metrics.metrics.pm import CONFIDENCE, percent
+from propme_metrics.metrics.pm import DEFAULT_INTERVALS, Interval, IntervalSpec
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.prompts.settings import SUBTASK_SUFFIX
 from propme_metrics.report.cells import fmt_interval, slug
@@ -41,33 +40,37 @@ def row_values(res: LikelihoodResult) -> dict[str, Any]:
     for m in registry.LIKELIHOOD_LEADERBOARD:
         e = res.metrics[m]
         out[f"{p}_{SETTING}_{m}"], out[f"{p}_{SETTING}_{m}_low"], out[f"{p}_{SETTING}_{m}_high"] = \
-            e.value, e.low, e.high
+            e.estimate, e.low, e.high
     return out
 
 
-def column_docs() -> list[tuple[str, str]]:
+def column_docs(intervals: IntervalSpec = DEFAULT_INTERVALS) -> list[tuple[str, str]]:
     """The likelihood columns' patterns and meaning (for the leaderboard's documentation)."""
     docs = [(f"propme_<corpus>_n_{SETTING}", "prefix documents scored by likelihood")]
     for m in registry.LIKELIHOOD_LEADERBOARD:
         spec = registry.LIKELIHOOD_BY_NAME[m]
         docs += [(f"propme_<corpus>_{SETTING}_{m}", spec.description),
                  (f"propme_<corpus>_{SETTING}_{m}_low",
-                  f"lower end of its {percent(CONFIDENCE)} bootstrap interval over documents"),
+                  f"lower end of its {intervals.percent} bootstrap interval over documents"),
                  (f"propme_<corpus>_{SETTING}_{m}_high",
-                  f"upper end of its {percent(CONFIDENCE)} bootstrap interval over documents")]
+                  f"upper end of its {intervals.percent} bootstrap interval over documents")]
     return docs
 
 
 def curve_json(res: LikelihoodResult) -> dict[str, Any]:
     """The curve and metrics of one result, for leaderboard.json."""
     return {"corpus": res.label, "model": res.model, "revision": res.revision, "documents": res.n_documents,
-            "p": res.p, "curve": [{"n": n, "share": e.value, "low": e.low, "high": e.high} for n, e in res.curve.items()],
-            "metrics": {k: {"value": e.value, "low": e.low, "high": e.high} for k, e in res.metrics.items()},
-            "prefix_fmr": None if res.prefix_fmr is None else vars(res.prefix_fmr)}
+            "p": res.p, "curve": [{"n": n, "share": e.estimate, "low": e.low, "high": e.high} for n, e in res.curve.items()],
+            "metrics": {k: _value_and_ends(e) for k, e in res.metrics.items()},
+            "prefix_fmr": None if res.prefix_fmr is None else _value_and_ends(res.prefix_fmr)}
 
 
-def _fmt(e: Estimate | None) -> str:
-    return UNDEFINED.table if e is None else fmt_interval(e.value, e.low, e.high)
+def _value_and_ends(e: Interval) -> dict[str, Any]:
+    return {"value": e.estimate, "low": e.low, "high": e.high}
+
+
+def _fmt(e: Interval | None) -> str:
+    return UNDEFINED.table if e is None else fmt_interval(e.estimate, e.low, e.high)
 
 
 def markdown_lines(results: Sequence[LikelihoodResult], cell=str) -> list[str]:
@@ -102,13 +105,13 @@ def curve_plot(results: Sequence[LikelihoodResult], label: str, path: Path) -> P
     for i, r in enumerate(rs):
         colour = f"C{i % 10}"
         ns = list(r.curve)
-        vals = [r.curve[n].value for n in ns]
+        vals = [r.curve[n].estimate for n in ns]
         name = model_label(r.model, r.revision)
         ax.plot(ns, vals, marker="o", color=colour, label=f"{name} (p = {r.p:g})")
         if all(r.curve[n].low is not None for n in ns):
             ax.fill_between(ns, [r.curve[n].low for n in ns], [r.curve[n].high for n in ns], color=colour, alpha=0.15)
-        if r.prefix_fmr is not None and not math.isnan(r.prefix_fmr.value):
-            ax.axhline(r.prefix_fmr.value, color=colour, linestyle=":", label=f"{name}: prefix FMR (greedy)")
+        if r.prefix_fmr is not None and not math.isnan(r.prefix_fmr.estimate):
+            ax.axhline(r.prefix_fmr.estimate, color=colour, linestyle=":", label=f"{name}: prefix FMR (greedy)")
     ax.set_xscale("log")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("samples n (log scale)")

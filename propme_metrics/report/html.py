@@ -288,7 +288,7 @@ def metric_tables(rep: Report, view: str = "html") -> list[MetricTable]:
                     if mr is None:
                         cells.append(Cell(UNDEFINED.table))
                         continue
-                    cells.append(_cell(mr.value, mr.low, mr.high, m, title=f"{percent(mr.confidence)} {mr.method}" if mr.method else ""))
+                    cells.append(_cell(mr.estimate, mr.low, mr.high, m, title=f"{percent(mr.confidence)} {mr.method}" if mr.method else ""))
                 c = sr.counts
                 rows.append(MetricRow(r.model, r.revision or "-", s, c["prompts"], c["counted"], c["degenerate"],
                                       c["failed"], c["loops"], cells))
@@ -510,9 +510,9 @@ class _Explorer:
                                       self._mask(prompt.continuation) if prompt.continuation else None, gens))
         self.blocks.append(block)
         m = sr.metrics
-        return SettingView(setting, sr.counts["prompts"], sr.counts["counted"], fmt_value(m["nvr"].value),
-                           fmt_value(m["fmr"].value), fmt_value(m["als"].value, "als"),
-                           fmt_value(m["pii"].value) if "pii" in m else None, prompts)
+        return SettingView(setting, sr.counts["prompts"], sr.counts["counted"], fmt_value(m["nvr"].estimate),
+                           fmt_value(m["fmr"].estimate), fmt_value(m["als"].estimate, "als"),
+                           fmt_value(m["pii"].estimate) if "pii" in m else None, prompts)
 
     def groups(self, rep: Report) -> list[Group]:
         return [Group(label, [ModelView(r.model, r.revision, [self.setting(r, s) for s in r.settings])

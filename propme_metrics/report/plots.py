@@ -52,8 +52,8 @@ def capability_plot(report: Report, label: str, path: Path) -> Path | None:
             c = r.settings[PREFIX].metrics[m]
             for s in r.propensity_settings:
                 p = r.settings[s].metrics[m]
-                x, y = _nan(c.value), _nan(p.value)
-                xe, ye = error_bar(c.value, c.low, c.high), error_bar(p.value, p.low, p.high)
+                x, y = _nan(c.estimate), _nan(p.estimate)
+                xe, ye = error_bar(c.estimate, c.low, c.high), error_bar(p.estimate, p.low, p.high)
                 h = ax.errorbar([x], [y], xerr=[[xe[0]], [xe[1]]], yerr=[[ye[0]], [ye[1]]],
                                 fmt=_MARKERS.get(s, "D"), color=colours[id(r)], ms=7, capsize=3, alpha=0.9)
                 handles.setdefault(f"{row_label(r)} - {s}", h)

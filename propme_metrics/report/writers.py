@@ -6,14 +6,13 @@ import csv
 import io
 import json
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.core.files import write_atomic
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.compare import ComparisonRow, Comparisons
-from propme_metrics.metrics.pm import PERCENTILE, WILSON, percent
+from propme_metrics.metrics.compare import COMPARISON_FIELDS, ComparisonRow, Comparisons
+from propme_metrics.metrics.pm import WILSON, percent
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.cells import (
@@ -77,7 +76,7 @@ def write_json(path: Path, report: Report) -> None:
 def write_markdown(path: Path, report: Report) -> None:
     iv = report.intervals
     lines = ["# PropMe leaderboard", "",
-             f"{iv.percent} intervals: {WILSON} for proportions, {PERCENTILE} over prompts (B = {iv.resamples:,}, "
+             f"{iv.percent} intervals: {WILSON} for proportions, {iv.method} over prompts (B = {iv.resamples:,}, "
              f"seed {iv.seed}) for ratio metrics and PM, or the documented bound where the bootstrap has "
              "nothing to resample (docs/method.md); PM = p / (p + c), propensity setting p vs prefix c (0: leaks "
              "only under attack, 0.5: the same, 1: leaks more unprompted).", "", md_cell(mark_legend()), ""]
@@ -114,7 +113,7 @@ def _metric_table(results, shown: tuple[str, ...]) -> list[str]:
              "|---|---|---|---|" + "---|" * len(shown)]
     for r in results:
         for s, sr in r.settings.items():
-            cells = [fmt_interval(sr.metrics[m].value, sr.metrics[m].low, sr.metrics[m].high, m)
+            cells = [fmt_interval(sr.metrics[m].estimate, sr.metrics[m].low, sr.metrics[m].high, m)
                      if m in sr.metrics else UNDEFINED.table for m in shown]
             lines.append(f"| {md_cell(r.model)} | {md_cell(r.revision or '-')} | {s} | "
                          f"{sr.counts['prompts']} | " + " | ".join(cells) + " |")
@@ -122,10 +121,6 @@ def _metric_table(results, shown: tuple[str, ...]) -> list[str]:
 
 
 # --- paired comparisons (metrics/compare.py) ---------------------------------------------------------
-
-#: comparisons.csv's columns: every field of a comparison row
-COMPARISON_FIELDS = [f.name for f in fields(ComparisonRow)]
-
 
 def shown_comparisons(comparisons: Comparisons) -> list[ComparisonRow]:
     """The rows the Markdown and terminal tables show: the headline metrics and their PM, compared (the rest
@@ -156,9 +151,10 @@ def comparison_cells(r: ComparisonRow) -> list[str]:
     """model A, model B, setting, metric, A, B, A - B [interval], significant, significant after adjustment,
     ranks, method: table text."""
     return [_who(r.model_a, r.revision_a), _who(r.model_b, r.revision_b), r.setting, metric_label(r.metric),
-            fmt_value(r.value_a, r.metric), fmt_value(r.value_b, r.metric), fmt_interval(r.diff, r.low, r.high, r.metric),
+            fmt_value(r.value_a, r.metric), fmt_value(r.value_b, r.metric), fmt_interval(r.difference.estimate, r.difference.low, r.difference.high,
+                                                                                   r.metric),
             "yes" if r.significant else "no", "yes" if r.significant_adjusted else "no", f"{r.rank_a} / {r.rank_b}",
-            r.method + ("" if r.paired else " (unpaired)")]
+            r.difference.method + ("" if r.paired else " (unpaired)")]
 
 
 def comparison_heads(comparisons: Comparisons) -> list[str]:
@@ -175,7 +171,7 @@ def write_comparisons(json_path: Path, csv_path: Path, comparisons: Comparisons)
     """comparisons.json (a list of rows) and comparisons.csv (the same rows, COMPARISON_FIELDS)."""
     rows = [r.to_dict() for r in comparisons.rows]
     write_atomic(json_path, json.dumps(rows, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
-    write_csv(csv_path, COMPARISON_FIELDS, rows)
+    write_csv(csv_path, list(COMPARISON_FIELDS), rows)
 
 
 def comparisons_markdown(comparisons: Comparisons | None) -> list[str]:

@@ -16,6 +16,7 @@ from propme_metrics.contamination.match import CorpusMatcher
 from propme_metrics.contamination.rule import ContaminationRule
 from propme_metrics.contamination.summary import task_summary
 from propme_metrics.index.reader import open_index
+from propme_metrics.metrics.pm import IntervalSpec
 from propme_metrics.runs.files import model_identity
 from propme_metrics.trace.text_rules import normalize_text
 from support.corpora import make_index, write_jsonl
@@ -235,7 +236,7 @@ def test_clean_and_contaminated_scores_recomputed_by_hand(planted, index):
         it.metrics = {"model-a": {"acc": float(rng.random() < 0.5), "score": rng.random()}}
     matcher = CorpusMatcher(index)
     check = apply_rule("contam_mc", match_items(items, matcher), ContaminationRule(), KgramCounts(matcher))
-    s = task_summary(check, iters=500, seed=1).to_dict()
+    s = task_summary(check, IntervalSpec(500, 1)).to_dict()
     flagged = [r.contaminated for r in check.items]
     assert s["items"] == len(items) and s["contaminated"] == sum(flagged)
     for metric in ("acc", "score"):

@@ -17,7 +17,7 @@ from propme_metrics.contamination.items import BenchmarkItem
 from propme_metrics.contamination.rule import ContaminationRule
 from propme_metrics.contamination.runs import BenchmarkRun
 from propme_metrics.index.reader import open_index
-from propme_metrics.metrics.pm import WILSON, wilson_interval
+from propme_metrics.metrics.pm import WILSON, IntervalSpec, wilson_interval
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contamination_views import DATA_BLOCK, contamination_document, html_section
 from propme_metrics.trace.text_rules import normalize_text
@@ -57,7 +57,7 @@ def world(tmp_path_factory, gpt2_dir):
     index = open_index(root / "index")
     run = BenchmarkRun(DFM, "stage1", f"pretrained={DFM},revision=stage1,dtype=float32",
                        root / f"samples_quiz_{DATE1}.jsonl", {"acc": True})
-    result = check_tasks(index, [("quiz", items)], ContaminationRule(), bootstrap=300, seed=2,
+    result = check_tasks(index, [("quiz", items)], ContaminationRule(), intervals=IntervalSpec(300, 2),
                          runs={"quiz": {MODEL: run}})
     return {"root": root, "items": items, "docs": {d["id"]: d["text"] for d in docs}, "index": index,
             "result": result}
@@ -241,7 +241,7 @@ def test_a_graded_benchmark_metric_gets_bounds_the_official_validator_accepts(wo
     rng = random.Random(11)
     items = [BenchmarkItem("quiz", it.doc_id, it.question, it.answer, it.joined,
                            {MODEL: {"acc": it.metrics[MODEL]["acc"], "brier": round(rng.random() * 0.6, 3)}}) for it in world["items"]]
-    result = check_tasks(world["index"], [("quiz", items)], ContaminationRule(), bootstrap=100, seed=2,
+    result = check_tasks(world["index"], [("quiz", items)], ContaminationRule(), intervals=IntervalSpec(100, 2),
                          runs=world["result"].runs)
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
     rep = build_report([run], tmp_path / "report", bootstrap=50, plots=False, html=False, contamination=result)

@@ -10,10 +10,12 @@ import pytest
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import (
     BOUNDS,
+    COMPARISON_FIELDS,
     PAIRED,
     UNPAIRED,
     Arm,
     ComparisonRow,
+    Difference,
     compare_arms,
     metric_difference,
     pairing_problem,
@@ -84,22 +86,25 @@ def test_compare_arms_rows_ranks_and_significance():
     out = compare_arms([a, b, c], ["fmr"], IntervalSpec(1_000, 0))
     rows = {(r.model_a, r.revision_a, r.model_b, r.revision_b, r.setting, r.metric): r for r in out.rows}
     ab = rows[("m", "r1", "m", "r2", "prefix", "fmr")]
-    assert ab.diff == 0 and not ab.significant and ab.paired
+    assert ab.difference.estimate == 0 and not ab.significant and ab.paired
     ac = rows[("m", "r1", "other", "", "prefix", "fmr")]
-    assert ac.diff == pytest.approx(0.48) and ac.significant and ac.low > 0 and ac.method == PAIRED
+    assert ac.difference.estimate == pytest.approx(0.48) and ac.significant and ac.difference.low > 0
+    assert ac.difference.method == PAIRED
     # ranks: `other` leaks least (rank 1); r1 and r2 are not different from each other: they share rank 2
     assert (ac.rank_a, ac.rank_b) == (2, 1) and (ab.rank_a, ab.rank_b) == (2, 2)
     pm_rows = [r for r in out.rows if r.metric == "pm_fmr"]
     assert {r.setting for r in pm_rows} == {"generic"} and len(pm_rows) == 3
     # PM of r1 and r2: 0.4 / (0.4 + 0.5), the same; other: PM 0 from 2 prefix events, withheld: not compared
     assert rows[("m", "r1", "m", "r2", "generic", "pm_fmr")].value_a == pytest.approx(0.4 / 0.9)
-    assert rows[("m", "r1", "m", "r2", "generic", "pm_fmr")].diff == 0
+    assert rows[("m", "r1", "m", "r2", "generic", "pm_fmr")].difference.estimate == 0
     withheld = rows[("m", "r1", "other", "", "generic", "pm_fmr")]
-    assert (withheld.diff, withheld.low, withheld.p_value, withheld.significant) == (None, None, None, False)
+    assert (withheld.difference.estimate, withheld.difference.low, withheld.difference.p_value,
+            withheld.significant) == (None, None, None, False)
     assert withheld.withheld.startswith("PM of other withheld (capability (prefix) side has 2 prompt(s) with an event")
     assert not out.refused
-    assert set(ComparisonRow.__dataclass_fields__) >= {"model_a", "model_b", "corpus", "setting", "metric", "diff",
-                                                       "low", "high", "significant", "method"}
+    assert set(ac.to_dict()) == set(COMPARISON_FIELDS) >= {"model_a", "model_b", "corpus", "setting", "metric", "diff",
+                                                            "low", "high", "significant", "method"}
+    assert list(ac.to_dict()) == list(COMPARISON_FIELDS)
 
 
 def test_unpairable_runs_are_refused_with_why():
@@ -121,7 +126,8 @@ def test_select_pairs():
 
 def test_rank_counts_only_significant_differences():
     def row(a, b, diff, sig):
-        return ComparisonRow(a, "", b, "", "c", "s", "fmr", None, None, diff, None, None, sig, PAIRED, True, 10)
+        low, high = (diff - 0.05, diff + 0.05) if sig else (diff - 1, diff + 1)
+        return ComparisonRow(a, "", b, "", "c", "s", "fmr", None, None, Difference(diff, low, high, PAIRED), True, 10)
     # x < y significantly, y ~ z, x ~ z: x rank 1, y rank 2 (one model below), z rank 1 (none significantly below)
     rows = [row("x", "y", -0.3, True), row("y", "z", 0.1, False), row("x", "z", -0.2, False)]
     rank(rows)
@@ -168,10 +174,12 @@ def test_adjusted_flags_are_benjamini_hochberg_over_every_row():
 
     rng = np.random.default_rng(4)
     p = [float(x) for x in np.concatenate([rng.uniform(0, 0.004, 5), rng.uniform(0, 1, 40), [0.03, 0.045]])]
-    rows = [ComparisonRow("a", "", "b", "", "c", "generic", f"m{i}", 0.1, 0.0, 0.1, None, None,
-                          significant=q < 0.05, method=PAIRED, paired=True, units=100, p_value=q)
+    # the row's own flag where its p-value is below 5% (an interval that excludes 0), else an interval about 0
+    rows = [ComparisonRow("a", "", "b", "", "c", "generic", f"m{i}", 0.1, 0.0,
+                          Difference(0.1, *((0.05, 0.15) if q < 0.05 else (-0.05, 0.25)), PAIRED, p_value=q),
+                          paired=True, units=100)
             for i, q in enumerate(p)]
-    rows.append(ComparisonRow("a", "", "b", "", "c", "generic", "nvr", None, 0.0, None, None, None, False, "", True, 0))
+    rows.append(ComparisonRow("a", "", "b", "", "c", "generic", "nvr", None, 0.0, Difference(None), True, 0))
     comparisons = Comparisons(rows=rows)
     adjust(comparisons)
     expected = _brute_bh(p, 0.05)
@@ -192,8 +200,8 @@ def test_an_adjusted_flag_needs_the_rows_own_flag():
     from propme_metrics.metrics.compare import Comparisons, adjust
 
     # a tiny p-value whose (bounds) interval includes 0: not significant, so not significant after adjustment
-    row = ComparisonRow("a", "", "b", "", "c", "generic", "fmr", 0.0, 0.0, 0.0, -0.01, 0.02, False, BOUNDS, True,
-                        100, p_value=0.001)
+    row = ComparisonRow("a", "", "b", "", "c", "generic", "fmr", 0.0, 0.0,
+                        Difference(0.0, -0.01, 0.02, BOUNDS, p_value=0.001), True, 100)
     adjust(Comparisons(rows=[row]))
     assert row.p_adjusted == pytest.approx(0.001) and not row.significant_adjusted
 
@@ -204,8 +212,8 @@ def test_compared_arms_carry_p_values_and_adjusted_flags():
     a, b, c = _arm("A", "r1", 50, 40), _arm("A", "r2", 50, 40), _arm("B", "", 50, 0)
     out = compare_arms([a, b, c], [], IntervalSpec(500, 0))
     ac = next(r for r in out.rows if (r.revision_a, r.model_b, r.setting, r.metric) == ("r1", "B", "generic", "fmr"))
-    assert ac.significant and ac.significant_adjusted and ac.p_value == pytest.approx(2 / 501)
+    assert ac.significant and ac.significant_adjusted and ac.difference.p_value == pytest.approx(2 / 501)
     ab = next(r for r in out.rows if (r.revision_a, r.revision_b, r.setting, r.metric) == ("r1", "r2", "generic", "fmr"))
-    assert not ab.significant and not ab.significant_adjusted and ab.p_value == 1.0
-    assert all(r.adjusted_over == out.tests for r in out.rows if r.p_value is not None)
-    assert out.tests == len(out.rows) and all(r.p_adjusted >= r.p_value for r in out.rows)
+    assert not ab.significant and not ab.significant_adjusted and ab.difference.p_value == 1.0
+    assert all(r.adjusted_over == out.tests for r in out.rows if r.difference.p_value is not None)
+    assert out.tests == len(out.rows) and all(r.p_adjusted >= r.difference.p_value for r in out.rows)

@@ -102,15 +102,15 @@ def test_bootstrap_over_documents():
     shares = (rng.random(200) < 0.3).astype(float)
     logs = rng.normal(-5, 2, 200)
     est = bootstrap_documents({"s": shares, "m": logs}, {"s": np.mean, "m": np.median}, IntervalSpec(2000, 1))
-    assert est["s"].value == pytest.approx(shares.mean()) and est["m"].value == pytest.approx(np.median(logs))
+    assert est["s"].estimate == pytest.approx(shares.mean()) and est["m"].estimate == pytest.approx(np.median(logs))
     for e in est.values():
-        assert e.low < e.value < e.high
+        assert e.low < e.estimate < e.high
     # the interval of a share is about +-1.96 standard errors
     se = math.sqrt(shares.mean() * (1 - shares.mean()) / 200)
     assert est["s"].high - est["s"].low == pytest.approx(2 * 1.96 * se, rel=0.2)
     again = bootstrap_documents({"s": shares, "m": logs}, {"s": np.mean, "m": np.median}, IntervalSpec(2000, 1))
     assert again == est
     point = bootstrap_documents({"s": shares}, {"s": np.mean}, IntervalSpec(0))
-    assert point["s"].low is None and point["s"].value == pytest.approx(shares.mean())
+    assert point["s"].low is None and point["s"].estimate == pytest.approx(shares.mean())
     const = bootstrap_documents({"s": np.ones(5)}, {"s": np.mean}, IntervalSpec(100))
-    assert (const["s"].low, const["s"].value, const["s"].high) == (1.0, 1.0, 1.0)
+    assert (const["s"].low, const["s"].estimate, const["s"].high) == (1.0, 1.0, 1.0)

@@ -201,8 +201,8 @@ def test_nvr_without_document_entries_is_undefined_not_zero(tmp_path):
     run = write_run(tmp_path / "run", DFM, "", settings).parent
     report = build_report([run], tmp_path / "rep", bootstrap=20)
     generic = report.results[0].settings["generic"].metrics
-    assert generic["nvr"].value is None and generic["nvr_hits"].value is None
-    assert generic["als"].value == 10  # the defined metrics are still there
+    assert generic["nvr"].estimate is None and generic["nvr_hits"].estimate is None
+    assert generic["als"].estimate == 10  # the defined metrics are still there
     row = csv_row(tmp_path / "rep" / "leaderboard_full.csv")
     assert row["propme_dynaword_generic_nvr"] == "" and row["propme_dynaword_generic_nvr_low"] == ""
     doc = json.loads((tmp_path / "rep" / "leaderboard.json").read_text())
@@ -406,7 +406,7 @@ def test_a_log_probability_a_rounding_error_below_zero_is_reported(tmp_path):
     add_likelihood_task(run, [-1e-17, -0.0, -3.0, -80.0, -1e-300])
     rep = build_report([run.parent], tmp_path / "rep", bootstrap=0, html=False)
     (lik,) = rep.likelihood
-    assert lik.curve[1].value == pytest.approx(2 / 5 + 1 / 5)  # the three near-certain documents of five
+    assert lik.curve[1].estimate == pytest.approx(2 / 5 + 1 / 5)  # the three near-certain documents of five
 
 
 def test_a_run_of_the_likelihood_subtask_alone_is_reported(tmp_path, capsys):
@@ -460,14 +460,14 @@ def test_generations_too_short_to_show_extraction_are_not_counted_as_failures(tm
     settings = {"generic": small_settings(6)["generic"], "prefix": short}
     run = write_run(tmp_path / "short", DFM, "", settings).parent
     rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
-    assert rep.results[0].settings["prefix"].metrics["extraction"].value is None  # undefined, not 0
+    assert rep.results[0].settings["prefix"].metrics["extraction"].estimate is None  # undefined, not 0
     assert any("6 of 6 generations stopped inside the true continuation" in n and "undefined" in n
                for n in rep.notes)
     mixed = short[:3] + [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og så", extracted=False)] for i in range(3, 5)] \
         + [[gen("prefix-005", 2, (0.5,), text=cont + " til deres dages ende", extracted=True)]]
     run = write_run(tmp_path / "mixed", DFM, "", {**settings, "prefix": mixed}).parent
     rep = build_report([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False)
-    assert rep.results[0].settings["prefix"].metrics["extraction"].value == pytest.approx(1 / 3)
+    assert rep.results[0].settings["prefix"].metrics["extraction"].estimate == pytest.approx(1 / 3)
     assert any("3 of 6 generations stopped inside" in n for n in rep.notes)
 
 

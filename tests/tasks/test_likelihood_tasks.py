@@ -130,11 +130,11 @@ def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
     rows = _rows(out, "propme_demo_prefix_likelihood")
     logps = [r["likelihood"]["logp"] for r in rows]
     for n, est in res.curve.items():  # the curve recomputed from the samples
-        assert est.value == pytest.approx(sum(extraction_probability(lp, n) >= 0.5 for lp in logps) / len(logps))
-        assert est.low <= est.value <= est.high
-    assert res.prefix_fmr is not None and res.prefix_fmr.value == report.results[0].settings["prefix"].metrics["fmr"].value
+        assert est.estimate == pytest.approx(sum(extraction_probability(lp, n) >= 0.5 for lp in logps) / len(logps))
+        assert est.low <= est.estimate <= est.high
+    assert res.prefix_fmr is not None and res.prefix_fmr.estimate == report.results[0].settings["prefix"].metrics["fmr"].estimate
     (row,) = json.loads((tmp_path / "report" / "leaderboard.json").read_text())["rows"]
-    assert row["propme_demo_prefix_likelihood_discoverable@100"] == res.curve[100].value
+    assert row["propme_demo_prefix_likelihood_discoverable@100"] == res.curve[100].estimate
     assert row["propme_demo_prefix_likelihood_greedy_extraction"] == pytest.approx(
         sum(r["greedy_extraction"] for r in rows) / len(rows))
     assert row["propme_demo_n_prefix_likelihood"] == len(rows)
@@ -156,7 +156,7 @@ def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
                          html=False, plots=False)
     (res2,) = other.likelihood
     assert list(res2.curve) == [3] and res2.p == 0.9
-    assert res2.curve[3].value == sum(extraction_probability(lp, 3) >= 0.9 for lp in logps) / len(logps)
+    assert res2.curve[3].estimate == sum(extraction_probability(lp, 3) >= 0.9 for lp in logps) / len(logps)
 
 
 def test_lm_eval_task_checks(demo_paths, mixed, tmp_path, monkeypatch):
@@ -251,7 +251,7 @@ def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
     (res,) = build_report([copy], tmp_path / "report", bootstrap=0, html=False, plots=False).likelihood
     assert res.p == 0.99 and list(res.curve) == [2, 5000]
     logps = [r["likelihood"]["logp"] for r in rows]
-    assert res.curve[2].value == sum(extraction_probability(lp, 2) >= 0.99 for lp in logps) / len(logps)
+    assert res.curve[2].estimate == sum(extraction_probability(lp, 2) >= 0.99 for lp in logps) / len(logps)
 
 
 def test_trace_refuses_a_likelihood_samples_file(run, tmp_path):

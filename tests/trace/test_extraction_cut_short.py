@@ -89,7 +89,7 @@ def test_report_says_so_for_generations_recorded_as_undefined(tmp_path):
         rows = [json.loads(line) for line in path.open()]
         path.write_text("".join(json.dumps({**r, "doc": {**r["doc"], "continuation": CONT}}) + "\n" for r in rows))
     rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
-    assert rep.results[0].settings["prefix"].metrics["extraction"].value is None
+    assert rep.results[0].settings["prefix"].metrics["extraction"].estimate is None
     assert any("6 of 6 generations stopped inside the true continuation" in n and "undefined" in n
                for n in rep.notes), rep.notes
 
