@@ -15,6 +15,7 @@ from propme_metrics.metrics.pm import WILSON, IntervalSpec, wilson_interval
 from propme_metrics.metrics.robustness import corpus_robustness
 from propme_metrics.metrics.runs import RunTask, TracedPrompt
 from propme_metrics.metrics.values import contributions, counts_for_metrics
+from propme_metrics.report.eee import INTERVAL_METHODS
 from propme_metrics.testing import make_index, write_jsonl
 from propme_metrics.trace.result import TraceConfig, TraceResult
 from propme_metrics.trace.tracer import Tracer
@@ -98,6 +99,9 @@ def test_predictability_floor_equals_the_reference_tracer(world, tmp_path):
     assert _value(rob, "excess_r20", "generic").estimate == pytest.approx(1 - hits / 4)
     ex = _value(rob, "excess_als", "specific")
     assert ex.method.startswith("unpaired") and ex.low < ex.estimate < ex.high
+    # every method a figure's interval has is one the Every Eval Ever records may name (a report failed on
+    # the excess over the floor's `unpaired-bootstrap-expanded-percentile`)
+    assert {f.value.method for f in rob.figures if f.value.method} <= {name for name, _ in INTERVAL_METHODS}
     # without the index (a report made elsewhere) the floor is undefined, never 0, and says why
     blind = corpus_robustness(tasks, None, INTERVALS, "the index cannot be read here")
     assert _value(blind, "floor_als", FLOOR).estimate is None and _value(blind, "excess_als", "generic").estimate is None

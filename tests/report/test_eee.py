@@ -12,7 +12,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from propme_metrics.contamination.summary import BOOTSTRAP_PERCENTILE
 from propme_metrics.metrics import compare, pm
 from propme_metrics.metrics.pm import PERCENTILE, WILSON, wilson_interval
 from propme_metrics.report.assemble import build_report
@@ -190,11 +189,12 @@ def test_every_interval_method_a_record_names_is_one_docs_cli_lists(report):
              for record in _records(report.out).values() for r in record["evaluation_results"]
              if "uncertainty" in r["score_details"]}
     assert named <= {name for name, _ in INTERVAL_METHODS}
-    assert {WILSON, PERCENTILE, BOOTSTRAP_PERCENTILE} <= named
+    assert {WILSON, PERCENTILE} <= named
     # every method an interval of a result can have: the metrics', PM's, the figures' (a floor's excess is
-    # a difference: compare's unpaired bootstrap or bounds), contamination's and the likelihood's
-    made = {pm.WILSON, pm.PERCENTILE, pm.ZERO_EVENTS, pm.UNIFORM, pm.ONE_UNIT, pm.PROPAGATED, BOOTSTRAP_PERCENTILE,
-            compare.UNPAIRED, compare.BOUNDS}
+    # a difference: compare's unpaired bootstrap or bounds), contamination's and the likelihood's, by either
+    # bootstrap method an IntervalSpec may name
+    made = {pm.WILSON, pm.ZERO_EVENTS, pm.UNIFORM, pm.ONE_UNIT, pm.PROPAGATED, compare.BOUNDS,
+            *pm.BOOTSTRAP_METHODS, *(pm.IntervalSpec(method=m).paired(False) for m in pm.BOOTSTRAP_METHODS)}
     assert {name for name, _ in INTERVAL_METHODS} == made
 
 
@@ -206,7 +206,7 @@ def test_the_likelihood_figures_are_in_the_record(report, validator):
     assert greedy["evaluation_name"] == "propme_dynaword_prefix_likelihood"
     assert greedy["score_details"]["score"] == pytest.approx(2 / 8)  # log P(z) above -1: the first two of eight
     ci = greedy["score_details"]["uncertainty"]
-    assert ci["confidence_interval"]["method"] == BOOTSTRAP_PERCENTILE and ci["num_samples"] == len(LOGPS)
+    assert ci["confidence_interval"]["method"] == PERCENTILE and ci["num_samples"] == len(LOGPS)
     assert ci["num_bootstrap_samples"] == 300 and ci["confidence_interval"]["lower"] < 2 / 8 < ci["confidence_interval"]["upper"]
     # (n, p)-discoverable at n = 100, p = 0.5 (the default): 1 - (1 - P)^100 >= 0.5 while P >= 1 - 0.5^(1/100)
     threshold = 1 - 0.5 ** (1 / 100)
