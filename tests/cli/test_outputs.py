@@ -243,4 +243,5 @@ def test_trace_into_a_fifo_and_a_device_streams_and_keeps_them(tmp_path, index_c
     assert stat.S_ISFIFO(os.stat(tmp_path / "pipe").st_mode)
     assert stat.S_ISCHR(os.stat(node).st_mode) and os.stat(node).st_rdev == NULL_DEVICE
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "g.jsonl", "null", "pipe"]
-    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    # the cache keeps only the mark of the manifest text checked (`index.manifest.schema_problem`)
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.parent.name != "valid-manifests"]
