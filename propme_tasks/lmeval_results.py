@@ -43,9 +43,9 @@ from propme_metrics.prompts.settings import LIKELIHOOD, MEASURE_KEY, PREFIX, PRO
 from propme_metrics.runs.files import SIDECAR_PREFIX
 
 #: how PropMe's stderr in lm-eval's results is computed (written into every sidecar)
-STDERR_RULE = ("half-width of the interval `propme report` shows (modified Wilson over counted generations for a "
-               "share, expanded percentile bootstrap over prompts for a ratio and over documents for the likelihood "
-               "subtask; 10,000 resamples, seed 0) divided by the normal quantile of its "
+STDERR_RULE = ("half-width of the interval `propme report` shows (modified Wilson over counted generations, or "
+               "documents of the likelihood subtask, for a share; expanded percentile bootstrap over prompts for a "
+               "ratio and over documents for the likelihood subtask's median; 10,000 resamples, seed 0) divided by the normal quantile of its "
                "confidence (1.96 at 95%)")
 #: the helper entries of PropMe's tasks: per sample the full record, never a metric of the table
 HELPERS = (registry.TRACE_DIAGNOSTIC[0], registry.LIKELIHOOD_DIAGNOSTIC[0])

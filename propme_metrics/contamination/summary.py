@@ -13,12 +13,16 @@ import numpy as np
 
 from propme_metrics.contamination.check import TaskCheck, coverage_values
 from propme_metrics.contamination.rule import CURVE_COVERAGE, CURVE_K, ContaminationRule
+from propme_metrics.metrics.compare import BOUNDS
 from propme_metrics.metrics.pm import (
     DEFAULT_INTERVALS,
     WILSON,
     Interval,
     IntervalSpec,
+    is_share,
     resample_indices,
+    share_interval,
+    spread,
     wilson_interval,
 )
 
@@ -85,10 +89,6 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def _is_binary(values: np.ndarray) -> bool:
-    return bool(np.isin(values, (0.0, 1.0)).all())
-
-
 def _resampled_means(values: np.ndarray, iters: int, rng: np.random.Generator) -> np.ndarray:
     """Means of `iters` bootstrap resamples of `values`."""
     return np.concatenate([values[idx].mean(axis=1) for idx in resample_indices(len(values), iters, rng)])
@@ -96,25 +96,28 @@ def _resampled_means(values: np.ndarray, iters: int, rng: np.random.Generator) -
 
 def mean_with_interval(values: np.ndarray, intervals: IntervalSpec) -> Interval:
     """The mean with a Wilson interval for 0/1 values (accuracy), a bootstrap interval
-    (`IntervalSpec.bounds`) otherwise; undefined when there are no values."""
+    (`IntervalSpec.bounds`) otherwise; undefined when there are no values, and without ends when
+    every value is the same (a range the metric's values keep is not known, and zero width would lie)."""
     n = len(values)
     if n == 0:
         return Interval(None, confidence=intervals.confidence, units=0)
     mean = float(values.mean())
-    if _is_binary(values):
-        low, high = wilson_interval(int(values.sum()), n, intervals.confidence)
-        return Interval(mean, _finite(low), _finite(high), WILSON, intervals.confidence, units=n)
+    if is_share(values):
+        return share_interval(values, intervals.confidence)
     if intervals.bootstrap:
         samples = _resampled_means(values, intervals.resamples, np.random.default_rng(intervals.seed))
-        low, high = intervals.bounds(samples, n)
-        return Interval(mean, _finite(low), _finite(high), intervals.method, intervals.confidence,
-                        intervals.resamples, units=n)
+        if spread(samples):
+            low, high = intervals.bounds(samples, n)
+            return Interval(mean, _finite(low), _finite(high), intervals.method, intervals.confidence,
+                            intervals.resamples, units=n)
     return Interval(mean, confidence=intervals.confidence, units=n)
 
 
 def difference(contaminated: np.ndarray, clean: np.ndarray, intervals: IntervalSpec) -> Interval:
     """contaminated - clean, with a bootstrap interval (each group resampled on its own, with its own
-    size; the expansion counts the smaller group); undefined when either group is empty."""
+    size; the expansion counts the smaller group); undefined when either group is empty. When every
+    resample gives one difference (each group one value), the difference of the two groups' own
+    intervals (`BOUNDS`), never [d, d]."""
     if not len(contaminated) or not len(clean):
         return Interval(None, confidence=intervals.confidence)
     value = float(contaminated.mean() - clean.mean())
@@ -123,6 +126,11 @@ def difference(contaminated: np.ndarray, clean: np.ndarray, intervals: IntervalS
     rng = np.random.default_rng(intervals.seed)
     samples = (_resampled_means(contaminated, intervals.resamples, rng)
                - _resampled_means(clean, intervals.resamples, rng))
+    if not spread(samples):
+        a, b = mean_with_interval(contaminated, intervals), mean_with_interval(clean, intervals)
+        low = None if a.low is None or b.high is None else a.low - b.high
+        high = None if a.high is None or b.low is None else a.high - b.low
+        return Interval(value, low, high, BOUNDS if low is not None else "", intervals.confidence)
     low, high = intervals.bounds(samples, min(len(contaminated), len(clean)))
     return Interval(value, low, high, intervals.method, intervals.confidence, intervals.resamples)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.limits import MAX_SIZE
-from propme_metrics.metrics.pm import Interval, IntervalSpec, resample_indices
+from propme_metrics.metrics.pm import Interval, IntervalSpec, is_share, resample_indices, share_interval, spread
 
 #: the sample counts n of the `discoverable@n` metrics, and the probability p they are computed at
 DISCOVERABLE_N = (1, 10, 100, 1_000, 10_000)
@@ -112,28 +112,35 @@ def check_n(raw: Any, where: str = N_KEY) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-
-
 def bootstrap_documents(columns: Mapping[str, Sequence[float]], statistics: Mapping[str, Callable[..., Any]],
                         intervals: IntervalSpec) -> dict[str, Interval]:
     """Each column's statistic (`statistics[name]`: np.mean or np.median, called with axis=) over the
-    documents, with a bootstrap interval (`IntervalSpec.bounds` over the documents): the documents are
-    resampled with replacement (numpy default_rng(seed)), the same resamples for every column. No
-    resamples: no interval."""
+    documents with its interval: a share (the mean of 0/1 values: greedy extraction, the
+    discoverable shares) gets Wilson's, any other statistic a bootstrap interval
+    (`IntervalSpec.bounds`; the documents resampled with replacement, numpy default_rng(seed), the
+    same resamples for every column), or no ends when every resample gives one value (every
+    document the same: zero width would claim certainty that ten documents do not give). No
+    resamples: no bootstrap interval."""
     data = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
     sizes = {len(v) for v in data.values()}
     if len(sizes) != 1 or not next(iter(sizes)):
         raise ValueError("bootstrap_documents needs columns of one non-zero length")
     n = sizes.pop()
-    point = {k: float(statistics[k](v)) for k, v in data.items()}
-    iters = intervals.resamples
-    if not iters:
-        return {k: Interval(v, confidence=intervals.confidence, units=n) for k, v in point.items()}
-    samples = {k: np.empty(iters) for k in data}
+    out = {k: share_interval(v, intervals.confidence) for k, v in data.items()
+           if statistics[k] is np.mean and is_share(v)}
+    rest = {k: v for k, v in data.items() if k not in out}
+    point = {k: float(statistics[k](v)) for k, v in rest.items()}
+    if not intervals.bootstrap or not rest:
+        out.update({k: Interval(v, confidence=intervals.confidence, units=n) for k, v in point.items()})
+        return {k: out[k] for k in data}
+    samples = {k: np.empty(intervals.resamples) for k in rest}
     start = 0
-    for idx in resample_indices(n, iters, np.random.default_rng(intervals.seed)):
-        for k, v in data.items():
+    for idx in resample_indices(n, intervals.resamples, np.random.default_rng(intervals.seed)):
+        for k, v in rest.items():
             samples[k][start:start + len(idx)] = statistics[k](v[idx], axis=1)
         start += len(idx)
-    return {k: Interval(point[k], *intervals.bounds(s, n), intervals.method, intervals.confidence, iters, units=n)
-            for k, s in samples.items()}
+    for k, s in samples.items():
+        out[k] = (Interval(point[k], *intervals.bounds(s, n), intervals.method, intervals.confidence,
+                           intervals.resamples, units=n) if spread(s)
+                  else Interval(point[k], confidence=intervals.confidence, units=n))
+    return {k: out[k] for k in data}

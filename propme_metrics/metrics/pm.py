@@ -142,6 +142,26 @@ def _poisson_lower(events: int, alpha: float) -> float:
     return lo
 
 
+def is_share(values: np.ndarray) -> bool:
+    """Whether every value is 0 or 1: their mean is then a share, whose interval is Wilson's (a
+    bootstrap of a share collapses to zero width when every value is the same)."""
+    return bool(len(values)) and bool(np.isin(values, (0.0, 1.0)).all())
+
+
+def share_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> Interval:
+    """The share of 1s among 0/1 `values` with its modified Wilson interval."""
+    n = len(values)
+    low, high = wilson_interval(int(values.sum()), n, confidence)
+    return Interval(float(values.mean()), low, high, WILSON, confidence, units=n)
+
+
+def spread(samples: np.ndarray) -> bool:
+    """Whether bootstrap replicates vary: when every one is equal (every unit one value) a
+    percentile interval would have zero width, so the caller gives a bound or none instead."""
+    finite = samples[np.isfinite(samples)]
+    return finite.size > 0 and bool(np.ptp(finite) > 0)
+
+
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Modified Wilson score interval for a proportion (e.g. FMR); (nan, nan) when n == 0.
 

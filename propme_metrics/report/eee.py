@@ -20,7 +20,7 @@ Each base metric of each setting and each PM is one `evaluation_result`:
 
 The likelihood subtask's figures (the registry's likelihood metrics, and the (n, p)-discoverable curve
 at the report's n grid) are results of the same record, `propme.<corpus>.<metric>.prefix_likelihood`,
-with their bootstrap intervals over documents.
+with their intervals over documents (Wilson for a share, the bootstrap for the median).
 
 With a contamination check of the runs' other benchmarks (`propme report --index`), the record of
 each model that ran a benchmark also holds, per task, `propme.contamination.<task>.contaminated_share`
@@ -85,9 +85,9 @@ _UNBOUNDED = {"als": "tokens", "als_nl": "tokens", "pii_items": "items per gener
 #: table of interval methods is checked against it, and `_score` refuses any other name)
 INTERVAL_METHODS: tuple[tuple[str, str], ...] = (
     (WILSON, "modified Wilson score interval over counted generations (items for contamination shares and 0/1 "
-             "metrics): every proportion"),
+             "metrics, documents for the likelihood subtask's shares): every proportion"),
     (PERCENTILE, "percentile bootstrap over units (prompts; generations in the prompt-free settings; documents for "
-                 "the likelihood subtask; items for contamination means and differences), its tails expanded for "
+                 "the likelihood subtask's median; items for contamination means and differences), its tails expanded for "
                  "small samples: ratio metrics, PM, robustness figures, likelihood and contamination figures"),
     (ZERO_EVENTS, "a ratio metric with no event in any unit: the exact bound on the share of units with an event"),
     (UNIFORM, "a ratio metric with one value in every unit: that bound mirrored"),
@@ -233,7 +233,7 @@ _LIKELIHOOD_SCALES = {"log10_p_median": ("log10 probability", ("-Infinity", 0.0)
 
 def likelihood_results(res: LikelihoodResult) -> list[dict[str, Any]]:
     """The likelihood subtask's figures of one model and corpus: each registry likelihood metric, then
-    the curve's shares at the report's n grid not among them, with bootstrap intervals over documents
+    the curve's shares at the report's n grid not among them, with intervals over documents
     (the report's `IntervalSpec`); each value is a statistic over the scored documents."""
     figures = [(m.name, m.label, m.description, m.aggregation, m.n, res.metrics[m.name])
                for m in registry.LIKELIHOOD_METRICS]

@@ -51,9 +51,9 @@ def column_docs(intervals: IntervalSpec = DEFAULT_INTERVALS) -> list[tuple[str, 
         spec = registry.LIKELIHOOD_BY_NAME[m]
         docs += [(f"propme_<corpus>_{SETTING}_{m}", spec.description),
                  (f"propme_<corpus>_{SETTING}_{m}_low",
-                  f"lower end of its {intervals.percent} bootstrap interval over documents"),
+                  f"lower end of its {intervals.percent} Wilson interval over documents (a share)"),
                  (f"propme_<corpus>_{SETTING}_{m}_high",
-                  f"upper end of its {intervals.percent} bootstrap interval over documents")]
+                  f"upper end of its {intervals.percent} Wilson interval over documents (a share)")]
     return docs
 
 

@@ -432,3 +432,25 @@ def test_report_adds_a_contamination_section(cli_run, lm_eval_run, local_tasks, 
     assert page.count("data-b='contamination'") >= 15   # each flagged item's spans, linked to their documents
     doc = json.loads((tmp_path / "r" / "contamination" / "contamination.json").read_text())
     assert doc["tasks"]["contam_mc"]["contaminated"] == 3 * PER_KIND
+
+
+def test_contamination_figures_never_have_zero_width():
+    """Every contaminated item right and every clean one wrong (or a graded score that never moves):
+    a bootstrap over items gives one value in every resample, so the figures take bounds instead."""
+    from propme_metrics.contamination.summary import difference, mean_with_interval
+    from propme_metrics.metrics.compare import BOUNDS
+    from propme_metrics.metrics.pm import WILSON, IntervalSpec, wilson_interval
+
+    spec = IntervalSpec(1000, 0)
+    dirty, clean = np.ones(6), np.zeros(8)
+    d = difference(dirty, clean, spec)
+    assert d.estimate == 1.0 and d.method == BOUNDS
+    assert d.low == pytest.approx(wilson_interval(6, 6)[0] - wilson_interval(0, 8)[1]) and d.low < 1.0
+    assert d.high == pytest.approx(1.0)
+    share = mean_with_interval(dirty, spec)
+    assert share.method == WILSON and share.low < 1.0 == share.high
+    graded = mean_with_interval(np.full(7, 0.42), spec)  # ROUGE 0.42 on every item: no range to bound it by
+    assert graded.estimate == pytest.approx(0.42) and graded.low is None and graded.high is None
+    assert difference(np.full(3, 0.5), np.full(4, 0.25), spec).low is None  # nor a difference of two such
+    moving = mean_with_interval(np.array([0.1, 0.4, 0.42, 0.9]), spec)
+    assert moving.low < moving.estimate < moving.high and moving.resamples == 1000

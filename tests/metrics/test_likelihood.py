@@ -21,7 +21,7 @@ from propme_metrics.metrics.likelihood import (
     extraction_probability,
     min_probability,
 )
-from propme_metrics.metrics.pm import IntervalSpec
+from propme_metrics.metrics.pm import PERCENTILE, WILSON, IntervalSpec, wilson_interval
 
 
 def test_worked_example_of_the_method_docs():
@@ -110,7 +110,19 @@ def test_bootstrap_over_documents():
     assert est["s"].high - est["s"].low == pytest.approx(2 * 1.96 * se, rel=0.2)
     again = bootstrap_documents({"s": shares, "m": logs}, {"s": np.mean, "m": np.median}, IntervalSpec(2000, 1))
     assert again == est
-    point = bootstrap_documents({"s": shares}, {"s": np.mean}, IntervalSpec(0))
-    assert point["s"].low is None and point["s"].estimate == pytest.approx(shares.mean())
-    const = bootstrap_documents({"s": np.ones(5)}, {"s": np.mean}, IntervalSpec(100))
-    assert (const["s"].low, const["s"].estimate, const["s"].high) == (1.0, 1.0, 1.0)
+    assert est["s"].method == WILSON and est["m"].method == PERCENTILE and est["m"].resamples == 2000
+    # no resamples: a share keeps its Wilson interval (no bootstrap behind it), a median has none
+    point = bootstrap_documents({"s": shares, "m": logs}, {"s": np.mean, "m": np.median}, IntervalSpec(0))
+    assert point["s"] == est["s"] and point["m"].low is None and point["m"].high is None
+
+
+def test_no_interval_over_documents_has_zero_width():
+    """Ten documents all extracted (or all with one log-probability) do not make a certain figure."""
+    spec = IntervalSpec(1000, 0)
+    const = bootstrap_documents({"s": np.ones(10), "z": np.zeros(10), "m": np.full(10, -0.11)},
+                                {"s": np.mean, "z": np.mean, "m": np.median}, spec)
+    low, high = wilson_interval(10, 10)
+    assert (const["s"].low, const["s"].estimate, const["s"].high) == (low, 1.0, high) and low < 1.0
+    assert const["z"].estimate == 0.0 and const["z"].low == 0.0 and const["z"].high > 0.2
+    assert const["m"].estimate == pytest.approx(-0.11) and const["m"].low is None and const["m"].high is None
+    assert const["m"].method == ""
