@@ -52,8 +52,8 @@ def main() -> None:
     os.environ.setdefault("PROPME_CACHE_DIR", os.path.join(tmp.name if tmp else str(paths.root), "cache"))
     meta = {"demo_index": str(paths.index), "demo_prefix_prompts": str(paths.prompts("prefix")),
             "pretrained": str(paths.model)}
-    tasks = get_task_dict(["propme_demo_prefix", "propme_demo_prefix_likelihood"], task_manager(metadata=meta))
-    prefix, like = tasks["propme_demo_prefix"], tasks["propme_demo_prefix_likelihood"]
+    tasks = get_task_dict(["propme_demo_prefix", "propme_demo_likelihood"], task_manager(metadata=meta))
+    prefix, like = tasks["propme_demo_prefix"], tasks["propme_demo_likelihood"]
     for t in (prefix, like):
         t.build_all_requests(rank=0, world_size=1)
     gen_reqs = [deepcopy(i) for i in prefix.instances]

@@ -9,9 +9,9 @@ What it does, in one run:
   1. prepares the demo (corpus, index, tiny model, prompt sets) and runs a stock `lm_eval` on it
      with --log_samples, unless --demo names a finished one;
   2. replays every generate_until sample that lm-eval logged through the hooks exactly as lm-eval
-     runs them: `process_results(doc, filtered_resps)` for every logged sample of every task, then
-     each task's aggregation functions as its YAML names them, for every item key in the order
-     lm-eval aggregates them (the first one traces the task's prompts in bulk), all timed together;
+     runs them: the task class's bulk tracing step (`hooks.trace_task`), `process_results(doc,
+     filtered_resps)` for every logged sample of every task, then each task's aggregation functions
+     as its YAML names them, for every item key in the order lm-eval aggregates them, all timed together;
      generation is excluded, and opening the index (start-up, once per process: the first trace) is
      timed apart.
      Twice: with `trace_workers` 1 (each prompt traced in `process_results`, the hooks before they
@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -87,8 +88,11 @@ def replay_hooks(files: list[Path], workers: int) -> dict:
     startup = time.perf_counter() - t0
     cpu0 = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     wall = time.perf_counter()
-    items = {task: [hooks.process_results(row["doc"], row["filtered_resps"]) for row in rows]
-             for task, rows in tasks.items()}
+    items = {}
+    for task, rows in tasks.items():  # as lm-eval runs a task: the task class's bulk step, then each document
+        hooks.trace_task([SimpleNamespace(doc_id=i, idx=0, doc=row["doc"], filtered_resps={"none": row["filtered_resps"][0]})
+                          for i, row in enumerate(rows)])
+        items[task] = [hooks.process_results(row["doc"], row["filtered_resps"]) for row in rows]
     values = {}
     for task, task_items in items.items():  # lm-eval aggregates in the order of the items' keys
         for name in task_items[0]:

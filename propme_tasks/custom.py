@@ -1,5 +1,5 @@
 """Task YAML for a custom corpus: `propme_<name>` with a subtask per setting (prompted and prompt-free)
-and the prefix documents scored by likelihood (`propme_<name>_prefix_likelihood`).
+and the prefix documents scored by likelihood (`propme_<name>_likelihood`).
 
 The files include PropMe's shared template by absolute path (lm-eval resolves `include:` relative
 to the including file otherwise), so regenerate them after moving the Python environment.
@@ -27,9 +27,9 @@ from .discovery import tasks_path
 from .lmeval_results import PM_ENTRY
 
 #: the version of PropMe's task YAML (`metadata.version`), also written into custom tasks
-TASK_VERSION = 6.0
-#: the version of the likelihood subtask's YAML (`propme_<corpus>_prefix_likelihood`)
-LIKELIHOOD_TASK_VERSION = 2.0
+TASK_VERSION = 7.0
+#: the version of the likelihood subtask's YAML (`propme_<corpus>_likelihood`)
+LIKELIHOOD_TASK_VERSION = 3.0
 
 
 def shipped_corpora() -> tuple[str, ...]:

@@ -6,9 +6,9 @@ what scoring needs (index path, tracing parameters) into every document. It also
 document-start token (`propme_metrics.prompts.start`) from the model arguments: the model is given
 `model_prompt` = start token + prompt, and each document records the choice.
 
-`process_results` hands lm-eval items that are traced later, in bulk, by the task's first
-aggregation (`propme_tasks.deferred`), with `trace_workers` processes; with one worker, or in a
-distributed run, it traces each prompt's generations itself.
+The task class traces every generation of a task in bulk before lm-eval scores it (`trace_task`,
+`propme_tasks.deferred`, with `trace_workers` processes), and `process_results` turns each prompt's
+traces into its items: a number per metric in the logged sample.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from functools import lru_cache, partial, wraps
+from functools import lru_cache, wraps
 from pathlib import Path
 from typing import Any
 
@@ -266,25 +266,48 @@ def _tracer(index_path: str, config: TraceConfig, backend: RayBackend | None = N
     return Tracer(index_path, config)
 
 
-def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
-    """One item per metric of the YAML for this prompt's generations, traced now or by the task's
-    first aggregation (`propme_tasks.deferred`; the same items either way).
-
-    Items of the registry's metrics are (numerator, denominator) pairs that `agg_ratio` pools over
-    the whole task (`max` metrics: the largest value, `agg_max`), so lm-eval's table shows the same
-    numbers as `propme trace` and `propme report`: sums divided once, never a mean of per-prompt means.
-    """
+def _jobs(doc: dict[str, Any], results: list[Any]) -> tuple[TaskDocument, list[deferred.Job]]:
+    """A prompt's document and its generations to trace, as lm-eval hands them to `process_results`."""
     generations = results[0] if results and isinstance(results[0], list) else results
     document = TaskDocument.from_row(doc)
-    tracer = document_tracer(document)
     continuation = document.continuation or None if document.setting == PREFIX else None
-    jobs = [(str(text), generation_key(document.id, document.sample_ix, j, len(generations)), continuation)
-            for j, text in enumerate(generations)]
-    workers = document.trace_workers or deferred.default_trace_workers()
-    if workers > 1 and not deferred.distributed():
-        names = ["trace", *(m.name for m in registry.for_setting(document.setting))]
-        return deferred.pending_items(tracer, jobs, partial(_items, document), names, workers)
-    return _items(document, [tracer.safe_trace_one(*job) for job in jobs])
+    return document, [(str(text), generation_key(document.id, document.sample_ix, j, len(generations)), continuation)
+                      for j, text in enumerate(generations)]
+
+
+def trace_task(instances: list[Any]) -> None:
+    """Trace every generation of a task in bulk before lm-eval scores it (`deferred.trace_ahead`):
+    the task's instances after its filters, grouped per document and filter as lm-eval groups them
+    for `process_results`, with each document's `trace_workers`."""
+    by_doc: dict[int, list[Any]] = {}
+    for inst in instances:
+        by_doc.setdefault(inst.doc_id, []).append(inst)
+    batches = []
+    for group in by_doc.values():
+        group.sort(key=lambda inst: inst.idx)
+        for key in group[0].filtered_resps:
+            document, jobs = _jobs(group[0].doc, [inst.filtered_resps[key] for inst in group])
+            batches.append((document_tracer(document), jobs,
+                            document.trace_workers or deferred.default_trace_workers()))
+    deferred.trace_ahead(batches)
+
+
+def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
+    """One item per metric of the YAML for this prompt's generations, from the traces the task's bulk
+    step made (`trace_task`), or traced now when there are none (a caller outside lm-eval).
+
+    Each metric's item is the prompt's own value, a number in the logged sample (None where it is
+    undefined), carrying its (numerator, denominator) pair that `agg_ratio` pools over the whole task
+    (`max` metrics: the largest value, `agg_max`), so lm-eval's table shows the same numbers as `propme
+    trace` and `propme report`: sums divided once, never a mean of per-prompt means. The pairs are also
+    kept in the `trace` item (`pooled`), which no tool takes for a score.
+    """
+    document, jobs = _jobs(doc, results)
+    traces = deferred.take(jobs)
+    if traces is None:
+        tracer = document_tracer(document)
+        traces = [tracer.safe_trace_one(*job) for job in jobs]
+    return _items(document, traces)
 
 
 def _items(doc: TaskDocument, traces: list[TraceResult]) -> dict[str, Any]:
@@ -307,8 +330,10 @@ def _items(doc: TaskDocument, traces: list[TraceResult]) -> dict[str, Any]:
     metrics = registry.for_setting(setting)
     rare = doc.rare_max_count or RARE_MAX_COUNT
     counted = [contributions(t, metrics, p, rare) for t, p in zip(traces, personal) if counts_for_metrics(t)]
+    pooled = {m.name: pool(m, counted) for m in metrics}
+    items["trace"]["pooled"] = {m.name: m.aggregation.pooled_record(pooled[m.name]) for m in metrics}
     for m in metrics:
-        items[m.name] = m.aggregation.sample_item(pool(m, counted))
+        items[m.name] = m.aggregation.sample_item(pooled[m.name])
     return items
 
 
@@ -318,22 +343,19 @@ def _top_sources(traces: list[TraceResult], k: int = 5) -> list[dict[str, Any]]:
     return [{"source_id": d.source_id, "match": d.match, "nv_recall": d.nv_recall} for d in docs[:k]]
 
 
-def agg_ratio(items: list[dict[str, float]]) -> float:
+def agg_ratio(items: list[registry.PooledValue | None]) -> float:
     """Sum of numerators over sum of denominators, pooled over the task; NaN when nothing was
-    counted (undefined, not 0). Each aggregation first traces the task's pending prompts."""
-    deferred.trace_pending(items)
+    counted (undefined, not 0)."""
     value = registry.RATIO.corpus_value(items)
     return float("nan") if value is None else value
 
 
-def agg_max(items: list[dict[str, float | None]]) -> float:
+def agg_max(items: list[registry.PooledValue | None]) -> float:
     """Largest value over counted prompts; NaN when nothing was counted."""
-    deferred.trace_pending(items)
     value = registry.MAXIMUM.corpus_value(items)
     return float("nan") if value is None else value
 
 
 def agg_trace_failures(items: list[dict[str, Any]]) -> int:
     """Generations whose tracing failed (0 is healthy); redo them with `propme trace` on the samples file."""
-    deferred.trace_pending(items)
     return sum(i["failed"] for i in items)

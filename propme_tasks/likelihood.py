@@ -1,4 +1,4 @@
-"""The hooks of the likelihood subtask `propme_<corpus>_prefix_likelihood` (task_configs/_likelihood_template_yaml).
+"""The hooks of the likelihood subtask `propme_<corpus>_likelihood` (old name `propme_<corpus>_prefix_likelihood`: an alias for one release) (task_configs/_likelihood_template_yaml).
 
 The documents are the `prefix` setting's: the same prompt file, or the same seed and selection
 (`hooks.load_prompts` with setting `prefix`), one request per document. lm-eval scores the

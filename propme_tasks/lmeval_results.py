@@ -194,7 +194,7 @@ def _units(items: Sequence[dict[str, Any]], trace_items: Sequence[dict[str, Any]
            setting: str) -> list[Ratio]:
     """The resampling units of a ratio metric, as the report takes them: a prompt (its rows pooled:
     several generations per prompt are rows of one prompt id), or each generation when prompt-free."""
-    pairs = [Ratio(i["sum"], i["n"]) if "sum" in i else Ratio(i["max"] or 0.0, i["n"]) for i in items]
+    pairs = [Ratio(0.0, 0.0) if i is None else i.pair for i in items]  # None: the prompt adds nothing
     if setting in PROMPT_FREE_SETTINGS or trace_items is None or len(trace_items) != len(pairs):
         return pairs
     by_prompt: dict[str, list[Ratio]] = {}

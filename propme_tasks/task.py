@@ -16,6 +16,8 @@ defines them (docs/method.md, chat models):
   refused. With a chat template it is the system turn of the generic and specific prompts.
 
 Every logged document records whether the template was applied (`TaskDocument.chat_template`).
+After lm-eval's filters the class traces the task's generations in bulk (`apply_filters`), before
+lm-eval scores its documents.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from lm_eval.api.task import ConfigurableTask
 from propme_metrics.prompts.settings import LIKELIHOOD, MEASURE_KEY, Setting, task_name
 from propme_metrics.trace.task_document import TaskDocument
 
+from .hooks import process_results, trace_task
 from .schema import TaskConfigError
 
 #: the settings that are questions a user could put to an assistant: defined under a chat template
@@ -76,3 +79,11 @@ class PropMeTask(ConfigurableTask):
                 lambda doc: TaskDocument.from_row(doc).under_chat_template().to_row())
         super().build_all_requests(apply_chat_template=apply_chat_template, system_instruction=system_instruction,
                                    **kwargs)
+
+    def apply_filters(self) -> Any:
+        """lm-eval's filters, then every generation of the task traced in one bulk call, before lm-eval
+        scores its documents (`hooks.trace_task`): their items are final values, numbers in the samples."""
+        out = super().apply_filters()
+        if self.config.process_results is process_results and self.instances:  # PropMe's traced generations
+            trace_task(self.instances)
+        return out

@@ -70,6 +70,22 @@ class Generation:
         return is_code_like(self.trace.text)
 
 
+class PooledValue(float):
+    """One prompt's value of a metric as lm-eval logs it: a plain number in the samples file (what
+    standard tools read as the sample's score), carrying the pooled pair lm-eval's aggregation sums
+    (`Pooling.corpus_value`), so the task's value stays the pooled ratio, never a mean of prompts' values."""
+
+    __slots__ = ("pair",)
+
+    def __new__(cls, value: float, pair: tuple[float, float]) -> PooledValue:
+        self = super().__new__(cls, value)
+        self.pair = Ratio(*pair)
+        return self
+
+    def __reduce__(self):  # pickled (a distributed run gathers the items) with its pair
+        return PooledValue, (float(self), tuple(self.pair))
+
+
 @dataclass(frozen=True)
 class Pooling:
     """How contributions combine into a metric's value: the ratio of pooled sums."""
@@ -85,13 +101,18 @@ class Pooling:
         """The value of pooled sums with a non-zero denominator."""
         return numerator / denominator
 
-    def sample_item(self, pair: Contribution) -> Any:
-        """What one prompt hands lm-eval's aggregation (`corpus_value`): its pooled sums."""
+    def sample_item(self, pair: Contribution) -> PooledValue | None:
+        """What one prompt hands lm-eval: its value with its pooled sums (None, undefined and never 0,
+        when it has nothing to divide by: it adds nothing to the pooled sums either)."""
+        return None if divide(*pair) is None else PooledValue(self.value(*pair), pair)
+
+    def pooled_record(self, pair: Contribution) -> dict[str, float | None]:
+        """What pooling needs of one prompt, as the samples file keeps it beside the value (`trace.pooled`)."""
         return {"sum": pair[0], "n": pair[1]}
 
-    def corpus_value(self, items: Iterable[Any]) -> float | None:
+    def corpus_value(self, items: Iterable[PooledValue | None]) -> float | None:
         """lm-eval's aggregation over the prompts' `sample_item`s (None when undefined)."""
-        return self.pool((i["sum"], i["n"]) for i in items).value
+        return self.pool(i.pair for i in items if i is not None).value
 
 
 @dataclass(frozen=True)
@@ -109,13 +130,15 @@ class MaxPooling(Pooling):
     def value(self, numerator: float, denominator: float) -> float:
         return float(numerator)
 
-    def sample_item(self, pair: Contribution) -> dict[str, float | None]:
-        """One prompt's largest value (None when it has no counted generation) and its counted
-        generations; a dict like the ratio's item, so the lm-eval hooks can fill it in place."""
+    def sample_item(self, pair: Contribution) -> PooledValue | None:
+        """One prompt's largest value (None when it has no counted generation)."""
+        return PooledValue(self.value(*pair), pair) if pair[1] else None
+
+    def pooled_record(self, pair: Contribution) -> dict[str, float | None]:
         return {"max": self.value(*pair) if pair[1] else None, "n": pair[1]}
 
-    def corpus_value(self, items: Iterable[dict[str, float | None]]) -> float | None:
-        pooled = self.pool((i["max"], 1.0) for i in items if i["n"])
+    def corpus_value(self, items: Iterable[PooledValue | None]) -> float | None:
+        pooled = self.pool((float(i), 1.0) for i in items if i is not None)
         return None if pooled.value is None else self.value(*pooled)
 
 
@@ -284,7 +307,7 @@ def for_setting(setting: str | None) -> tuple[Metric, ...]:
     return tuple(m for m in METRICS if m.applies(setting))
 
 
-# --- the likelihood subtask (`propme_<corpus>_prefix_likelihood`): one value per prefix document,
+# --- the likelihood subtask (`propme_<corpus>_likelihood`): one value per prefix document,
 # averaged (or the median taken) over documents; bootstrap intervals over documents
 # (`metrics.likelihood`). `tests/metrics/test_registry.py` checks its template's metric_list against these.
 

@@ -32,14 +32,21 @@ CONTINUATION_TOKENS = 50
 PREFIX_MIN_DOC_TOKENS = 100
 #: what every PropMe task name starts with: `propme_<corpus>` (group), `propme_<corpus>_<setting>`
 TASK_PREFIX = "propme_"
-#: what marks the likelihood subtask in its metadata (`measure: likelihood`), and its name's suffix
+#: what marks the likelihood subtask in its metadata (`measure: likelihood`), and its name's suffix: the
+#: subtask is `propme_<corpus>_likelihood`; before task version 3.0 it was `propme_<corpus>_prefix_likelihood`,
+#: a name that begins with the prefix subtask's (an alias for one release: task_configs/README.md), which the
+#: readers still take
 MEASURE_KEY, LIKELIHOOD = "measure", "likelihood"
-SUBTASK_SUFFIX = "prefix_likelihood"
+SUBTASK_SUFFIX = "likelihood"
+OLD_SUBTASK_SUFFIX = "prefix_likelihood"
+#: how the report's columns and Every Eval Ever records name the likelihood figures (the prefix documents
+#: scored by likelihood), the same under either task name
+LIKELIHOOD_SETTING = "prefix_likelihood"
 
 
 def task_name(corpus: str, setting: str | None = None) -> str:
     """The lm-eval task of a corpus's setting (`propme_dynaword_prefix`), or its group without one;
-    `setting` may also be a subtask suffix such as the likelihood subtask's `prefix_likelihood`."""
+    `setting` may also be a subtask suffix such as the likelihood subtask's `likelihood`."""
     return f"{TASK_PREFIX}{corpus}" + (f"_{setting}" if setting else "")
 
 

@@ -62,7 +62,7 @@ from propme_metrics.metrics.pm import (
     IntervalSpec,
 )
 from propme_metrics.metrics.results import CorpusResult, finite
-from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, SUBTASK_SUFFIX
+from propme_metrics.prompts.settings import LIKELIHOOD_SETTING, PREFIX, PROMPT_FREE_SETTINGS
 from propme_metrics.report.contents import Report
 from propme_metrics.trace.pii import detect, mask_text
 
@@ -246,10 +246,10 @@ def likelihood_results(res: LikelihoodResult) -> list[dict[str, Any]]:
     for name, label, description, aggregation, n, e in figures:
         if not _defined(e.estimate):
             continue
-        metric_id = f"propme.{res.label}.{name}.{SUBTASK_SUFFIX}"
+        metric_id = f"propme.{res.label}.{name}.{LIKELIHOOD_SETTING}"
         interval = _shown(e, res.n_documents)
         unit, bounds = _LIKELIHOOD_SCALES.get(name, (None, None))
-        params = {"setting": SUBTASK_SUFFIX, "aggregation": aggregation, "unit_of_resampling": "document",
+        params = {"setting": LIKELIHOOD_SETTING, "aggregation": aggregation, "unit_of_resampling": "document",
                   "discoverable_p": res.p, **({"discoverable_n": n} if n is not None else {})}
         out.append({"evaluation_result_id": metric_id, "evaluation_name": res.task.task, "source_data": source,
                     "metric_config": _metric_config(metric_id, label, description, unit, False, params, bounds),

@@ -15,12 +15,12 @@ from propme_metrics.metrics import registry
 from propme_metrics.metrics.extraction_curve import LikelihoodResult
 from propme_metrics.metrics.pm import DEFAULT_INTERVALS, Interval, IntervalSpec
 from propme_metrics.metrics.registry import UNDEFINED
-from propme_metrics.prompts.settings import SUBTASK_SUFFIX
+from propme_metrics.prompts.settings import LIKELIHOOD_SETTING
 from propme_metrics.report.cells import fmt_interval, slug
 from propme_metrics.report.figures import model_label, plain, save
 
 #: the leaderboard's setting name of the likelihood subtask's columns
-SETTING = SUBTASK_SUFFIX
+SETTING = LIKELIHOOD_SETTING
 
 
 def columns(results: Sequence[LikelihoodResult]) -> list[str]:

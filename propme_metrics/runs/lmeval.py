@@ -15,7 +15,14 @@ from typing import Any
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.names import StrEnum
-from propme_metrics.prompts.settings import LIKELIHOOD, MEASURE_KEY, SETTINGS, SUBTASK_SUFFIX, TASK_PREFIX
+from propme_metrics.prompts.settings import (
+    LIKELIHOOD,
+    MEASURE_KEY,
+    OLD_SUBTASK_SUFFIX,
+    SETTINGS,
+    SUBTASK_SUFFIX,
+    TASK_PREFIX,
+)
 from propme_metrics.runs.files import (
     chat_template_sha,
     date_id,
@@ -32,7 +39,7 @@ class TaskKind(StrEnum):
     """What a task of an lm-eval run is to PropMe."""
 
     GENERATION = "generation"   #: a PropMe setting's task (`propme_<corpus>_<setting>`): traced generations
-    LIKELIHOOD = "likelihood"   #: PropMe's likelihood subtask (`propme_<corpus>_prefix_likelihood`)
+    LIKELIHOOD = "likelihood"   #: PropMe's likelihood subtask (`propme_<corpus>_likelihood`, or its old name)
     BENCHMARK = "benchmark"     #: any other task (checked by `propme contamination`)
 
 
@@ -43,16 +50,17 @@ def _metadata(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def is_likelihood_config(name: str, config: Mapping[str, Any]) -> bool:
     """Whether a task is the likelihood subtask: its metadata's measure, or a loglikelihood task
-    named `propme_<corpus>_<SUBTASK_SUFFIX>`."""
+    named `propme_<corpus>_<SUBTASK_SUFFIX>` (or its old name, `..._<OLD_SUBTASK_SUFFIX>`)."""
     return _metadata(config).get(MEASURE_KEY) == LIKELIHOOD or (
         config.get("output_type") == "loglikelihood" and _likelihood_corpus(str(config.get("task", name))) is not None)
 
 
 def _likelihood_corpus(name: str) -> str | None:
-    """The corpus of a likelihood subtask's name (`propme_<corpus>_<SUBTASK_SUFFIX>`), None for another name."""
-    suffix = f"_{SUBTASK_SUFFIX}"
-    if name.startswith(TASK_PREFIX) and name.endswith(suffix) and len(name) > len(TASK_PREFIX) + len(suffix):
-        return name[len(TASK_PREFIX):-len(suffix)]
+    """The corpus of a likelihood subtask's name (`propme_<corpus>_<SUBTASK_SUFFIX>`, or the old
+    `..._<OLD_SUBTASK_SUFFIX>` of runs made before task version 3.0), None for another name."""
+    for suffix in (f"_{OLD_SUBTASK_SUFFIX}", f"_{SUBTASK_SUFFIX}"):  # the longer first
+        if name.startswith(TASK_PREFIX) and name.endswith(suffix) and len(name) > len(TASK_PREFIX) + len(suffix):
+            return name[len(TASK_PREFIX):-len(suffix)]
     return None
 
 

@@ -28,7 +28,7 @@ def test_vocabularies_hold_the_names_files_and_tasks_always_had():
     assert SETTINGS == ("generic", "specific", "prefix", "unconditional", "minimal_cue")
     assert set(PROMPTED_SETTINGS) | set(PROMPT_FREE_SETTINGS) == set(Setting)
     assert task_name("dynaword", Setting.PREFIX) == "propme_dynaword_prefix" and task_name("demo") == "propme_demo"
-    assert task_name("demo", "prefix_likelihood") == "propme_demo_prefix_likelihood"
+    assert task_name("demo", "likelihood") == "propme_demo_likelihood"
     assert SHARD_FILES == ("tokenized", "table", "offset", "metadata", "metaoff", "unigram")
     assert [shard_file("idx", kind, 3).name for kind in ShardFile][:2] == ["tokenized.3", "table.3"]
     assert TRACE_MODES == ("mixed", "text") and TraceConfig().mode == TraceMode.MIXED == "mixed"

@@ -203,7 +203,7 @@ def test_the_likelihood_figures_are_in_the_record(report, validator):
                  if r["model_info"]["additional_details"].get("revision") == "stage3"]
     assert not sorted(validator.iter_errors(record), key=str)
     greedy = _result(record, "propme.dynaword.greedy_extraction.prefix_likelihood")
-    assert greedy["evaluation_name"] == "propme_dynaword_prefix_likelihood"
+    assert greedy["evaluation_name"] == "propme_dynaword_likelihood"
     assert greedy["score_details"]["score"] == pytest.approx(2 / 8)  # log P(z) above -1: the first two of eight
     ci = greedy["score_details"]["uncertainty"]
     assert ci["confidence_interval"]["method"] == pm.WILSON and ci["num_samples"] == len(LOGPS)  # a share

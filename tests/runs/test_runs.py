@@ -20,7 +20,10 @@ from support.runs import DATE1, DFM, stage1_settings, write_run
 @pytest.mark.parametrize(("name", "config", "expected"), [
     ("propme_demo_prefix", {}, (TaskKind.GENERATION, "demo", "prefix")),
     ("propme_demo_minimal_cue", {}, (TaskKind.GENERATION, "demo", "minimal_cue")),
+    ("propme_demo_likelihood", {"output_type": "loglikelihood"}, (TaskKind.LIKELIHOOD, "demo", None)),
+    # the old name (before task version 3.0) of runs made then
     ("propme_demo_prefix_likelihood", {"output_type": "loglikelihood"}, (TaskKind.LIKELIHOOD, "demo", None)),
+    ("propme_common_pile_prefix_likelihood", {"output_type": "loglikelihood"}, (TaskKind.LIKELIHOOD, "common_pile", None)),
     ("any_name", {"metadata": {"measure": "likelihood", "corpus": "dfm"}}, (TaskKind.LIKELIHOOD, "dfm", None)),
     ("my_task", {"metadata": {"corpus": "dfm", "setting": "generic"}}, (TaskKind.GENERATION, "dfm", "generic")),
     ("arc_easy", {}, (TaskKind.BENCHMARK, None, None)),

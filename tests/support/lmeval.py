@@ -34,7 +34,7 @@ def samples_file(out: Path, task: str) -> Path:
     """The `samples_<task>_<date id>.jsonl` of exactly `task` under an lm-eval output folder.
 
     A glob `samples_<task>_*` would also match a longer task name that starts with this one
-    (`propme_demo_prefix_likelihood` for `propme_demo_prefix`)."""
+    (`propme_demo_prefix_likelihood`, the likelihood subtask's old name, for `propme_demo_prefix`)."""
     pattern = re.compile(rf"samples_{re.escape(task)}_\d{{4}}-\d\d-\d\dT[\d.-]+\.jsonl")
     found = sorted(p for p in out.rglob(f"samples_{task}_*.jsonl") if pattern.fullmatch(p.name))
     if not found:

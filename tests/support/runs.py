@@ -122,10 +122,12 @@ def write_run(root: Path, model: str, revision: str, settings: dict[str, list[li
                 row = {"doc_id": doc_id, "doc": doc, "target": doc["continuation"],
                        "arguments": {"gen_args_0": {"arg_0": doc["prompt"], "arg_1": {"until": []}}},
                        "resps": [[g["text"]]], "filtered_resps": [g["text"]], "filter": "none",
-                       "metrics": ["als", "fmr", "nvr", "trace"], "als": {"sum": g["longest_span"], "n": 1},
-                       "fmr": {"sum": float(g["full_match"]), "n": 1}, "nvr": {"sum": 0, "n": 0},
+                       "metrics": ["als", "fmr", "nvr", "trace"], "als": float(g["longest_span"]),
+                       "fmr": float(g["full_match"]), "nvr": None,
                        "trace": {"prompt_id": pid, "setting": setting, "index_identity": identity, "failed": 0,
-                                 "top_sources": [], "generations": [g]}}
+                                 "top_sources": [], "generations": [g],
+                                 "pooled": {"als": {"sum": g["longest_span"], "n": 1},
+                                            "fmr": {"sum": float(g["full_match"]), "n": 1}, "nvr": {"sum": 0, "n": 0}}}}
                 lines.append(json.dumps(row, ensure_ascii=False))
                 doc_id += 1
         (folder / f"samples_{task}_{date}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -174,7 +176,7 @@ def add_likelihood_task(folder: Path, logps: list[float], date: str = DATE1) -> 
     run whose results file in `folder` has date id `date`."""
     results = folder / f"results_{date}.json"
     data = json.loads(results.read_text())
-    task = "propme_dynaword_prefix_likelihood"
+    task = "propme_dynaword_likelihood"
     data["configs"][task] = {"task": task, "output_type": "loglikelihood", "metadata": {
         "version": 1.0, "corpus": "dynaword", "measure": "likelihood", "language": "da"}}
     data["results"][task] = {"alias": task}

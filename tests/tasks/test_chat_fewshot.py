@@ -54,7 +54,7 @@ def test_generic_and_specific_are_user_turns_under_a_chat_template(chat_model, d
     assert results["chat_template"] == TEMPLATE and results["chat_template_sha"]
 
 
-@pytest.mark.parametrize("task", ["propme_demo_prefix", "propme_demo_unconditional", "propme_demo_prefix_likelihood"])
+@pytest.mark.parametrize("task", ["propme_demo_prefix", "propme_demo_unconditional", "propme_demo_likelihood"])
 def test_raw_text_settings_are_refused_under_a_chat_template(chat_model, demo_paths, tmp_path, task):
     proc = run_lm_eval([*_args(chat_model), "--apply_chat_template", "--tasks", task,
                         "--metadata", demo_metadata(demo_paths)], tmp_path)
@@ -69,17 +69,17 @@ def test_few_shot_leaves_prompts_unchanged(demo_paths, tmp_path):
     """`--num_fewshot 2` reaches the other tasks of a run; PropMe's keep their own prompts, 0-shot."""
     out = tmp_path / "runs"
     proc = run_lm_eval([*_args(demo_paths.model), "--num_fewshot", "2",
-                        "--tasks", "propme_demo_prefix,propme_demo_prefix_likelihood",
+                        "--tasks", "propme_demo_prefix,propme_demo_likelihood",
                         "--metadata", demo_metadata(demo_paths), "--log_samples", "--output_path", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "num_fewshot has been set to 0 for propme_demo_prefix in its config" in proc.stderr
     for row in _rows(out, "propme_demo_prefix"):
         assert row["arguments"]["gen_args_0"]["arg_0"] == "<|endoftext|>" + row["doc"]["prompt"]
         assert row["doc"]["chat_template"] is False
-    for row in _rows(out, "propme_demo_prefix_likelihood"):
+    for row in _rows(out, "propme_demo_likelihood"):
         assert row["arguments"]["gen_args_0"]["arg_0"] == "<|endoftext|>" + row["doc"]["prompt"]
     results = json.loads(next(out.rglob("results_*.json")).read_text())
-    assert results["n-shot"] == {"propme_demo_prefix": 0, "propme_demo_prefix_likelihood": 0}
+    assert results["n-shot"] == {"propme_demo_prefix": 0, "propme_demo_likelihood": 0}
 
 
 def test_system_instruction_without_chat_template_is_refused(demo_paths, tmp_path):

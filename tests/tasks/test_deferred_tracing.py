@@ -1,6 +1,7 @@
-"""Tracing deferred to lm-eval's aggregation (`propme_tasks.deferred`): the same samples and numbers
-as tracing in `process_results`, in real `lm_eval` runs, when the workers fail, and for callers
-that read the items at once; the `trace_workers` setting; distributed runs trace at once."""
+"""Tracing in bulk before lm-eval scores a task (`propme_tasks.deferred`, `hooks.trace_task`): the same
+samples and numbers as tracing in `process_results`, in real `lm_eval` runs and when the workers fail;
+every logged metric a number (what standard tools read), its pooled pair beside it; the
+`trace_workers` setting."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -92,8 +94,8 @@ def test_any_number_of_workers_logs_the_same_samples_and_results(lm_eval_runs):
 
 
 def test_every_logged_item_is_the_final_value(lm_eval_runs):
-    """Each logged metric item is the one its trace gives (none left empty), and lm-eval's table is
-    the aggregation of exactly the logged items."""
+    """Each logged metric item is the prompt's own value as a number (null where undefined), the one
+    its trace gives, its pooled pair in `trace.pooled`; lm-eval's table pools exactly those pairs."""
     results = _results(lm_eval_runs["two"])["results"]
     for task in TASKS:
         rows = _samples(lm_eval_runs["two"], task)
@@ -101,7 +103,6 @@ def test_every_logged_item_is_the_final_value(lm_eval_runs):
         metrics = registry.for_setting(setting)
         assert rows[0]["metrics"] == ["trace", *(m.name for m in metrics)]
         for row in rows:
-            assert not any("pending" in row[name] for name in row["metrics"])  # no placeholder left
             trace = row["trace"]
             assert trace["prompt_id"] == row["doc"]["id"] and trace["failed"] == 0
             traces = [TraceResult.from_dict(g) for g in trace["generations"]]
@@ -109,30 +110,35 @@ def test_every_logged_item_is_the_final_value(lm_eval_runs):
             counted = [contributions(t, metrics, rare_max_count=row["doc"]["rare_max_count"])
                        for t in traces if counts_for_metrics(t)]
             for m in metrics:
-                assert row[m.name] == m.aggregation.sample_item(pool(m, counted)), (task, m.name)
+                pair = pool(m, counted)
+                assert trace["pooled"][m.name] == m.aggregation.pooled_record(pair), (task, m.name)
+                own = m.aggregation.value(*pair) if pair[1] else None
+                assert row[m.name] == own and (own is None or isinstance(row[m.name], float)), (task, m.name)
         for m in metrics:
-            items = [row[m.name] for row in rows]
+            pooled = [row["trace"]["pooled"][m.name] for row in rows]
             if m.aggregation is registry.MAXIMUM:
-                counted_max = [i["max"] for i in items if i["n"]]
+                counted_max = [i["max"] for i in pooled if i["n"]]
                 expected = max(counted_max) if counted_max else math.nan
             else:
-                n = sum(i["n"] for i in items)
-                expected = sum(i["sum"] for i in items) / n if n else math.nan
+                n = sum(i["n"] for i in pooled)
+                expected = sum(i["sum"] for i in pooled) / n if n else math.nan
             got = results[task][f"{m.name},none"]
             assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected), (task, m.name)
         failures = sidecar(lm_eval_runs["two"])["tasks"][task]["tracing_failures"]
         assert failures == sum(row["trace"]["failed"] for row in rows)
 
 
-def test_samples_logging_nvr_max_as_a_number_still_load(lm_eval_runs, tmp_path):
-    """Runs made before `nvr_max`'s item became {"max", "n"} logged a bare number (or null): the
-    report reads the traces only, so such samples files load as before."""
+def test_samples_of_earlier_runs_still_load(lm_eval_runs, tmp_path):
+    """Runs made before the items became numbers logged {"sum", "n"} dicts (and `nvr_max` a bare
+    number before that): the report reads the traces only, so such samples files load as before."""
     from propme_metrics.report.load import load_samples
 
     path = samples_file(lm_eval_runs["two"], "propme_demo_prefix")
     old = tmp_path / path.name
     with open(old, "w", encoding="utf-8") as fh:
         for row in _samples(lm_eval_runs["two"], "propme_demo_prefix"):
+            pooled = row["trace"].pop("pooled")
+            row.update({name: pooled[name] for name in row["metrics"] if name in pooled})
             row["nvr_max"] = row["nvr_max"]["max"]
             fh.write(json.dumps(row) + "\n")
     loaded = [load_samples(p, "propme_demo_prefix", setting="prefix").prompts for p in (path, old)]
@@ -145,8 +151,6 @@ def prefix_docs(demo_paths, monkeypatch, tmp_path):
     """The demo's prefix documents with `trace_workers` 2, and generations for them: the true
     continuation, unrelated words, nothing."""
     monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
-    for name in deferred.WORLD_SIZE_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
     docs = list(hooks.load_prompts(corpus="demo", setting="prefix", language=None, demo_index=str(demo_paths.index),
                                    demo_prefix_prompts=str(demo_paths.prompts("prefix")), trace_workers=2,
                                    pretrained=str(demo_paths.model))["test"])
@@ -154,13 +158,21 @@ def prefix_docs(demo_paths, monkeypatch, tmp_path):
     return docs, gens
 
 
-def _run_task(docs, gens, workers: int) -> tuple[list[dict], dict]:
-    """process_results for every document, then every aggregation, as lm-eval does; the items as
-    lm-eval logs them (JSON) and the aggregated values."""
-    items = [hooks.process_results({**doc, "trace_workers": workers}, [g]) for doc, g in zip(docs, gens)]
+def _run_task(docs, gens, workers: int, ahead: bool = True) -> tuple[list[dict], dict]:
+    """As lm-eval runs a task: the task class's bulk step over its instances (`ahead`), then
+    process_results for every document, then every aggregation; the items as lm-eval logs them
+    (JSON) and the aggregated values."""
+    docs = [{**doc, "trace_workers": workers} for doc in docs]
+    if ahead:
+        hooks.trace_task([SimpleNamespace(doc_id=i, idx=0, doc=doc, filtered_resps={"none": g})
+                          for i, (doc, g) in enumerate(zip(docs, gens))])
+    items = [hooks.process_results(doc, [g]) for doc, g in zip(docs, gens)]
     aggregate = {"trace": hooks.agg_trace_failures,
                  **{m.name: getattr(hooks, f"agg_{m.aggregation.name}") for m in registry.METRICS}}
     values = {name: aggregate[name]([it[name] for it in items]) for name in items[0]}
+    # what a distributed run hands rank 0: the items pickled; they aggregate alike
+    again = pickle.loads(pickle.dumps(items))
+    assert _same({name: aggregate[name]([it[name] for it in again]) for name in items[0]}, values)
     return [json.loads(json.dumps(it)) for it in items], values
 
 
@@ -168,33 +180,24 @@ def _same(a: dict, b: dict) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def test_deferred_items_equal_items_traced_at_once(prefix_docs):
+def test_items_traced_ahead_in_bulk_equal_items_traced_at_once(prefix_docs, monkeypatch):
     docs, gens = prefix_docs
-    items = hooks.process_results(docs[0], [gens[0]])
-    assert all(isinstance(v, deferred.Item) and v.pending is not None for v in items.values())
-    assert dict.__repr__(items["fmr"]) == repr(deferred.PENDING_MARK)  # nothing traced yet
-    now_items, now_values = _run_task(docs, gens, 1)
-    later_items, later_values = _run_task(docs, gens, 2)
-    assert later_items == now_items and _same(later_values, now_values)
+    calls = []
+    original = deferred.traced
+    monkeypatch.setattr(deferred, "traced", lambda t, jobs, w: calls.append((len(jobs), w)) or original(t, jobs, w))
+    ahead_items, ahead_values = _run_task(docs, gens, 2)
+    assert calls == [(sum(map(len, gens)), 2)] and not deferred._TRACED  # one bulk call; every trace taken
+    now_items, now_values = _run_task(docs, gens, 1, ahead=False)
+    assert ahead_items == now_items and _same(ahead_values, now_values)
     assert now_values["fmr"] > 0 and now_values["extraction"] > 0 and now_values["trace"] == 0
     assert sum(len(it["trace"]["generations"]) for it in now_items) == sum(map(len, gens))
-
-
-def test_items_read_before_aggregation_trace_themselves(prefix_docs):
-    """A caller of process_results that reads, copies, compares, dumps or pickles the items at once
-    gets the final values."""
-    docs, gens = prefix_docs
-    expected = hooks.process_results({**docs[1], "trace_workers": 1}, [gens[1]])
-    assert type(expected["fmr"]) is dict
-    for read in (lambda it: it["fmr"]["n"], lambda it: dict(it["fmr"]), lambda it: json.dumps(it),
-                 lambda it: pickle.dumps(it), lambda it: it["trace"] == expected["trace"], lambda it: list(it["nvr"])):
-        items = hooks.process_results(docs[1], [gens[1]])
-        read(items)
-        assert json.loads(json.dumps(items)) == json.loads(json.dumps(expected))
-    both = [hooks.process_results(docs[1], [gens[1]]) for _ in range(2)]
-    assert both[0] == both[1] == expected  # comparing two pending items traces both
-    assert pickle.loads(pickle.dumps(hooks.process_results(docs[1], [gens[1]])["nvr_max"])) == expected["nvr_max"]
-    assert type(pickle.loads(pickle.dumps(both[0]["trace"]))) is dict
+    # each metric a number per prompt: the true continuation alone is a full match and extracted
+    assert now_items[0]["fmr"] == 1.0 and now_items[0]["extraction"] == 1.0
+    assert now_items[0]["trace"]["pooled"]["fmr"] == {"sum": 1.0, "n": 1.0}
+    # a generation with no document entry: NVR has nothing to divide by, null (never 0), nothing pooled
+    none = hooks.process_results({**docs[0], "trace_workers": 1}, [["\u00e6\u00f8\u00e5 " * 5]])
+    assert none["trace"]["pooled"]["nvr"] == {"sum": 0.0, "n": 0.0} and none["nvr"] is None
+    assert none["fmr"] == 0.0 and json.loads(json.dumps(none))["nvr"] is None
 
 
 def _refuse_pool(*args, **kwargs):
@@ -235,22 +238,6 @@ def test_failing_workers_lose_nothing(prefix_docs, monkeypatch, capfd, failure):
     assert {"no pool": "Cannot allocate memory", "worker fails": "RuntimeError: worker lost",
             "worker killed": "TraceWorkerError: a tracing worker process stopped"}[failure] in lines[0]
     assert "Traceback" not in err
-
-
-def test_distributed_runs_and_one_worker_trace_at_once(prefix_docs, monkeypatch):
-    docs, gens = prefix_docs
-    for name, value in (("WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_SIZE", "4")):
-        with monkeypatch.context() as m:
-            m.setenv(name, value)
-            assert deferred.distributed()
-            items = hooks.process_results(docs[0], [gens[0]])
-            assert all(type(v) is dict for v in items.values())  # traced here: rank 0 gets them pickled
-            assert items["trace"]["generations"][0]["full_match"]
-    monkeypatch.setenv("WORLD_SIZE", "1")  # accelerate launch with one process
-    assert not deferred.distributed()
-    assert all(type(v) is deferred.Item for v in hooks.process_results(docs[0], [gens[0]]).values())
-    one = hooks.process_results({**docs[0], "trace_workers": 1}, [gens[0]])
-    assert all(type(v) is dict for v in one.values())
 
 
 def test_trace_workers_setting(demo_paths, monkeypatch, tmp_path):

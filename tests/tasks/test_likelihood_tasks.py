@@ -20,7 +20,7 @@ from propme_tasks.discovery import tasks_path
 from support.corpora import make_index, write_jsonl
 from support.lmeval import model_args, run_lm_eval, samples_file, sidecar
 
-TASKS = "propme_demo_prefix,propme_demo_prefix_likelihood"
+TASKS = "propme_demo_prefix,propme_demo_likelihood"
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def _planted(row: dict) -> bool:
 
 def test_planted_documents_are_discoverable_unplanted_far_below(run, mixed):
     out, _ = run
-    rows = _rows(out, "propme_demo_prefix_likelihood")
+    rows = _rows(out, "propme_demo_likelihood")
     prompts = [json.loads(line) for line in open(mixed / "prefix.jsonl", encoding="utf-8")]
     assert sorted(r["doc"]["id"] for r in rows) == sorted(p["id"] for p in prompts)  # the prefix documents, once each
     planted = [r for r in rows if _planted(r)]
@@ -84,11 +84,11 @@ def test_planted_documents_are_discoverable_unplanted_far_below(run, mixed):
     for r in unplanted:
         assert r["likelihood"]["logp"] < -30.0  # far below: e^-30 is not found in 10,000 samples
         assert r["discoverable@10000"] == 0.0
-    results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]["propme_demo_prefix_likelihood"]
+    results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]["propme_demo_likelihood"]
     for m in registry.LIKELIHOOD_METRICS:
         assert f"{m.name},none" in results
     assert "likelihood,none" not in results
-    assert sidecar(out)["tasks"]["propme_demo_prefix_likelihood"]["documents_scored"] == len(rows)
+    assert sidecar(out)["tasks"]["propme_demo_likelihood"]["documents_scored"] == len(rows)
     share = len(planted) / len(rows)
     assert results["discoverable@10000,none"] == pytest.approx(share)
     assert results["greedy_extraction,none"] == pytest.approx(share)
@@ -100,7 +100,7 @@ def test_target_tokens_are_counted_in_the_model_tokenizer(run, demo_paths):
 
     tok = AutoTokenizer.from_pretrained(str(demo_paths.model))
     out, _ = run
-    for r in _rows(out, "propme_demo_prefix_likelihood"):
+    for r in _rows(out, "propme_demo_likelihood"):
         ctx, z = "<|endoftext|>" + r["doc"]["prompt"], r["doc"]["continuation"]
         whole, head = tok.encode(ctx + z), tok.encode(ctx)
         if whole[:len(head)] == head:  # a clean split: z's tokens are exactly the tail
@@ -113,11 +113,11 @@ def test_target_tokens_are_counted_in_the_model_tokenizer(run, demo_paths):
 def test_greedy_extraction_equals_prefix_extraction(run):
     out, _ = run
     extracted = {r["doc"]["id"]: r["trace"]["generations"][0]["extracted"] for r in _rows(out, "propme_demo_prefix")}
-    greedy = {r["doc"]["id"]: r["greedy_extraction"] for r in _rows(out, "propme_demo_prefix_likelihood")}
+    greedy = {r["doc"]["id"]: r["greedy_extraction"] for r in _rows(out, "propme_demo_likelihood")}
     assert set(greedy) == set(extracted) and len(set(greedy.values())) == 2  # both outcomes occur
     assert greedy == {k: float(v) for k, v in extracted.items()}
     results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]
-    assert results["propme_demo_prefix_likelihood"]["greedy_extraction,none"] == \
+    assert results["propme_demo_likelihood"]["greedy_extraction,none"] == \
         pytest.approx(results["propme_demo_prefix"]["extraction,none"])
 
 
@@ -127,7 +127,7 @@ def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
     out, _ = run
     report = build_report([out], tmp_path / "report", bootstrap=200, seed=0, html=True)
     (res,) = report.likelihood
-    rows = _rows(out, "propme_demo_prefix_likelihood")
+    rows = _rows(out, "propme_demo_likelihood")
     logps = [r["likelihood"]["logp"] for r in rows]
     for n, est in res.curve.items():  # the curve recomputed from the samples
         assert est.estimate == pytest.approx(sum(extraction_probability(lp, n) >= 0.5 for lp in logps) / len(logps))
@@ -165,7 +165,7 @@ def test_lm_eval_task_checks(demo_paths, mixed, tmp_path, monkeypatch):
     meta = json.loads(_metadata(mixed)) | {"pretrained": str(demo_paths.model)}
     from lm_eval.tasks import get_task_dict
 
-    task = get_task_dict(["propme_demo_prefix_likelihood"], task_manager(metadata=meta))["propme_demo_prefix_likelihood"]
+    task = get_task_dict(["propme_demo_likelihood"], task_manager(metadata=meta))["propme_demo_likelihood"]
     assert task.OUTPUT_TYPE == "loglikelihood" and task.has_test_docs() and not task.has_training_docs()
     docs = list(task.test_docs())
     assert all(isinstance(task.doc_to_text(d), str) and isinstance(task.doc_to_target(d), str) for d in docs)
@@ -180,7 +180,7 @@ def test_lm_eval_task_checks(demo_paths, mixed, tmp_path, monkeypatch):
 
 def test_bad_discoverability_settings_stop_before_scoring(demo_paths, mixed, tmp_path):
     meta = json.loads(_metadata(mixed)) | {"discoverable_p": 1.5}
-    proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_demo_prefix_likelihood", "--include_path",
+    proc = run_lm_eval([*model_args(demo_paths), "--tasks", "propme_demo_likelihood", "--include_path",
                         tasks_path(), "--metadata", json.dumps(meta)], tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "discoverable_p" in output and "between 0 and 1" in output
@@ -209,7 +209,7 @@ def test_damaged_likelihood_samples_are_named(run, tmp_path):
     out, _ = run
     copy = tmp_path / "runs"
     shutil.copytree(out, copy)
-    samples = samples_file(copy, "propme_demo_prefix_likelihood")
+    samples = samples_file(copy, "propme_demo_likelihood")
     rows = samples.read_text(encoding="utf-8").splitlines()
     bad = json.loads(rows[1])
     bad["likelihood"]["logp"] = 3.0  # a log-probability above 0
@@ -243,7 +243,7 @@ def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
     out, _ = run
     copy = tmp_path / "runs"
     shutil.copytree(out, copy)
-    samples = samples_file(copy, "propme_demo_prefix_likelihood")
+    samples = samples_file(copy, "propme_demo_likelihood")
     rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
     for r in rows:  # as a run with discoverable_p 0.99 and discoverable_n [2, 5000] records them
         r["likelihood"] |= {"discoverable_p": 0.99, "discoverable_n": [2, 5000]}
@@ -259,7 +259,7 @@ def test_trace_refuses_a_likelihood_samples_file(run, tmp_path):
     from propme_metrics.cli.app import main
 
     out, _ = run
-    samples = samples_file(out, "propme_demo_prefix_likelihood")
+    samples = samples_file(out, "propme_demo_likelihood")
     first = json.loads(samples.open(encoding="utf-8").readline())
     assert all(isinstance(x, str) for x in first["resps"][0][0])  # the file's own form
     code = main(["trace", "--index", str(demo_index(out)), "--input", str(samples), "--quiet",
@@ -269,7 +269,7 @@ def test_trace_refuses_a_likelihood_samples_file(run, tmp_path):
 
 def demo_index(out: Path) -> Path:
     """The index a run's likelihood documents name."""
-    row = json.loads(samples_file(out, "propme_demo_prefix_likelihood").open(encoding="utf-8").readline())
+    row = json.loads(samples_file(out, "propme_demo_likelihood").open(encoding="utf-8").readline())
     return Path(row["doc"]["index_path"])
 
 
@@ -292,9 +292,9 @@ def test_context_shorter_than_prefix_and_target_stops_before_any_work(demo_paths
         assert f"at least {longest - 1} tokens" in str(err.value)
     for short in (40, longest - 2):  # the same through the stock command, with a generation task first
         proc = run_lm_eval(["--model", "hf", "--model_args", f"pretrained={demo_paths.model},dtype=float32,max_length={short}",
-                            "--device", "cpu", "--tasks", "propme_demo_prefix,propme_demo_prefix_likelihood",
+                            "--device", "cpu", "--tasks", "propme_demo_prefix,propme_demo_likelihood",
                             "--metadata", json.dumps(meta)], tmp_path)
         output = proc.stdout + proc.stderr
         assert proc.returncode == 1, output[-3000:]
-        assert "PropMe: propme_demo_prefix_likelihood: " in output and "do not fit the model's context" in output
+        assert "PropMe: propme_demo_likelihood: " in output and "do not fit the model's context" in output
         assert "Traceback" not in output and "AssertionError" not in output and "Running generate_until" not in output

@@ -27,7 +27,7 @@ CORPORA = {"dynaword": "da", "common_pile": "en", "dolma3": "en", "demo": "da"}
 PUBLISHED = ("dynaword", "common_pile", "dolma3")
 GROUPS = [f"propme_{c}" for c in CORPORA] + [f"propme_{c}_published" for c in PUBLISHED]
 #: every setting's subtask and the prefix documents scored by likelihood, in every group
-SUBTASKS = sorted(f"{g}_{s}" for g in GROUPS for s in (*SETTINGS, "prefix_likelihood"))
+SUBTASKS = sorted(f"{g}_{s}" for g in GROUPS for s in (*SETTINGS, "likelihood"))
 LIMIT = 10  # documents each check reads (lm-eval's `limit` fixture)
 
 
@@ -69,7 +69,7 @@ def task(request, tasks):
 
 
 def _scored_by_likelihood(task) -> bool:
-    return task.config.task.endswith("_prefix_likelihood")
+    return task.config.task.endswith("_likelihood")
 
 
 def _docs(task) -> list[dict]:

@@ -29,9 +29,9 @@ def _raw(fmr: list[tuple[float, float]], nvr: list[tuple[float, float]], failed:
     """raw_metrics as lm-eval collects them: one item per document and metric."""
     n = len(fmr)
     return {("trace", "none"): [{"prompt_id": f"p{i}", "failed": failed if i == 0 else 0} for i in range(n)],
-            ("fmr", "none"): [{"sum": s, "n": d} for s, d in fmr],
-            ("nvr", "none"): [{"sum": s, "n": d} for s, d in nvr],
-            ("nvr_max", "none"): [{"max": 0.5, "n": 1.0} for _ in range(n)]}
+            ("fmr", "none"): [registry.RATIO.sample_item((s, d)) for s, d in fmr],
+            ("nvr", "none"): [registry.RATIO.sample_item((s, d)) for s, d in nvr],
+            ("nvr_max", "none"): [registry.MAXIMUM.sample_item((0.5, 1.0)) for _ in range(n)]}
 
 
 def _agg(raw: dict) -> dict:
@@ -43,8 +43,8 @@ def _agg(raw: dict) -> dict:
         elif metric == "nvr_max":
             agg[f"{metric},{f}"] = 0.5
         else:
-            n = sum(i["n"] for i in items)
-            agg[f"{metric},{f}"] = sum(i["sum"] for i in items) / n if n else math.nan
+            n = sum(i.pair[1] for i in items if i is not None)
+            agg[f"{metric},{f}"] = sum(i.pair[0] for i in items if i is not None) / n if n else math.nan
         agg[f"{metric}_stderr,{f}"] = "N/A"
     return agg
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from lm_eval.tasks._yaml_loader import load_yaml
 
 from propme_tasks import hooks
@@ -16,7 +17,7 @@ LANGUAGES = {"dynaword": "da", "common_pile": "en", "dolma3": "en", "demo": "da"
 SAMPLED = {"until": [], "do_sample": True, "temperature": 0.7, "top_p": 0.95, "max_gen_toks": 256}
 GREEDY = {"until": [], "do_sample": False, "max_gen_toks": 256}
 #: the published groups' own version (raised with TASK_VERSION whenever results change)
-PUBLISHED_VERSION = 4.0
+PUBLISHED_VERSION = 5.0
 
 
 def _load(path: Path) -> dict:
@@ -28,7 +29,7 @@ def test_default_groups(corpus):
     folder = Path(tasks_path(), corpus)
     group = _load(folder / f"_propme_{corpus}.yaml")
     assert group["group"] == f"propme_{corpus}"
-    assert group["task"] == [f"propme_{corpus}_{s}" for s in SETTINGS] + [f"propme_{corpus}_prefix_likelihood"]
+    assert group["task"] == [f"propme_{corpus}_{s}" for s in SETTINGS] + [f"propme_{corpus}_likelihood"]
     assert group["metadata"] == {"version": TASK_VERSION}
     for setting in SETTINGS:
         cfg = _load(folder / f"propme_{corpus}_{setting}.yaml")
@@ -46,7 +47,7 @@ def test_published_groups(corpus):
     group = _load(folder / f"_propme_{corpus}_published.yaml")
     assert group["group"] == f"propme_{corpus}_published"
     assert group["task"] == [f"propme_{corpus}_published_{s}" for s in SETTINGS] + \
-        [f"propme_{corpus}_published_prefix_likelihood"]
+        [f"propme_{corpus}_published_likelihood"]
     default = _load(folder / f"propme_{corpus}_generic.yaml")
     for setting in SETTINGS:
         cfg = _load(folder / f"propme_{corpus}_published_{setting}.yaml")
@@ -65,7 +66,7 @@ def test_likelihood_subtasks(corpus):
     """The sixth subtask: the prefix documents scored by likelihood, its own template."""
     folder = Path(tasks_path(), corpus)
     template = _load(Path(tasks_path(), "_likelihood_template_yaml"))
-    names = [f"propme_{corpus}_prefix_likelihood"] + ([] if corpus == "demo" else [f"propme_{corpus}_published_prefix_likelihood"])
+    names = [f"propme_{corpus}_likelihood"] + ([] if corpus == "demo" else [f"propme_{corpus}_published_likelihood"])
     for name in names:
         cfg = _load(folder / f"{name}.yaml")
         assert cfg["task"] == name and cfg["output_type"] == "loglikelihood" and cfg["target_delimiter"] == ""
@@ -77,6 +78,24 @@ def test_likelihood_subtasks(corpus):
             prefix = _load(folder / f"propme_{corpus}_published_prefix.yaml")["metadata"]
             expected |= {k: prefix[k] for k in ("n_prompts", "prompt_seed", "max_prompt_tokens")}
         assert cfg["metadata"] == expected
+        # the old name, an alias for one release: the same subtask, its metadata whole (an include's
+        # `metadata:` would replace the included one)
+        old = name.replace("_likelihood", "_prefix_likelihood")
+        alias = yaml.safe_load((folder / f"{old}.yaml").read_text(encoding="utf-8"))
+        assert alias == {"include": f"{name}.yaml", "task": old, "metadata": expected}
+        assert {k: v for k, v in _load(folder / f"{old}.yaml").items() if k != "task"} == \
+            {k: v for k, v in _load(folder / f"{name}.yaml").items() if k != "task"}
+
+
+def test_no_subtask_name_begins_with_another():
+    """Tools find a task's samples file by `samples_<task>_*.jsonl` (Every Eval Ever's lm-eval converter):
+    no task that a group runs may begin with another task's name and an underscore."""
+    names = set()
+    for group in Path(tasks_path()).glob("*/_propme_*.yaml"):
+        names |= set(_load(group)["task"])
+    assert len(names) > 40
+    clashes = [(a, b) for a in names for b in names if a != b and b.startswith(f"{a}_")]
+    assert clashes == []
 
 
 def test_published_metadata_reaches_the_loader(demo_paths, tmp_path, monkeypatch):

@@ -226,13 +226,15 @@ def test_process_results_traces_each_generation(demo_paths, monkeypatch, tmp_pat
     gens = items["trace"]["generations"]
     assert [g["key"] for g in gens] == [f"{doc['id']}#0.0", f"{doc['id']}#0.1", f"{doc['id']}#0.2"]
     assert gens[0]["full_match"] and not gens[1]["full_match"] and gens[2]["n_tokens"] == 0
-    assert items["fmr"] == {"sum": 1.0, "n": 3} and hooks.agg_ratio([items["fmr"]]) == pytest.approx(1 / 3)
-    assert items["extraction"] == {"sum": 1.0, "n": 3}
+    # the prompt's own value, a number, its pooled pair carried with it and kept in the trace item
+    assert items["fmr"] == pytest.approx(1 / 3) and tuple(items["fmr"].pair) == (1.0, 3.0)
+    assert hooks.agg_ratio([items["fmr"]]) == pytest.approx(1 / 3)
+    assert items["trace"]["pooled"]["fmr"] == items["trace"]["pooled"]["extraction"] == {"sum": 1.0, "n": 3.0}
     assert items["trace"]["failed"] == 0
     junk = hooks.process_results(doc, ["!!!!" * 300])
-    # a degenerate generation counts in no metric: every pooled item has a zero denominator
-    assert all(v["n"] == 0 for k, v in junk.items() if isinstance(v, dict) and "n" in v)
-    assert junk["nvr_max"] == {"max": None, "n": 0.0}
+    # a degenerate generation counts in no metric: every item undefined, every pooled pair empty
+    assert all(junk[m] is None and junk["trace"]["pooled"][m]["n"] == 0 for m in junk["trace"]["pooled"])
+    assert junk["trace"]["pooled"]["nvr_max"] == {"max": None, "n": 0.0}
 
 
 def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
@@ -259,8 +261,8 @@ def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
     assert cue.config.generation_kwargs["do_sample"] is True and cue.config.generation_kwargs["temperature"] == 0.7
     assert all(d["model_prompt"].startswith("<|endoftext|>") for d in cue.test_docs())
     # the sixth subtask: the prefix documents, once each, scored by likelihood
-    pair = tm.load(["propme_nordic_prefix", "propme_nordic_prefix_likelihood"])["tasks"]
-    like = pair["propme_nordic_prefix_likelihood"]
+    pair = tm.load(["propme_nordic_prefix", "propme_nordic_likelihood"])["tasks"]
+    like = pair["propme_nordic_likelihood"]
     assert like.OUTPUT_TYPE == "loglikelihood" and like.config.metadata["nordic_index"] == str(odd)
     assert [d["id"] for d in like.test_docs()] == [d["id"] for d in pair["propme_nordic_prefix"].test_docs()]
 
@@ -281,8 +283,7 @@ def test_a_failing_trace_never_loses_the_generation(demo_paths, monkeypatch, tmp
     (gen,) = items["trace"]["generations"]
     assert gen["text"] == "a generation that cannot be traced" and "engine exploded" in gen["error"]
     # counted as a failure, not as a zero: nothing enters any metric's numerator or denominator
-    assert all(v["n"] == 0 for k, v in items.items() if isinstance(v, dict) and "n" in v)
-    assert items["nvr_max"] == {"max": None, "n": 0.0}
+    assert all(items[m] is None and items["trace"]["pooled"][m]["n"] == 0 for m in items["trace"]["pooled"])
     assert hooks.agg_trace_failures([items["trace"]]) == 1
 
 
@@ -347,7 +348,7 @@ def test_dolma3_family(demo_paths, tmp_path, monkeypatch):
     from propme_metrics.cli.app import main
     from propme_metrics.core.errors import ExitCode
 
-    settings = ("generic", "specific", "prefix", "unconditional", "minimal_cue", "prefix_likelihood")
+    settings = ("generic", "specific", "prefix", "unconditional", "minimal_cue", "likelihood", "prefix_likelihood")
     names = {f"propme_dolma3{p}_{s}" for p in ("", "_published") for s in settings}
     tm = task_manager()
     assert {"propme_dolma3", "propme_dolma3_published"} | names <= set(tm.all_tasks)
@@ -386,4 +387,4 @@ def test_dolma3_runs_on_an_adopted_index(gpt2_dir, tmp_path, monkeypatch):
     docs = list(task.test_docs())
     assert len(docs) == 3 and {d["corpus"] for d in docs} == {"dolma3"}
     items = hooks.process_results(docs[0], [[docs[0]["continuation"]]])
-    assert items["trace"]["failed"] == 0 and items["fmr"] == {"sum": 1.0, "n": 1}
+    assert items["trace"]["failed"] == 0 and items["fmr"] == 1.0 and items["trace"]["pooled"]["fmr"] == {"sum": 1.0, "n": 1.0}
