@@ -17,7 +17,7 @@ $(DEPS): setup.cfg setup.py pyproject.toml
 
 # PropMe itself, reinstalled only when a file of the wheel (or a folder of them: a deleted file) is newer
 # than the last install: the inner loop does not rebuild an unchanged wheel
-WHEEL_SOURCES := $(shell find propme_metrics propme_tasks task_configs -not -path '*/__pycache__*' -not -name '*.pyc' -not -name '*.so') \
+WHEEL_SOURCES := $(shell find propme propme_metrics propme_tasks task_configs -not -path '*/__pycache__*' -not -name '*.pyc' -not -name '*.so') \
 	setup.cfg setup.py pyproject.toml propme_lmeval.pth
 INSTALLED := $(VENV)/.propme-installed
 

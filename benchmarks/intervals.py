@@ -35,7 +35,7 @@ import numpy as np
 from _common import commit
 
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.compare import metric_difference, pm_difference
+from propme_metrics.metrics.difference import metric_difference, pm_difference
 from propme_metrics.metrics.pm import IntervalSpec, bootstrap_metric, metric_interval, pm_interval, wilson_interval
 from propme_metrics.metrics.ratio import Ratio
 

@@ -40,7 +40,8 @@ def main() -> None:
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import get_task_dict
 
-    from propme_metrics.demo.run import SMALL, DemoPaths, prepare
+    from propme.demo.layout import SMALL, DemoPaths
+    from propme.demo.run import prepare
     from propme_tasks import task_manager
 
     tmp = None

@@ -148,7 +148,8 @@ def main() -> None:
     p.add_argument("--hook-workers", type=int, help="trace_workers of the parallel hooks (default: the hooks' default)")
     args = p.parse_args()
 
-    from propme_metrics.demo.run import FULL, SMALL, DemoPaths, prepare, run_lm_eval
+    from propme.demo.layout import FULL, SMALL, DemoPaths
+    from propme.demo.run import prepare, run_lm_eval
 
     args.work.mkdir(parents=True, exist_ok=True)
     if args.demo:

@@ -43,7 +43,7 @@ from ray_study import build_on_ray, driver_limit, print_driver_limit, project, r
 
 
 def make_generations(records: list[dict], n: int, seed: int = 1) -> list[str]:
-    from propme_metrics.demo.synthetic import generate_corpus
+    from propme.demo.synthetic import generate_corpus
 
     rng = random.Random(seed)
     picked = rng.sample(records, n)
@@ -74,8 +74,8 @@ def main() -> int:
 
     import ray
 
+    from propme.demo.synthetic import generate_corpus
     from propme_metrics.core.cluster import connect
-    from propme_metrics.demo.synthetic import generate_corpus
     from propme_metrics.index.build import build_index
     from propme_metrics.index.sources import CorpusSource
     from propme_metrics.testing import gpt2_tokenizer

@@ -43,7 +43,7 @@ def trace_script():
 
 def build(work: Path, tokens: int, shards: int) -> Path:
     """The corpus of `tokens` tokens in `shards` shards (built unless DIR has it)."""
-    from propme_metrics.demo.synthetic import generate_corpus
+    from propme.demo.synthetic import generate_corpus
     from propme_metrics.index.build import build_index
     from propme_metrics.index.sources import CorpusSource
     from propme_metrics.testing import gpt2_tokenizer

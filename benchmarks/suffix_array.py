@@ -89,7 +89,7 @@ def main() -> None:
         return
     import numpy as np
 
-    from propme_metrics.demo.synthetic import generate_corpus
+    from propme.demo.synthetic import generate_corpus
     from propme_metrics.index.tokenizer import load_tokenizer
     from propme_metrics.testing import gpt2_tokenizer
 

@@ -255,7 +255,7 @@ def measure_startup(index: Path, text: str, repeat: int) -> dict:
 # -- corpus, indexes, generations -----------------------------------------------------------------
 
 def build(work: Path, tokens: int, tokenizer: Path, name: str) -> Path:
-    from propme_metrics.demo.synthetic import generate_corpus
+    from propme.demo.synthetic import generate_corpus
     from propme_metrics.index.build import build_index
     from propme_metrics.index.sources import CorpusSource
 
@@ -278,7 +278,7 @@ def build(work: Path, tokens: int, tokenizer: Path, name: str) -> Path:
 
 
 def make_generations(path: Path, index_dir: Path, n: int, gen_tokens: int, source_docs: int, seed: int) -> None:
-    from propme_metrics.demo.synthetic import generate_corpus
+    from propme.demo.synthetic import generate_corpus
     from propme_metrics.index.reader import open_index
 
     index = open_index(index_dir)

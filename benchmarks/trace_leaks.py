@@ -25,7 +25,7 @@ def _timed(fn):
 
 
 def main() -> None:
-    from propme_metrics.demo.synthetic import document_text, generate_corpus, train_tokenizer
+    from propme.demo.synthetic import document_text, generate_corpus, train_tokenizer
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
     from propme_metrics.report.trace_leaks import trace_leaks, traced_task

@@ -60,7 +60,7 @@ CLASS_NAMES = {"exact_full_raw": "full_raw", "exact_full_normalized": "full_norm
 
 def build(work: Path, n_docs: int) -> tuple[Path, Path]:
     """A generated corpus's index (GPT-2 tokens) whose metadata lines read {"metadata": {id, source}}."""
-    from propme_metrics.demo.synthetic import generate_corpus
+    from propme.demo.synthetic import generate_corpus
     from propme_metrics.index.build import build_index
     from propme_metrics.index.sources import CorpusSource
     from propme_metrics.testing import gpt2_tokenizer
@@ -93,7 +93,7 @@ def study_shaped(index_dir: Path, n: int = 1300, seed: int = 0) -> list[str]:
     completions, then short ones, some loops of one sentence until the token limit, a few copies):
     per 1,300, 940 empty, 60 generic loops, and 300 prefix-like (150 short endings of corpus
     sentences, 60 corpus copies of 40 to 200 tokens, 60 loops, 30 new text)."""
-    from propme_metrics.demo.synthetic import generate_corpus, sentence
+    from propme.demo.synthetic import generate_corpus, sentence
     from propme_metrics.index.reader import open_index
 
     index = open_index(index_dir)
@@ -190,7 +190,7 @@ def run_propme(index: Path, gens: Path, where: Path, workers: int, code: Path | 
         env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     where.mkdir(parents=True, exist_ok=True)
     out = where / "results.jsonl"
-    cmd = [sys.executable, "-m", "propme_metrics.cli.app", "trace", "--index", str(index), "--input", str(gens),
+    cmd = [sys.executable, "-m", "propme.cli.app", "trace", "--index", str(index), "--input", str(gens),
            "--out", str(out), "--summary", str(where / "summary.json"), "--workers", str(workers), "--quiet"]
     return timed(cmd, out, env, where / "log.txt")
 

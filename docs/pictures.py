@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--demo", default="propme-demo", help="the demo's folder (reused when already built)")
     args = parser.parse_args()
     browser = chromium()
-    demo = subprocess.run([sys.executable, "-m", "propme_metrics.cli.app", "demo", "--out", args.demo, "--quiet"])
+    demo = subprocess.run([sys.executable, "-m", "propme.cli.app", "demo", "--out", args.demo, "--quiet"])
     if demo.returncode:
         sys.exit(demo.returncode)  # the demo printed why
     report = Path(args.demo) / "report"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"  #: the one definition of the version (setup.cfg reads it)
+from propme_metrics.version import __version__  # the one definition is propme_metrics/version.py
 
 #: public name -> the module that defines it
 _API = {

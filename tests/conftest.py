@@ -14,7 +14,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from propme_metrics.demo.synthetic import generate_corpus  # noqa: E402
+from propme.demo.synthetic import generate_corpus  # noqa: E402
 from support.corpora import gpt2_tokenizer, make_index, write_jsonl  # noqa: E402,F401
 
 #: fixtures that make a test slow (a model trained: the demo's, the leak and PII worlds'; a browser); with
@@ -85,7 +85,7 @@ def chromium() -> str:
 @pytest.fixture
 def cli_run(capsys, monkeypatch):
     """`propme ...` in-process: (exit code, stdout, stderr) on a wide console; never a traceback."""
-    from propme_metrics.cli import app as cli
+    from propme.cli import app as cli
     from propme_metrics.core.progress import stderr_console
 
     monkeypatch.setattr(stderr_console, "_width", 10_000)
@@ -125,6 +125,7 @@ def synthetic_index(tmp_path_factory, gpt2_dir, synthetic_records) -> Path:
 @pytest.fixture(scope="session")
 def demo_paths(tmp_path_factory):
     """The demo's corpus, index, memorizing model and prompt files at CI size (built once per session)."""
-    from propme_metrics.demo.run import SMALL, prepare
+    from propme.demo.layout import SMALL
+    from propme.demo.run import prepare
 
     return prepare(tmp_path_factory.mktemp("demo"), SMALL)

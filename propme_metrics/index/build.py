@@ -23,7 +23,6 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-from propme_metrics import __version__
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import ConfigError, IndexFormatError
 from propme_metrics.core.files import write_atomic
@@ -75,6 +74,7 @@ from propme_metrics.index.tokenizer import (
     tokenizer_hash,
 )
 from propme_metrics.index.toplevel import write_toplevel
+from propme_metrics.version import __version__
 
 BYTES_PER_TOKEN_ON_DISK = 7  # rule of thumb of docs/index-format.md (sizes on disk), temporary space excluded
 #: the phases `on_phase(name, seconds)` reports, in order (the suffix array and samples once per shard)

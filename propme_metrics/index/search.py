@@ -19,7 +19,7 @@ import resource
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -39,8 +39,15 @@ from propme_metrics.index.native_search import NativeBounds, native_search, nati
 from propme_metrics.index.native_search import available as native_available
 from propme_metrics.index.toplevel import TopLevel, load_toplevel
 
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.index.reader import Index
+
+class SearchedIndex(Protocol):
+    """What the search reads of an index (`reader.Index`, which imports this module): its folder,
+    token width, manifest (the shards' document counts) and shard order."""
+
+    path: Path
+    token_width: int
+    manifest: Any
+    engine_shards: list[int]
 
 _Q_END = -1    #: key past the end of a query (the suffix starts with the whole query)
 _DS_END = -3   #: key past the end of a shard's token array (the suffix is a prefix of the query)
@@ -520,7 +527,7 @@ class IndexSearch:
     replaces `open_shards`, `search_shards` and `shard_windows`; the rest is shared.
     """
 
-    def __init__(self, index: Index):
+    def __init__(self, index: SearchedIndex):
         self.index = index
         self.separator = token_layout(index.token_width).separator
         self.shards = self.open_shards()

@@ -4,7 +4,7 @@ The generic and specific prompts were checked not to occur in the corpus, yet an
 matches short spans of it. Each distinct prompt of those settings is traced once, as a generation
 is (the run's tracing settings, against the same index); the floor is the registry's ALS and R20
 over these prompt traces and their longest final span. A setting's excess is its ALS (R20) minus
-the floor's, with an unpaired percentile bootstrap (`compare.metric_difference`: the setting's units
+the floor's, with an unpaired percentile bootstrap (`difference.metric_difference`: the setting's units
 and the floor's prompts resampled independently): a span is evidence of memorization only beyond
 the floor. The study's report, section 5.1.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from propme_metrics.metrics import registry
+from propme_metrics.metrics.difference import metric_difference
 from propme_metrics.metrics.figures import FLOOR, Figure
 from propme_metrics.metrics.pm import Interval, IntervalSpec, metric_interval
 from propme_metrics.metrics.ratio import Ratio
@@ -79,7 +80,6 @@ def floor_figures(traces: Sequence[TraceResult] | None, intervals: IntervalSpec)
 def excess_figures(tasks: Mapping[str, RunTask], traces: Sequence[TraceResult] | None,
                    intervals: IntervalSpec) -> list[Figure]:
     """Every setting's ALS and R20 minus the floor's (undefined without a floor)."""
-    from propme_metrics.metrics.compare import metric_difference  # compare reads results, which reads this
 
     stats = None if traces is None else floor_stats(traces)
     out = []

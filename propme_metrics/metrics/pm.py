@@ -23,15 +23,23 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.ratio import Ratio, pool_ratios
 
-if TYPE_CHECKING:  # pragma: no cover
-    from propme_metrics.metrics.registry import Metric
+
+class PooledMetric(Protocol):
+    """What an interval needs of a registry metric (`registry.Metric`, which imports this module): whether
+    it is a proportion, and the largest value one unit's ratio can take (None: unbounded)."""
+
+    @property
+    def proportion(self) -> bool: ...
+
+    @property
+    def unit_max(self) -> float | None: ...
 
 #: bootstrap resamples of every interval unless a caller says otherwise (`propme report --bootstrap`)
 DEFAULT_BOOTSTRAP = 10_000
@@ -425,7 +433,7 @@ def bootstrap_pm(setting_stats: Sequence[Ratio], prefix_stats: Sequence[Ratio],
     return Interval(estimate, low, high, intervals.method, confidence, intervals.resamples)
 
 
-def metric_interval(spec: Metric, stats: Sequence[Ratio], intervals: IntervalSpec) -> Interval:
+def metric_interval(spec: PooledMetric, stats: Sequence[Ratio], intervals: IntervalSpec) -> Interval:
     """A base metric over prompts with its interval: modified Wilson over the counted generations
     for a proportion, `bootstrap_metric` for a ratio metric (none without resamples)."""
     pooled = pool_ratios(stats)

@@ -362,8 +362,8 @@ def build_prompt_set(index, setting: str, n: int = DEFAULT_N_PROMPTS, seed: int 
     eligible documents (prefix) or too few candidates left after the verbatim check (with
     `at_most`: none at all). `option` is what the user's command calls `n`, named in the hints.
     """
-    from propme_metrics import __version__
     from propme_metrics.index.reader import Index, open_index
+    from propme_metrics.version import __version__
 
     if not isinstance(index, Index):
         index = open_index(index)

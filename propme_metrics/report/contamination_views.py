@@ -35,7 +35,7 @@ TABLE_COLUMNS = ["task", "items", "contaminated", "share", "share_low", "share_h
 
 def contamination_document(result: ContaminationResult) -> dict[str, Any]:
     """contamination.json: the rule and its normalization, every task's figures, the leaderboard columns."""
-    from propme_metrics import __version__
+    from propme_metrics.version import __version__
 
     return {"format": FORMAT, "propme_version": __version__,
             "index": {"path": result.index_path, "identity": result.index_identity}, "rule": result.rule.to_dict(),

@@ -48,7 +48,7 @@ from typing import Any
 from propme_metrics.core.files import write_atomic
 from propme_metrics.core.jsonl import json_line
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.compare import BOUNDS, UNPAIRED
+from propme_metrics.metrics.difference import BOUNDS, UNPAIRED
 from propme_metrics.metrics.extraction_curve import LikelihoodResult
 from propme_metrics.metrics.pm import (
     ONE_UNIT,
@@ -329,7 +329,7 @@ def _model_info(model: str, revision: str, model_args: str) -> dict[str, Any]:
 
 def _records(report: Report, retrieved: float | None) -> list[tuple[dict[str, Any], list[CorpusResult]]]:
     """(record, the model's corpus results) per model and revision."""
-    from propme_metrics import __version__
+    from propme_metrics.version import __version__
 
     stamp = str(int(time.time() if retrieved is None else retrieved))
     by_model: dict[tuple[str, str], list[CorpusResult]] = {}

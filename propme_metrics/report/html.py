@@ -525,7 +525,7 @@ class _Explorer:
 
 def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_chars: int = HTML_SNIPPET_CHARS, show_pii: bool = False) -> str:
     """The page's HTML (the same report and options give the same text)."""
-    from propme_metrics import __version__
+    from propme_metrics.version import __version__
 
     explorer = _Explorer(docs_per_span, snippet_chars, show_pii)
     groups = explorer.groups(report)

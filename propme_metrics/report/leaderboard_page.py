@@ -317,7 +317,7 @@ def page_view(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], compari
               confidence: float = CONFIDENCE) -> LeaderboardPage:
     """What the template prints: per corpus its headline columns of `columns` (model and revision are
     always the first two; a column of no known corpus goes with the first), the rest of the rows behind a toggle."""
-    from propme_metrics import __version__
+    from propme_metrics.version import __version__
 
     names = [n for n in columns if n not in ("model", "revision") and not n.endswith(("_low", "_high", "_withheld"))]
     corpus_of = {n: (describe_column(n).corpus if describe_column(n) else "") for n in names}

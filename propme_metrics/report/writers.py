@@ -56,7 +56,7 @@ def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> Non
 
 
 def write_json(path: Path, report: Report) -> None:
-    from propme_metrics import __version__
+    from propme_metrics.version import __version__
 
     iv = report.intervals
     doc = {"format": "propme-leaderboard/1", "propme_version": __version__, "confidence": iv.confidence,

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from propme_metrics import __version__
 from propme_metrics.trace.result import TraceConfig
+from propme_metrics.version import __version__
 
 #: what a document records in `start_token_note` when the prompt went through the model's chat template
 CHAT_TEMPLATE_NOTE = "chat template applied: the template writes the model's own start, PropMe puts nothing before the prompt"

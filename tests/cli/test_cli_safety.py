@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import propme_metrics.trace.runner as resume_module
-from propme_metrics.cli import app as cli
+from propme.cli import app as cli
 from propme_metrics.trace import tracer as tracer_module
 from propme_metrics.trace.runner import journal_path
 from propme_metrics.trace.tracer import Tracer
@@ -189,7 +189,7 @@ def test_unexpected_error_is_one_paragraph_and_exit_70(tmp_path, monkeypatch, cl
 
 def test_unexpected_error_in_the_installed_command(tmp_path):
     """In a real process: no traceback without PROPME_DEBUG, a traceback with it."""
-    code = ("import sys, propme_metrics.index.reader as m; from propme_metrics.cli import app as cli\n"
+    code = ("import sys, propme_metrics.index.reader as m; from propme.cli import app as cli\n"
             "m.index_info = lambda p: 1 / 0\nsys.exit(cli.main(['index', 'info', 'x']))")
     env = {k: v for k, v in os.environ.items() if k != "PROPME_DEBUG"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

@@ -9,7 +9,7 @@ from dataclasses import fields
 
 import pytest
 
-from propme_metrics.cli.app import build_parser
+from propme.cli.app import build_parser
 from propme_metrics.core.errors import (
     BuildError,
     ConfigError,

@@ -214,7 +214,7 @@ def test_markup_in_a_rejected_candidate_id_prints_as_written(tmp_path, index_cop
 def test_demo_stage_lines_print_paths_as_written(capsys):
     import time
 
-    from propme_metrics.demo.run import _stage
+    from propme.demo.run import _stage
 
     _stage("report", False, time.time(), "/tmp/out [/x] [bold]b[/bold] :100:")
     err = capsys.readouterr().err

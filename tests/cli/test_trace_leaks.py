@@ -16,7 +16,7 @@ N_NOTICES = 120
 def world(tmp_path_factory, gpt2_dir):
     """Sources `planted` (3 long documents), `news` (60 short ones), `notices` (120 documents ending
     in the same notice); generations: the start of each planted document, the notice, 2 new sentences."""
-    from propme_metrics.demo.synthetic import BOILERPLATE, boilerplate_documents, document_text
+    from propme.demo.synthetic import BOILERPLATE, boilerplate_documents, document_text
 
     root = tmp_path_factory.mktemp("trace-leaks")
     rng = random.Random(3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from propme_metrics.demo.synthetic import generate_corpus
+from propme.demo.synthetic import generate_corpus
 from support.corpora import make_index, write_jsonl
 
 

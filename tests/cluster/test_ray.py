@@ -128,7 +128,7 @@ def test_killed_task_is_retried_and_the_index_is_the_same(ray_cluster, corpus_an
 
 
 def test_build_error_in_a_task_is_one_message(ray_cluster, tmp_path, gpt2_dir, capsys):
-    from propme_metrics.cli import app as cli
+    from propme.cli import app as cli
 
     corpus = write_jsonl(tmp_path / "few.jsonl", [{"id": "a", "text": "one document only"}])
     code = cli.main(["index", "build", str(corpus), "--out", str(tmp_path / "idx"), "--tokenizer", str(gpt2_dir),
@@ -166,7 +166,7 @@ def test_ray_tracing_equals_local_tracing(ray_cluster, corpus_and_local):
 
 
 def test_cli_trace_on_ray(ray_cluster, corpus_and_local, tmp_path, capsys):
-    from propme_metrics.cli import app as cli
+    from propme.cli import app as cli
 
     _, local, records = corpus_and_local
     rows = tmp_path / "gens.jsonl"
@@ -207,14 +207,14 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
 
 
 def test_propme_never_imports_ray():
-    proc = _run_python("import sys; import propme_metrics.cli.app, propme_metrics.trace.tracer, propme_metrics.index.ray_build, propme_metrics.trace.ray_search, "
+    proc = _run_python("import sys; import propme.cli.app, propme_metrics.trace.tracer, propme_metrics.index.ray_build, propme_metrics.trace.ray_search, "
                        "propme_metrics.index.build, propme_tasks.hooks; print('ray' in sys.modules)")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
 
 
 def test_without_ray_the_flags_give_one_message(synthetic_index, tmp_path):
-    hide = "import sys; sys.modules['ray'] = None; from propme_metrics.cli import app as cli; "
+    hide = "import sys; sys.modules['ray'] = None; from propme.cli import app as cli; "
     write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "some text"}])
     build = _run_python(hide + f"sys.exit(cli.main(['index', 'build', {str(tmp_path / 'c.jsonl')!r}, '--out', "
                         f"{str(tmp_path / 'i')!r}, '--tokenizer', {str(synthetic_index / 'propme-tokenizer')!r}, "

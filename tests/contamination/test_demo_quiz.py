@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from propme_metrics.demo.benchmark_task import ITEMS, TASK, run_benchmark_task
+from propme.demo.benchmark_task import ITEMS, TASK, run_benchmark_task
 from propme_metrics.report.contamination_views import contamination_lines
 
 

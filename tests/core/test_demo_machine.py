@@ -2,20 +2,20 @@
 from its log (issue 46, item 6)."""
 from __future__ import annotations
 
-from propme_metrics.demo import run
+from propme.demo import layout, run
 
 
 def test_torch_threads_leave_the_loaded_cores_alone(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(run.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(run.os, "getloadavg", lambda: (1.85, 1.5, 0.7))
-    assert run.torch_threads() == 1   # two cores, nearly two busy: one thread, not two that wait on each other
-    monkeypatch.setattr(run.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
-    assert run.torch_threads() == 2   # an idle machine: every core
-    monkeypatch.setattr(run.os, "getloadavg", lambda: (19.0, 17.0, 13.0))
-    assert run.torch_threads() == 1   # never fewer than one
+    monkeypatch.setattr(layout.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(layout.os, "getloadavg", lambda: (1.85, 1.5, 0.7))
+    assert layout.torch_threads() == 1   # two cores, nearly two busy: one thread, not two that wait on each other
+    monkeypatch.setattr(layout.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert layout.torch_threads() == 2   # an idle machine: every core
+    monkeypatch.setattr(layout.os, "getloadavg", lambda: (19.0, 17.0, 13.0))
+    assert layout.torch_threads() == 1   # never fewer than one
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert run.torch_threads() == 3   # the user's choice wins
+    assert layout.torch_threads() == 3   # the user's choice wins
 
 
 def test_the_lm_eval_children_get_the_threads(tmp_path):

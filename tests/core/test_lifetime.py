@@ -53,7 +53,7 @@ def test_sigkill_of_trace_with_workers_leaves_no_worker_and_a_free_lock(tmp_path
                                                                        synthetic_records):
     inp = _many_generations(tmp_path / "g.jsonl", synthetic_records, 6000)
     out = tmp_path / "r.jsonl"
-    code = "import sys; from propme_metrics.cli.app import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from propme.cli.app import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", code, "trace", "--index", str(synthetic_index), "--input", str(inp),
                              "--out", str(out), "--summary", str(tmp_path / "s.json"), "--workers", "2", "--quiet"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

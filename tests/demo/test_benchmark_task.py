@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from propme_metrics.demo.benchmark_task import TASK, write_task
+from propme.demo.benchmark_task import TASK, write_task
 
 
 def test_the_quiz_names_every_metric_aggregation(tmp_path):

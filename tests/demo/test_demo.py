@@ -7,8 +7,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from propme_metrics.cli.app import main
-from propme_metrics.demo.run import DEMO_MODEL, FINAL, SMALL
+from propme.cli.app import main
+from propme.demo.layout import DEMO_MODEL, FINAL, SMALL
 
 SCHEMA = Path(__file__).parent.parent / "data" / "every_eval_ever" / "eval.schema.json"
 
@@ -100,7 +100,7 @@ def test_checkpoints_load_offline_as_revisions(demo_paths, monkeypatch):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from propme_metrics.demo.run import publish_checkpoints
+    from propme.demo.run import publish_checkpoints
 
     publish_checkpoints(demo_paths, SMALL.revisions)  # again: idempotent
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from propme.demo.synthetic import generate_corpus
 from propme_metrics.core.checksums import file_digest
-from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.build import build_index
 from propme_metrics.index.format import unwrap_metadata
 from propme_metrics.index.manifest import IndexManifest

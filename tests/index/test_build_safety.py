@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import propme_metrics.index.build as build_module
-from propme_metrics.cli import app as cli
+from propme.cli import app as cli
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.index.format import old_dir, staging_dir
 from propme_metrics.index.manifest import MANIFEST_NAME

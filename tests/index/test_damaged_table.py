@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
+from propme.demo.synthetic import generate_corpus
 from propme_metrics.core.errors import IndexFormatError
-from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.format import pointers, shard_file
 from propme_metrics.index.reader import open_index
 from propme_metrics.index.search import ShardSearcher

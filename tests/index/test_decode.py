@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from propme_metrics.demo.synthetic import generate_corpus
+from propme.demo.synthetic import generate_corpus
 from propme_metrics.index.decode import TokenDecoder, byte_level_chars, decoder_rules
 
 #: text whose characters take 2, 3 and 4 UTF-8 bytes, combining marks and odd white space

@@ -24,10 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import propme_metrics.index.build as build_module
-from propme_metrics.cli import app as cli
+from propme.cli import app as cli
+from propme.demo.synthetic import generate_corpus
 from propme_metrics.core.checksums import checksum_files
 from propme_metrics.core.errors import ConfigError, IndexFormatError
-from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.build import build_index, choose_token_width
 from propme_metrics.index.format import (
     MANIFEST_NAME,
@@ -448,7 +448,7 @@ def test_sigkill_mid_build_leaves_no_index_and_rerun_finishes(tmp_path, gpt2_dir
     out = tmp_path / "idx"
     argv = ["index", "build", str(corpus), "--out", str(out), "--tokenizer", str(gpt2_dir), "--shards", "2",
             "--batch-size", "256", "--quiet", "--skip-space-check"]
-    proc = subprocess.Popen([sys.executable, "-m", "propme_metrics.cli.app", *argv], start_new_session=True,
+    proc = subprocess.Popen([sys.executable, "-m", "propme.cli.app", *argv], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     tokenized = shard_file(staging_dir(out), "tokenized", 0)
     deadline = time.time() + 120
@@ -546,7 +546,7 @@ def test_build_errors_are_one_message(case, tmp_path, small_tokenizer, wide_toke
 def test_console_script_errors_without_traceback(tmp_path):
     """The installed `propme` command itself: exit codes 2 and 3, one message each, no traceback."""
     script = Path(sys.executable).with_name("propme")
-    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "propme_metrics.cli.app"]
+    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "propme.cli.app"]
     env = {**os.environ, "COLUMNS": "1000"}
     missing = tmp_path / "missing.jsonl"
     for args, code, fragment in [

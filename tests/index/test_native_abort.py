@@ -44,7 +44,7 @@ def test_index_build_under_an_address_space_limit_says_out_of_memory(tmp_path, g
     and the Rust tokenizer (750 MB), which abort the whole process unless the build runs in a child."""
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": str(i), "text": "Ferries and bridges. " * 50}
                                                 for i in range(20)])
-    code = "import sys; from propme_metrics.cli.app import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from propme.cli.app import main; sys.exit(main(sys.argv[1:]))"
     for limit in (300 * 10**6, 600 * 10**6, 750 * 10**6):
         proc = subprocess.run([sys.executable, "-c", code, "index", "build", str(corpus), "--out",
                                str(tmp_path / f"idx{limit}"), "--tokenizer", str(gpt2_dir), "--quiet",

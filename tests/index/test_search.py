@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from propme_metrics.demo.synthetic import generate_corpus
+from propme.demo.synthetic import generate_corpus
 from propme_metrics.index import native_search
 from propme_metrics.index.format import pointers, shard_file
 from propme_metrics.index.reader import open_index

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from propme_metrics.cli import app as cli
+from propme.cli import app as cli
+from propme.demo.synthetic import generate_corpus
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.build import build_index
 from propme_metrics.index.format import staging_dir
 from propme_metrics.index.sizing import (

@@ -9,20 +9,15 @@ import pytest
 
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import (
-    BOUNDS,
     COMPARISON_FIELDS,
-    PAIRED,
-    UNPAIRED,
     Arm,
     ComparisonRow,
-    Difference,
     compare_arms,
-    metric_difference,
     pairing_problem,
-    pm_difference,
     rank,
     select_pairs,
 )
+from propme_metrics.metrics.difference import BOUNDS, PAIRED, UNPAIRED, Difference, metric_difference, pm_difference
 from propme_metrics.metrics.pm import IntervalSpec, expanded_alpha, joint_ratios, metric_interval, resample_indices
 from propme_metrics.metrics.ratio import Ratio
 
@@ -159,7 +154,7 @@ def _brute_bh(p_values: list[float], alpha: float) -> list[bool]:
 
 
 def test_bootstrap_p_value_counts_both_tails():
-    from propme_metrics.metrics.compare import bootstrap_p_value
+    from propme_metrics.metrics.difference import bootstrap_p_value
 
     s = np.array([-0.1] * 3 + [0.0] * 2 + [0.2] * 95)  # 5 of 100 resamples at or below 0
     assert bootstrap_p_value(s) == pytest.approx(2 * (5 + 1) / 101)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # trains a model
 
 @pytest.fixture(scope="module")
 def loop_world(tmp_path_factory):
-    from propme_metrics.demo.synthetic import document_text, sentence, train_memorizing_model, train_tokenizer
+    from propme.demo.synthetic import document_text, sentence, train_memorizing_model, train_tokenizer
     from support.corpora import make_index, write_jsonl
 
     root = tmp_path_factory.mktemp("loops")

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from propme_metrics.cli.app import main
+from propme.cli.app import main
+from propme.demo.synthetic import generate_corpus
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.demo.synthetic import generate_corpus
 from propme_metrics.index.reader import Index
 from propme_metrics.prompts.prompt_set import (
     PromptRecord,
@@ -317,13 +317,13 @@ def test_cli_prompts_build(synthetic_index, synthetic_records, tmp_path, capsys)
 def test_cache_tag_follows_format_rules_and_builtin_file_not_the_release(monkeypatch):
     """The prompt cache is keyed on what the prompts depend on: a release that changes none of it
     reuses the cached sets; a new format, new selection rules or an edited built-in file do not."""
-    import propme_metrics
+    import propme_metrics.version
     from propme_metrics.prompts import prompt_set as build
 
     tags = {(s, lang): build.cache_tag(s, lang) for s in ("generic", "specific", "prefix") for lang in ("da", "en")}
     assert tags[("prefix", "da")] == tags[("prefix", "en")]  # prefix prompts come from the index alone
     assert len({tags[("generic", "da")], tags[("generic", "en")], tags[("prefix", "da")]}) == 3
-    monkeypatch.setattr(propme_metrics, "__version__", "99.0.0")
+    monkeypatch.setattr(propme_metrics.version, "__version__", "99.0.0")
     assert build.cache_tag("generic", "da") == tags[("generic", "da")]
     monkeypatch.setattr(build, "PROMPT_RULES_VERSION", build.PROMPT_RULES_VERSION + 1)
     assert build.cache_tag("generic", "da") != tags[("generic", "da")]

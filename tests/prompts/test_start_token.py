@@ -24,7 +24,7 @@ def llama_style_dir(tmp_path_factory) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from propme_metrics.demo.synthetic import generate_corpus
+    from propme.demo.synthetic import generate_corpus
 
     out = tmp_path_factory.mktemp("llama-style")
     tok = Tokenizer(models.BPE(unk_token="<unk>"))

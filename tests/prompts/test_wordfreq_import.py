@@ -7,7 +7,7 @@ import sys
 
 MODULES = ("propme_metrics.index.reader", "propme_metrics.prompts.prompt_set", "propme_metrics.prompts.prompt_free",
            "propme_metrics.trace.tracer", "propme_metrics.metrics.registry", "propme_metrics.report.assemble",
-           "propme_metrics.cli.app", "propme_tasks.hooks", "propme_tasks.likelihood")
+           "propme.cli.app", "propme_tasks.hooks", "propme_tasks.likelihood")
 
 
 def _loaded_after(code: str) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from propme_metrics.metrics import compare, pm
+from propme_metrics.metrics import difference, pm
 from propme_metrics.metrics.pm import PERCENTILE, WILSON, wilson_interval
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contents import IncompleteReportError
@@ -193,7 +193,7 @@ def test_every_interval_method_a_record_names_is_one_docs_cli_lists(report):
     # every method an interval of a result can have: the metrics', PM's, the figures' (a floor's excess is
     # a difference: compare's unpaired bootstrap or bounds), contamination's and the likelihood's, by either
     # bootstrap method an IntervalSpec may name
-    made = {pm.WILSON, pm.ZERO_EVENTS, pm.UNIFORM, pm.ONE_UNIT, pm.PROPAGATED, compare.BOUNDS,
+    made = {pm.WILSON, pm.ZERO_EVENTS, pm.UNIFORM, pm.ONE_UNIT, pm.PROPAGATED, difference.BOUNDS,
             *pm.BOOTSTRAP_METHODS, *(pm.IntervalSpec(method=m).paired(False) for m in pm.BOOTSTRAP_METHODS)}
     assert {name for name, _ in INTERVAL_METHODS} == made
 

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from propme_metrics.cli.app import main
+from propme.cli.app import main
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.compare import metric_difference, pm_difference
+from propme_metrics.metrics.difference import metric_difference, pm_difference
 from propme_metrics.metrics.pm import IntervalSpec, metric_interval, pm_interval
 from propme_metrics.metrics.ratio import Ratio
 from propme_metrics.report.assemble import build_report

@@ -19,7 +19,7 @@ def leak_world(tmp_path_factory):
     """Sources `planted` (4 long documents, memorized), `news` (short background) and `notices`
     (200 short documents ending in BOILERPLATE, and the notice itself, memorized); the index; a tiny GPT-2
     that learnt the memorized ones; prefix prompts: the planted documents' and the notice's first sentence."""
-    from propme_metrics.demo.synthetic import (
+    from propme.demo.synthetic import (
         BOILERPLATE,
         boilerplate_documents,
         document_text,

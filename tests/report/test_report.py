@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from propme_metrics.cli.app import main
+from propme.cli.app import main
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.values import summarize
 from propme_metrics.report.assemble import build_report
@@ -470,7 +470,7 @@ def test_cli_report_ok_and_errors(runs, tmp_path, capsys):
 def test_cli_subprocess_bad_json(tmp_path):
     bad = tmp_path / f"results_{DATE1}.json"
     bad.write_text('{"configs": {"propme_x_generic": ')
-    proc = subprocess.run([sys.executable, "-m", "propme_metrics.cli.app", "report", str(bad), "--out",
+    proc = subprocess.run([sys.executable, "-m", "propme.cli.app", "report", str(bad), "--out",
                            str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "not valid JSON" in proc.stderr and str(bad) in proc.stderr.replace("\n", "")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from propme_metrics.cli.app import main
+from propme.cli.app import main
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError
 from support.runs import DATE1, DATE2, DFM, add_likelihood_task, gen, setting_prompts, write_run

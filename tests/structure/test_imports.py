@@ -1,7 +1,9 @@
-"""The package's structure, checked from its source: no import circle among the modules of
-`propme_metrics.report` (function-level and TYPE_CHECKING imports included: hiding a circle inside a
-function does not remove it), statistics never import the report layer, and no module imports
-another module's private (`_name`) attribute."""
+"""The packages' structure, checked from their source: no import circle among the modules of any
+package (function-level and TYPE_CHECKING imports included: hiding a circle inside a function does not
+remove it), no module imports the library through its face (`propme_metrics/__init__`: the arrows would
+run back up), the application (`propme`) is imported by neither the library nor the plugin,
+statistics never import the report layer, and no module imports another module's private (`_name`)
+attribute."""
 from __future__ import annotations
 
 import ast
@@ -10,10 +12,12 @@ from pathlib import Path
 import grimp
 import pytest
 
+import propme
 import propme_metrics
 import propme_tasks
 
-ROOTS = [Path(propme_metrics.__file__).parent, Path(propme_tasks.__file__).parent]
+ROOTS = [Path(p.__file__).parent for p in (propme, propme_metrics, propme_tasks)]
+PACKAGES = ("propme", "propme_metrics", "propme_tasks")
 
 
 def circles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:
@@ -59,11 +63,32 @@ def private_imports(root: Path, packages: tuple[str, ...]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
-    return grimp.build_graph("propme_metrics", "propme_tasks")
+    return grimp.build_graph(*PACKAGES)
 
 
-def test_no_import_circle_inside_report(graph):
-    assert circles(graph, "propme_metrics.report") == []
+def _packages(graph: grimp.ImportGraph) -> list[str]:
+    return sorted(m for m in graph.modules if graph.find_children(m))
+
+
+def test_no_import_circle_inside_any_package(graph):
+    packages = _packages(graph)
+    assert {"propme.demo", "propme.cli", "propme_metrics.report", "propme_metrics.metrics"} <= set(packages)
+    assert {p: circles(graph, p) for p in packages if circles(graph, p)} == {}
+
+
+def test_no_module_imports_the_library_through_its_face(graph):
+    """Internal code imports names from the modules that define them; `propme_metrics/__init__` is the
+    face for users only (its own lazy loader and `propme_metrics.version` aside)."""
+    importers = sorted(graph.find_modules_that_directly_import("propme_metrics") - {"propme_metrics"})
+    assert importers == []
+
+
+def test_the_application_is_above_the_library_and_the_plugin(graph):
+    for package in ("propme_metrics", "propme_tasks"):
+        assert graph.find_shortest_chain(importer=package, imported="propme") is None
+        for module in graph.find_descendants(package):
+            chain = graph.find_shortest_chain(importer=module, imported="propme")
+            assert chain is None, chain
 
 
 def test_the_circle_finder_finds_a_circle(tmp_path, monkeypatch):
@@ -90,7 +115,7 @@ def test_statistics_never_import_the_report(graph):
 
 
 def test_no_module_imports_another_modules_private_name():
-    found = [line for root in ROOTS for line in private_imports(root, ("propme_metrics", "propme_tasks"))]
+    found = [line for root in ROOTS for line in private_imports(root, PACKAGES)]
     assert found == []
 
 

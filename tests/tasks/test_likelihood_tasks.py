@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from propme_metrics.demo.synthetic import generate_corpus
+from propme.demo.synthetic import generate_corpus
 from propme_metrics.index.reader import open_index
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import extraction_probability
@@ -256,7 +256,7 @@ def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
 
 def test_trace_refuses_a_likelihood_samples_file(run, tmp_path):
     """lm-eval writes a loglikelihood response as strings (["-12.5", "False"]): still not text to trace."""
-    from propme_metrics.cli.app import main
+    from propme.cli.app import main
 
     out, _ = run
     samples = samples_file(out, "propme_demo_likelihood")

@@ -70,7 +70,7 @@ def test_end_to_end_through_stock_lm_eval(demo_paths, tmp_path):
         planted = json.loads(row["doc"]["source_doc"])["metadata"]["id"]
         assert any(d["source_id"] == planted for s in gen["final_spans"] for d in s["documents"])
     # `propme trace` on the samples file redoes exactly what the hooks did (same keys, same documents)
-    from propme_metrics.cli.app import main
+    from propme.cli.app import main
 
     assert main(["trace", "--index", str(demo_paths.index), "--input", str(prefix_samples), "--quiet",
                  "--out", str(tmp_path / "re.jsonl"), "--summary", str(tmp_path / "re.json")]) == 0
@@ -241,7 +241,7 @@ def test_custom_corpus_tasks(demo_paths, tmp_path, monkeypatch):
     """A leaderboard maintainer's corpus: `propme tasks-new` YAML, found through --include_path."""
     from lm_eval.tasks import TaskManager
 
-    from propme_metrics.cli.app import main
+    from propme.cli.app import main
 
     monkeypatch.setenv("PROPME_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PROPME_N_PROMPTS", "5")
@@ -345,7 +345,7 @@ def test_dolma3_family(demo_paths, tmp_path, monkeypatch):
     """The third corpus (Dolma 3, Olmo 3): its groups list; without an index the refusal names its key
     and the adoption command; with one (any PropMe index: an adopted one is read the same way) its
     subtasks load English prompts for corpus dolma3; `tasks-new` keeps the name for it."""
-    from propme_metrics.cli.app import main
+    from propme.cli.app import main
     from propme_metrics.core.errors import ExitCode
 
     settings = ("generic", "specific", "prefix", "unconditional", "minimal_cue", "likelihood", "prefix_likelihood")
@@ -372,7 +372,7 @@ def test_dolma3_runs_on_an_adopted_index(gpt2_dir, tmp_path, monkeypatch):
     """An index written by infini-gram's own indexer (as the published Dolma 3 index is), adopted, is the
     `dolma3_index` of the tasks: the prefix prompts are its documents and a copied continuation is traced
     to it as a full match."""
-    from propme_metrics.demo.synthetic import generate_corpus
+    from propme.demo.synthetic import generate_corpus
     from propme_metrics.index.adopt import adopt_index
     from propme_metrics.testing import infini_gram_index, write_jsonl
 

@@ -182,7 +182,7 @@ PLANTED = [
 def pii_world(tmp_path_factory):
     """Corpus (planted documents with personal data + short background, some with invalid look-alikes),
     index, a tiny GPT-2 that memorized the corpus, and prefix/generic prompt files."""
-    from propme_metrics.demo.synthetic import document_text, train_memorizing_model, train_tokenizer
+    from propme.demo.synthetic import document_text, train_memorizing_model, train_tokenizer
     from propme_metrics.index.reader import open_index
     from propme_metrics.prompts.prompt_set import build_prompt_set, write_prompt_set
     from support.corpora import make_index, write_jsonl

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from propme_metrics.cli.app import main
+from propme.cli.app import main
 from propme_metrics.core.errors import IndexFormatError
 from propme_metrics.index.search import Occurrences
 from propme_metrics.runs.generations import read_generations
@@ -964,7 +964,7 @@ def test_cli_errors(tmp_path, capsys, synthetic_index, tiny, gpt2_dir):
 
 def test_cli_error_is_a_message_not_a_traceback(tmp_path):
     good = write_jsonl(tmp_path / "g.jsonl", [{"completion": "x"}])
-    proc = subprocess.run([sys.executable, "-m", "propme_metrics.cli.app", "trace", "--index", str(tmp_path / "none"),
+    proc = subprocess.run([sys.executable, "-m", "propme.cli.app", "trace", "--index", str(tmp_path / "none"),
                            "--input", str(good), "--out", str(tmp_path / "r"), "--summary", str(tmp_path / "s")],
                           capture_output=True, text=True)
     assert proc.returncode == 3
@@ -1075,7 +1075,7 @@ def test_propme_trace_loads_no_heavy_dependency(synthetic_index, synthetic_recor
     interpreter imports none of the libraries a trace does not need: its fixed cost stays small."""
     inp = write_jsonl(tmp_path / "g.jsonl", [{"completion": r["text"][:200]} for r in synthetic_records[:3]]
                       + [{"completion": ""}])
-    code = ("import sys\nfrom propme_metrics.cli.app import main\n"
+    code = ("import sys\nfrom propme.cli.app import main\n"
             "assert main(sys.argv[1:]) == 0\n"
             "heavy = ('torch', 'transformers', 'datasets', 'matplotlib', 'pandas', 'pyarrow', 'jinja2', 'lm_eval',"
             " 'infini_gram', 'ray')\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from propme_metrics.cli.arguments import (
+from propme.cli.arguments import (
     add_interval_options,
     add_pairing_option,
     add_pm_metrics_option,
@@ -13,14 +13,13 @@ from propme_metrics.cli.arguments import (
     natural,
     positive,
 )
-from propme_metrics.cli.contamination import add_rule_options, report_contamination, rule_from
+from propme.cli.contamination import add_rule_options, report_contamination, rule_from
 from propme_metrics.core.errors import ExitCode
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from propme_metrics import build_report
     from propme_metrics.core.outputs import check_outputs
-    from propme_metrics.report.assemble import report_lock
+    from propme_metrics.report.assemble import build_report, report_lock
     from propme_metrics.report.console import print_summary
     from propme_metrics.report.contents import IncompleteReportError
 

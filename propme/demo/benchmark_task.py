@@ -54,11 +54,11 @@ def run_benchmark_task(paths, root: Path | None = None, progress: bool = False):
     same model id and revision as its PropMe run; reused when done), check its items against the
     index and write the outputs into `root/contamination` (`root`: the demo folder by default).
     Returns the `ContaminationResult` (its terminal lines: `contamination_views.contamination_lines`)."""
+    from propme.demo.layout import DEMO_MODEL, FINAL, lm_eval_env
     from propme_metrics.contamination.assess import check_tasks
     from propme_metrics.contamination.rule import ContaminationRule
     from propme_metrics.contamination.runs import read_runs
     from propme_metrics.core.errors import BuildError
-    from propme_metrics.demo.run import DEMO_MODEL, FINAL, lm_eval_env
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.pm import IntervalSpec
     from propme_metrics.report.contamination_views import write_outputs

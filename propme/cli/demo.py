@@ -7,7 +7,7 @@ from propme_metrics.core.errors import ExitCode
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from propme_metrics.demo.run import run_demo
+    from propme.demo.run import run_demo
 
     run_demo(args.out, small=args.small, progress=not args.quiet)
     return ExitCode.OK

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from propme_metrics.cli import compare, contamination, demo, index, prompts, report, tasks, trace
+from propme.cli import compare, contamination, demo, index, prompts, report, tasks, trace
 from propme_metrics.core.errors import ExitCode, PropMeError
 from propme_metrics.core.progress import stderr_console
 from propme_metrics.core.switches import env_switch
@@ -22,7 +22,7 @@ def exit_codes_text() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from propme_metrics import __version__
+    from propme_metrics.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="propme",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from propme_metrics.cli.arguments import add_ray_option, count, natural, positive
+from propme.cli.arguments import add_ray_option, count, natural, positive
 from propme_metrics.core.errors import ExitCode
 from propme_metrics.core.progress import stderr_console, terminal
 from propme_metrics.metrics import registry

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 
-from propme_metrics.cli.arguments import add_interval_options, add_pairing_option, add_pm_metrics_option
+from propme.cli.arguments import add_interval_options, add_pairing_option, add_pm_metrics_option
 from propme_metrics.core.errors import ExitCode
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from propme_metrics import build_report
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.core.progress import terminal
+    from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_comparisons
     from propme_metrics.report.contents import IncompleteReportError
 

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from propme_metrics.cli.arguments import add_ray_option, csv, ints, positive, seed
+from propme.cli.arguments import add_ray_option, csv, ints, positive, seed
 from propme_metrics.core.errors import ExitCode
 from propme_metrics.core.progress import terminal
 

@@ -17,109 +17,17 @@ one model at two revisions.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from propme.demo.layout import DEMO_MODEL, FINAL, FULL, SMALL, DemoPaths, DemoSize, lm_eval_env, torch_threads
 from propme_metrics.core.errors import BuildError
 from propme_metrics.core.files import write_atomic
-from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
 
 STAGES = ("corpus", "tokenizer", "index", "model", "prompts", "lm-eval", "report")
-#: the model id the demo's checkpoints are published under (a local hub cache, never the network)
-DEMO_MODEL = "propme-demo/tiny-gpt2"
-#: the revision name of the final checkpoint
-FINAL = "final"
-
-
-@dataclass(frozen=True)
-class DemoSize:
-    """How big the demo is; `small` is the CI size."""
-
-    n_memorized: int = 16
-    n_background: int = 300
-    n_boilerplate: int = 200     #: documents ending in the same notice (more than 100 copies: boilerplate)
-    n_prompts: int = 100         #: generic and specific prompts each (prefix: every eligible document)
-    n_prompt_free: int = 100     #: generations of unconditional and of minimal_cue each
-    max_gen_toks: int = 256
-    bootstrap: int = DEFAULT_BOOTSTRAP
-    early_steps: int = 40        #: training steps of the early checkpoint (revision `step<N>`)
-
-    @property
-    def revisions(self) -> tuple[str, str]:
-        """The checkpoints lm-eval runs, in training order: the early one, then the final one."""
-        return f"step{self.early_steps}", FINAL
-
-
-FULL = DemoSize()
-SMALL = DemoSize(n_memorized=8, n_background=120, n_boilerplate=110, n_prompts=8, n_prompt_free=8, max_gen_toks=96, bootstrap=1000)
-
-
-@dataclass
-class DemoPaths:
-    root: Path
-
-    @property
-    def corpus(self) -> Path:
-        return self.root / "corpus.jsonl"
-
-    @property
-    def tokenizer(self) -> Path:
-        return self.root / "tokenizer"
-
-    @property
-    def index(self) -> Path:
-        return self.root / "index"
-
-    @property
-    def model(self) -> Path:
-        """The final checkpoint."""
-        return self.root / "model"
-
-    def checkpoint(self, revision: str) -> Path:
-        """The folder of a checkpoint (the final one is `model`)."""
-        return self.model if revision == FINAL else self.root / "checkpoints" / revision
-
-    @property
-    def hub(self) -> Path:
-        """The local Hugging Face cache the checkpoints are published in (HF_HUB_CACHE of the lm-eval runs)."""
-        return self.root / "hub"
-
-    def prompts(self, setting: str) -> Path:
-        return self.root / "prompts" / f"{setting}.jsonl"
-
-    @property
-    def runs(self) -> Path:
-        return self.root / "runs"
-
-    def run(self, revision: str) -> Path:
-        """lm-eval's output folder for one checkpoint."""
-        return self.runs / revision
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-
-#: the environment variables that set torch's (OpenMP's and MKL's) threads in a child process
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def torch_threads() -> int:
-    """Threads for torch on this machine now: the CPUs this process may use less the load already on
-    them (the 1-minute load average), at least 1. On a shared machine torch's default, one thread per
-    core, makes its threads wait for each other (the demo's generation was 7-25x slower with 2 threads
-    than with 1 on a loaded 2-core machine). OMP_NUM_THREADS, when set, is the user's choice and wins."""
-    given = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if given.isdigit() and int(given) > 0:
-        return int(given)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(1, min(usable, int(usable - load + 0.5)))
 
 
 def _say(text: str) -> None:
@@ -145,7 +53,7 @@ def _stage(name: str, reused: bool, started: float, detail: str = "") -> None:
 
 def prepare(root: str | Path, size: DemoSize = FULL, progress: bool = False) -> DemoPaths:
     """Stages 1-5: corpus, tokenizer, index, memorizing model and prompt files (each reused if present)."""
-    from propme_metrics.demo.synthetic import demo_corpus, train_memorizing_model, train_tokenizer
+    from propme.demo.synthetic import demo_corpus, train_memorizing_model, train_tokenizer
     from propme_metrics.index.build import build_index
     from propme_metrics.index.manifest import MANIFEST_NAME
     from propme_metrics.index.reader import open_index
@@ -259,15 +167,6 @@ def lm_eval_command(paths: DemoPaths, size: DemoSize, extra_metadata: dict | Non
             "--metadata", json.dumps(metadata), "--log_samples", "--output_path", str(paths.run(revision))]
 
 
-def lm_eval_env(paths: DemoPaths, threads: int | None = None) -> dict[str, str]:
-    """The environment of the demo's lm-eval runs: offline, the demo's hub cache and PropMe cache,
-    and torch's threads (`torch_threads` unless given)."""
-    n = str(threads or torch_threads())
-    return dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                HF_HUB_CACHE=str(paths.hub), PROPME_CACHE_DIR=str(paths.root / "cache"),
-                **dict.fromkeys(THREAD_VARIABLES, n))
-
-
 #: lm-eval's request counters (tqdm lines in its log): the phase, percent done, done and total
 _COUNTER = re.compile(r"(Running \w+ requests):\s*(\d+)%[^\r\n]*?\|\s*(\d+)/(\d+)")
 
@@ -345,7 +244,7 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     started = time.time()
     paths = prepare(out, size, progress=progress)
     run_lm_eval(paths, size, progress=progress)
-    from propme_metrics.demo.benchmark_task import run_benchmark_task
+    from propme.demo.benchmark_task import run_benchmark_task
     from propme_metrics.report.contamination_views import contamination_lines
 
     contamination = run_benchmark_task(paths, progress=progress)  # demo_quiz: the report's contamination section

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from propme_metrics.cli.arguments import positive, seed
+from propme.cli.arguments import positive, seed
 from propme_metrics.core.errors import ExitCode
 from propme_metrics.core.progress import terminal
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, PREFIX, PROMPTED_SETTINGS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from propme_metrics.cli.arguments import add_interval_options, add_ray_option, csv, positive, share
+from propme.cli.arguments import add_interval_options, add_ray_option, csv, positive, share
 from propme_metrics.core.errors import ExitCode
 
 
