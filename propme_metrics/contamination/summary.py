@@ -13,7 +13,7 @@ import numpy as np
 
 from propme_metrics.contamination.check import TaskCheck, coverage_values
 from propme_metrics.contamination.rule import CURVE_COVERAGE, CURVE_K, ContaminationRule
-from propme_metrics.metrics.compare import BOUNDS
+from propme_metrics.metrics.difference import BOUNDS
 from propme_metrics.metrics.pm import (
     DEFAULT_INTERVALS,
     WILSON,

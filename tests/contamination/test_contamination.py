@@ -438,7 +438,7 @@ def test_contamination_figures_never_have_zero_width():
     """Every contaminated item right and every clean one wrong (or a graded score that never moves):
     a bootstrap over items gives one value in every resample, so the figures take bounds instead."""
     from propme_metrics.contamination.summary import difference, mean_with_interval
-    from propme_metrics.metrics.compare import BOUNDS
+    from propme_metrics.metrics.difference import BOUNDS
     from propme_metrics.metrics.pm import WILSON, IntervalSpec, wilson_interval
 
     spec = IntervalSpec(1000, 0)
