@@ -96,3 +96,32 @@ def add_pm_metrics_option(parser: argparse.ArgumentParser, verb: str) -> None:
 
     parser.add_argument("--pm-metrics", type=csv, default=",".join(registry.DEFAULT_PM_METRICS),
                         help=f"comma-separated metrics to {verb} PM for ({', '.join(registry.PM_METRICS)})")
+
+
+def add_request_option(parser, request: type, name: str, **overrides) -> None:
+    """The option of field `name` of a request class (`core.requests`): its flag, default, help and
+    bounds from the field (an integer's parsed by `count`, a number in (0, 1] by `share`, a yes/no
+    field a switch); `overrides` for what the field cannot say (metavar, nargs, an action)."""
+    from dataclasses import MISSING
+
+    from propme_metrics.core.requests import option_default, option_spec
+
+    spec, default = option_spec(request, name), option_default(request, name)
+    kwargs: dict = {"help": spec.help, "dest": name}
+    if default is not MISSING:
+        kwargs["default"] = default
+    if spec.choices:
+        kwargs["choices"] = spec.choices
+    elif isinstance(default, bool) and default:  # --no-<thing>: absent, the field keeps its default (on)
+        kwargs.update(action="store_false", default=argparse.SUPPRESS, help=f"{spec.help} (default: False)")
+    elif isinstance(default, bool):
+        kwargs["action"] = "store_true"
+    elif spec.above_minimum and spec.minimum == 0 and spec.maximum == 1:
+        kwargs["type"] = share
+    elif isinstance(spec.minimum, int):
+        kwargs["type"] = count(spec.minimum, int(spec.maximum if spec.maximum is not None else MAX_SIZE))
+    if spec.flag and "action" not in kwargs and "choices" not in kwargs:
+        kwargs["metavar"] = spec.flag.lstrip("-").replace("-", "_").upper()  # as argparse names the flag's value
+    aliases = overrides.pop("aliases", ())
+    kwargs.update(overrides)
+    parser.add_argument(spec.option, *aliases, **kwargs)

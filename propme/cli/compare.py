@@ -20,13 +20,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_comparisons
     from propme_metrics.report.contents import IncompleteReportError
+    from propme_metrics.report.request import ReportRequest
 
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, output_folders=("--out",))
     if args.bootstrap <= 0:
         raise ConfigError("propme compare needs bootstrap resamples (--bootstrap > 0) for its intervals")
     try:
-        report = build_report(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
-                              pm_metrics=args.pm_metrics, separate=True, html=False, pairing=args.pairing)
+        report = build_report(ReportRequest(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
+                              pm_metrics=args.pm_metrics, separate=True, html=False, pairing=args.pairing))
     except IncompleteReportError as exc:  # written with undefined parts: compare what is there, then exit 2
         if exc.report is not None:
             print_comparisons(exc.report.comparisons, terminal(width=160))

@@ -235,6 +235,7 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
     from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_summary
+    from propme_metrics.report.request import ReportRequest
 
     missing = [m for m in ("torch", "lm_eval") if importlib.util.find_spec(m) is None]
     if missing:
@@ -249,8 +250,8 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
 
     contamination = run_benchmark_task(paths, progress=progress)  # demo_quiz: the report's contamination section
     t = time.time()
-    report = build_report([paths.run(r) for r in size.revisions], paths.report, bootstrap=size.bootstrap, seed=0,
-                          contamination=contamination)
+    report = build_report(ReportRequest([paths.run(r) for r in size.revisions], paths.report, bootstrap=size.bootstrap, seed=0,
+                          contamination=contamination))
     _stage("report", False, t, str(paths.report))
     print_summary(report)
     result = report.results[-1]  # the final checkpoint

@@ -1,5 +1,6 @@
 """Output paths checked before any work: an output never replaces one of the command's inputs,
-another of its outputs, or anything inside an index folder (a folder holding a PropMe manifest).
+another of its outputs, or anything inside an index folder (a folder holding a PropMe manifest);
+and a command's files written into a folder all at once (`write_staged`).
 
 Paths are compared by device and inode when they exist, so a symlink or a hard link to an input
 is caught as surely as the same spelling. A character device or FIFO output is written in place
@@ -8,11 +9,13 @@ is caught as surely as the same spelling. A character device or FIFO output is w
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.core.files import is_stream
+from propme_metrics.core.files import is_stream, write_atomic
 
 #: the file that marks a folder as a PropMe index (its manifest); outputs never go inside such a folder
 MANIFEST_NAME = "propme-manifest.json"
@@ -111,3 +114,43 @@ def _special(path: Path) -> str | None:
     kinds = ((stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
              (stat.S_ISFIFO, "FIFO"))
     return next((what for test, what in kinds if test(mode)), None)
+
+
+def write_staged(folder: Path, stage_name: str, write: Callable[[Path], list[Path]], what: str) -> list[Path]:
+    """Write a command's files into `folder` all at once: `write(stage)` writes them into the hidden
+    staging folder `stage_name` inside `folder` and returns their paths there; each is then moved
+    to the same place inside `folder` (streamed into it when the file there is a device or FIFO),
+    and their final paths are returned. A write that fails (or is killed) leaves the earlier files
+    in `folder` whole, never some of each; a killed write's staging folder is removed by the next.
+    `what` names the folder in messages ("report folder"). An OSError of `write` is a ConfigError
+    saying nothing in `folder` was changed."""
+    stage = folder / stage_name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir()
+    except OSError as exc:
+        raise ConfigError(f"cannot create the {what} {folder}: {exc}", "choose a writable --out") from None
+    try:
+        try:
+            written = write(stage)
+        except OSError as exc:
+            raise ConfigError(f"cannot write into the {what} {folder}: {exc}; the files already in {folder} were "
+                              "left as they were", "free space or choose another --out, then run it again") from None
+        return [_move_into(path, stage, folder) for path in written]
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _move_into(path: Path, stage: Path, folder: Path) -> Path:
+    """`path` (inside `stage`) moved to the same place inside `folder`."""
+    target = folder / path.relative_to(stage)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if is_stream(target):
+            write_atomic(target, path.read_bytes())
+        else:
+            os.replace(path, target)
+    except OSError as exc:
+        raise ConfigError(f"cannot move {target} into place: {exc}", "run it again") from None
+    return target

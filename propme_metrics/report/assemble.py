@@ -50,8 +50,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from glob import escape as glob_escape
@@ -59,13 +58,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from propme_metrics.core.errors import ConfigError
-from propme_metrics.core.files import hold_lock, is_stream, write_atomic
-from propme_metrics.metrics import registry
-from propme_metrics.metrics.compare import PAIRINGS, compare_results
+from propme_metrics.core.files import hold_lock, write_atomic
+from propme_metrics.core.outputs import write_staged
+from propme_metrics.metrics.compare import compare_results
 from propme_metrics.metrics.extraction_curve import LikelihoodResult, likelihood_results
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT, check_rare_max_count
-from propme_metrics.metrics.likelihood import check_n, check_p
-from propme_metrics.metrics.pm import CONFIDENCE, DEFAULT_BOOTSTRAP, IntervalSpec
+from propme_metrics.metrics.leaks import RARE_MAX_COUNT
+from propme_metrics.metrics.pm import IntervalSpec
 from propme_metrics.metrics.results import CorpusResult, corpus_result
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key, task_name
@@ -78,7 +76,6 @@ from propme_metrics.report.columns import (
 )
 from propme_metrics.report.contamination_views import html_section
 from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError, Report
-from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 from propme_metrics.report.eee import write_eee
 from propme_metrics.report.extraction_views import columns as likelihood_columns
 from propme_metrics.report.extraction_views import row_values as likelihood_row_values
@@ -100,28 +97,10 @@ from propme_metrics.report.load import (
     load_tasks,
 )
 from propme_metrics.report.plots import write_plots
+from propme_metrics.report.request import ReportRequest
 from propme_metrics.report.robustness_views import robustness_columns, robustness_values
 from propme_metrics.report.writers import write_comparisons, write_csv, write_json, write_markdown
 from propme_metrics.runs.lmeval import LmEvalRun, TaskKind, read_run
-
-
-def _check_options(bootstrap: int, pm_metrics: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(pm_metrics, str):
-        pm_metrics = [m.strip() for m in pm_metrics.split(",") if m.strip()]
-    metrics = tuple(dict.fromkeys(pm_metrics))
-    bad = [m for m in metrics if m not in registry.PM_METRICS]
-    if bad:
-        known = [registry.BY_NAME[m] for m in bad if m in registry.BY_NAME]
-        why = (" (prefix only: PM needs it under every setting)" if any(m.settings for m in known) else
-               " (a maximum, not a ratio over prompts)" if any(not m.has_interval for m in known) else "")
-        raise ConfigError(f"cannot compute PM for {', '.join(bad)}{why}",
-                          f"choose among {', '.join(registry.PM_METRICS)}")
-    if not metrics:
-        raise ConfigError("no PM metric given", f"choose among {', '.join(registry.PM_METRICS)}")
-    if not isinstance(bootstrap, int) or bootstrap < 0:
-        raise ConfigError(f"bootstrap must be a non-negative number of resamples, got {bootstrap!r}")
-    return metrics
-
 
 #: the list of files the last report wrote into its folder (so the next one removes only those it replaces)
 WRITTEN_NAME = "propme-report-files.json"
@@ -189,63 +168,37 @@ def _inside(name: str) -> bool:
     return bool(path.parts) and not path.is_absolute() and ".." not in path.parts and "\\" not in name
 
 
-def build_report(runs: Sequence[str | Path], out: str | Path, bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0,
-                 pm_metrics: Iterable[str] = registry.DEFAULT_PM_METRICS, separate: bool = False, *,
-                 html: bool = True, plots: bool = True, html_docs_per_span: int = HTML_DOCS_PER_SPAN,
-                 html_snippet_chars: int = HTML_SNIPPET_CHARS, retraced: Sequence[str | Path] = (),
-                 show_pii: bool = False, discoverable_n: Sequence[int] | str | None = None,
-                 discoverable_p: float | None = None,
-                 retraced_other_settings: bool = False, rare_max_count: int | None = None,
-                 pairing: str = "all", contamination: Any = None, confidence: float = CONFIDENCE) -> Report:
-    """Read lm-eval runs, compute base metrics and PM with intervals, write the report into `out`.
+def build_report(request: ReportRequest) -> Report:
+    """Read lm-eval runs, compute base metrics and PM with intervals, write the report into
+    `request.out` (a `report.request.ReportRequest`: its fields say what each setting does).
 
     Writes leaderboard.csv/.json/.md, PNG plots and report.html (see the module docstring).
     Raises ConfigError for unusable input (nothing written) and MissingPrefixError (a ConfigError)
-    after writing the base metrics when a corpus lacks the prefix setting.
-    `bootstrap` resamples with `seed` make every bootstrap interval, at `confidence` (one
-    `IntervalSpec`, which every label is written from); `bootstrap=0` skips the bootstrap (no bootstrap
-    intervals). The HTML shows at most
-    `html_docs_per_span` documents per final span (the best matches) with `html_snippet_chars`
-    characters of context on each side of the span; leaked personal data is masked there unless
-    `show_pii`. The likelihood subtasks' (n, p) curves use `discoverable_n` and `discoverable_p`
-    (default: each run's task metadata, else 1 ... 10,000 and 0.5; `metrics.extraction_curve`).
-    `rare_max_count` is `fmr_rare`'s threshold (default: the one the runs logged, else
-    `metrics.leaks.RARE_MAX_COUNT`); every task of a report must share one. With two or more models
-    on a corpus, `pairing` ("all" pairs, or "consecutive" revisions of each model) chooses the
-    paired comparisons written to comparisons.json/.csv (`metrics.compare`; none when `bootstrap` is 0). `contamination`:
-    the `contamination.assess.ContaminationResult` of the runs' other benchmarks, shown in report.html
-    (`report.contamination_views`) and the Every Eval Ever records (`report.eee`).
+    after writing the base metrics when a corpus lacks the prefix setting. The request's
+    `bootstrap` resamples with its `seed` make every bootstrap interval (one `IntervalSpec` at
+    `pm.CONFIDENCE`); 0 skips the bootstrap (no bootstrap intervals, no paired comparisons).
 
     Four steps: load the runs' tasks, compute each model's results per corpus, lay out the
     leaderboard's rows, write the files.
     """
-    pm_metrics = _check_options(bootstrap, pm_metrics)
-    intervals = IntervalSpec(bootstrap, seed, confidence)  # checked before anything is read
-    if pairing not in PAIRINGS:
-        raise ConfigError(f"unknown pairing {pairing!r}", f"choose among {', '.join(PAIRINGS)}")
-    if discoverable_n is not None:
-        discoverable_n = check_n(discoverable_n, "--discoverable-n")
-    if discoverable_p is not None:
-        discoverable_p = check_p(discoverable_p, "--discoverable-p")
-    if rare_max_count is not None:
-        rare_max_count = check_rare_max_count(rare_max_count, "--rare-max-count")
-    if not runs:
-        raise ConfigError("no run given", "pass lm-eval output folders or results_*.json files")
-    with report_lock(out):  # a second report into `out` stops here, before any work
+    r = request
+    with report_lock(r.out):  # a second report into `out` stops here, before any work
+        intervals = IntervalSpec(r.bootstrap, r.seed, r.confidence)
         notes: list[str] = []
-        read = [read_run(run) for run in runs]  # each results file read once
-        tasks = _load_tasks(runs, read, retraced, retraced_other_settings, notes, rare_max_count)
-        computed = _compute(group_tasks(tasks, separate), pm_metrics, intervals, notes)
-        likelihood_tasks = dedupe_likelihood(load_likelihood([r for found in read for r in found]), notes)
-        likelihood = likelihood_results(likelihood_tasks, computed.results, intervals, notes, discoverable_n,
-                                        discoverable_p)
-        report = _lay_out(Path(out), tasks, computed, likelihood, pm_metrics, intervals, notes)
-        report.comparisons = _comparisons(report, pairing)
-        if contamination is not None:
-            report.contamination = contamination
-            report.contamination_html = html_section(contamination, html_docs_per_span, html_snippet_chars, show_pii)
-        _write(report, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
-               html_snippet_chars=html_snippet_chars, show_pii=show_pii)
+        read = [read_run(run) for run in r.runs]  # each results file read once
+        tasks = _load_tasks(r.runs, read, r.retraced, r.retraced_other_settings, notes, r.rare_max_count)
+        computed = _compute(group_tasks(tasks, r.separate), r.pm_metrics, intervals, notes)
+        likelihood_tasks = dedupe_likelihood(load_likelihood([x for found in read for x in found]), notes)
+        likelihood = likelihood_results(likelihood_tasks, computed.results, intervals, notes, r.discoverable_n,
+                                        r.discoverable_p)
+        report = _lay_out(r.out, tasks, computed, likelihood, r.pm_metrics, intervals, notes)
+        report.comparisons = _comparisons(report, r.pairing)
+        if r.contamination is not None:
+            report.contamination = r.contamination
+            report.contamination_html = html_section(r.contamination, r.html_docs_per_span, r.html_snippet_chars,
+                                                     r.show_pii)
+        _write(report, plots=r.plots, html=r.html, html_docs_per_span=r.html_docs_per_span,
+               html_snippet_chars=r.html_snippet_chars, show_pii=r.show_pii)
         _raise_if_incomplete(report, computed)
         return report
 
@@ -413,45 +366,32 @@ def _lay_out(out: Path, tasks: list[RunTask], computed: _Computed, likelihood: l
 
 def _write(report: Report, *, plots: bool, html: bool, html_docs_per_span: int, html_snippet_chars: int,
            show_pii: bool) -> None:
-    """Write the leaderboard files, the plots and report.html into `report.out`, recording each path.
-
-    All of them are written into a staging folder inside `report.out` first and moved into place
-    once every one is written: a report that fails (or is killed) while writing leaves the earlier
-    report whole, never parts of two reports; a killed report's staging folder is removed by the next."""
+    """Write the leaderboard files, the plots and report.html into `report.out` all at once
+    (`core.outputs.write_staged`: a report that fails or is killed while writing leaves the earlier
+    report whole, never parts of two reports), recording each path in `report`."""
     final = report.out
-    stage = final / STAGING_NAME
-    try:
-        final.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(stage, ignore_errors=True)
-        stage.mkdir()
-    except OSError as exc:
-        raise ConfigError(f"cannot create the report folder {final}: {exc}") from None
-    try:
+
+    def write(stage: Path) -> list[Path]:
         _write_into(report, stage, plots=plots, html=html, html_docs_per_span=html_docs_per_span,
                     html_snippet_chars=html_snippet_chars, show_pii=show_pii)
-        for name in ("leaderboard_csv", "leaderboard_full_csv", "leaderboard_json", "leaderboard_md",
-                     "comparisons_json", "comparisons_csv", "html", "leaderboard_html"):
-            if getattr(report, name) is not None:
-                setattr(report, name, _move_into(getattr(report, name), stage, final))
-        report.plots = [_move_into(p, stage, final) for p in report.plots]
-        report.eee = [_move_into(p, stage, final) for p in report.eee]
+        return report.paths
+
+    finals = write_staged(final, STAGING_NAME, write, "report folder")
+    placed = dict(zip(report.paths, finals))   # staged path -> its place in `final`
+    for name in _FILE_FIELDS:
+        if getattr(report, name) is not None:
+            setattr(report, name, placed[getattr(report, name)])
+    report.plots = [placed[p] for p in report.plots]
+    report.eee = [placed[p] for p in report.eee]
+    try:
         _record_written(final, report.paths)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {final}: {exc}") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
-def _move_into(path: Path, stage: Path, folder: Path) -> Path:
-    """`path` (inside `stage`) moved to the same place inside `folder` (streamed into it when the file
-    there is a device or FIFO)."""
-    target = folder / path.relative_to(stage)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if is_stream(target):
-        write_atomic(target, path.read_bytes())
-    else:
-        os.replace(path, target)
-    return target
+#: the `Report` fields naming one written file each
+_FILE_FIELDS = ("leaderboard_csv", "leaderboard_full_csv", "leaderboard_json", "leaderboard_md", "comparisons_json",
+                "comparisons_csv", "html", "leaderboard_html")
 
 
 def _write_into(report: Report, out: Path, *, plots: bool, html: bool, html_docs_per_span: int,

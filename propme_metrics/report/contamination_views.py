@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from propme_metrics.contamination.assess import ContaminationResult
 from propme_metrics.contamination.sources import FlaggedItem
 from propme_metrics.contamination.summary import TaskSummary
-from propme_metrics.core.files import atomic_output, is_stream, write_atomic
+from propme_metrics.core.files import atomic_output, write_atomic
 from propme_metrics.core.jsonl import json_line
+from propme_metrics.core.outputs import write_staged
 from propme_metrics.metrics.pm import Interval
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell
@@ -190,39 +189,24 @@ def _write_file(name: str, path: Path, result: ContaminationResult, doc: dict[st
 
 
 def write_outputs(out: Path, result: ContaminationResult) -> list[Path]:
-    """Every output file of `propme contamination` into `out`; returns their paths. They are written
-    into a staging folder inside `out` and moved into place once all are written (as the report's
-    files are), so a check that cannot write one (a full disk) leaves the earlier outputs as they
-    were, never some of each; ConfigError names the file that could not be written."""
+    """Every output file of `propme contamination` into `out`, all at once (`core.outputs.write_staged`,
+    as the report's files are), so a check that cannot write one (a full disk) leaves the earlier
+    outputs as they were, never some of each; returns their paths. ConfigError names the file that
+    could not be written."""
     from propme_metrics.core.errors import ConfigError
 
-    stage = out / STAGING_NAME
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(stage, ignore_errors=True)   # a killed check's staging folder
-        stage.mkdir()
-    except OSError as exc:
-        raise ConfigError(f"cannot create the output folder {out}: {exc}", "choose a writable --out") from None
     doc = contamination_document(result)
-    try:
+
+    def write(stage: Path) -> list[Path]:
         for name in OUTPUT_NAMES:
             try:
                 _write_file(name, stage / name, result, doc)
             except OSError as exc:
                 raise ConfigError(f"cannot write {out / name}: {exc}; the files already in {out} were left as "
                                   "they were", "free space or choose another --out, then run it again") from None
-        for name in OUTPUT_NAMES:
-            target = out / name
-            try:
-                if is_stream(target):
-                    write_atomic(target, (stage / name).read_bytes())
-                else:
-                    os.replace(stage / name, target)
-            except OSError as exc:
-                raise ConfigError(f"cannot move {target} into place: {exc}", "run it again") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return [out / name for name in OUTPUT_NAMES]
+        return [stage / name for name in OUTPUT_NAMES]
+
+    return write_staged(out, STAGING_NAME, write, "output folder")
 
 
 #: the id of the JSON block holding the flagged items' spans (report.js reads `propme-data-<block>`)

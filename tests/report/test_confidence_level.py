@@ -21,6 +21,7 @@ from propme_metrics.metrics.pm import PLAIN_PERCENTILE, IntervalSpec, wilson_int
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.console import print_summary
 from propme_metrics.report.contamination_views import write_outputs
+from propme_metrics.report.request import ReportRequest
 from support.corpora import make_index, write_jsonl
 from support.runs import COMMA, DATE1, DFM, reference_settings, stage1_settings, write_run
 
@@ -63,8 +64,8 @@ def at_90(tmp_path_factory, gpt2_dir):
             write_run(root / "c", COMMA, "", reference_settings()).parent]
     contamination = _contamination(root, gpt2_dir, spec)
     write_outputs(root / "contamination", contamination)
-    report = build_report(runs, root / "report", spec.resamples, spec.seed, contamination=contamination,
-                          confidence=spec.confidence)
+    report = build_report(ReportRequest(runs, root / "report", spec.resamples, spec.seed, contamination=contamination,
+                          confidence=spec.confidence))
     buf = io.StringIO()
     print_summary(report, Console(file=buf, width=400, color_system=None))
     return root, report, buf.getvalue()
@@ -108,7 +109,7 @@ def test_every_recorded_confidence_is_the_specs(at_90):
 
 def test_the_bootstrap_method_is_the_specs(tmp_path):
     run = write_run(tmp_path / "s1", DFM, "stage1", stage1_settings()).parent
-    report = build_report([run], tmp_path / "report", 200, 3, plots=False, html=False)
+    report = build_report(ReportRequest([run], tmp_path / "report", 200, 3, plots=False, html=False))
     methods = {mr.method for sr in report.results[0].settings.values() for mr in sr.metrics.values()}
     assert "bootstrap-expanded-percentile" in methods
     plain = IntervalSpec(200, 3, method=PLAIN_PERCENTILE)
@@ -116,5 +117,5 @@ def test_the_bootstrap_method_is_the_specs(tmp_path):
     with pytest.raises(ConfigError):
         IntervalSpec(method="bca")
     with pytest.raises(ConfigError):
-        build_report([run], tmp_path / "bad", 200, 3, confidence=1.0)
+        build_report(ReportRequest([run], tmp_path / "bad", 200, 3, confidence=1.0))
     assert not (tmp_path / "bad").exists()

@@ -17,6 +17,7 @@ from propme_metrics.metrics.pm import PERCENTILE, WILSON, wilson_interval
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contents import IncompleteReportError
 from propme_metrics.report.eee import INTERVAL_METHODS
+from propme_metrics.report.request import ReportRequest
 from support.runs import (
     COMMA,
     DATE1,
@@ -54,7 +55,7 @@ def report(tmp_path_factory):
             write_run(root / "stage3", DFM, "stage3", reference_settings(), date=DATE2).parent,
             write_run(root / "comma", COMMA, "", _edge(), date=DATE1).parent]
     add_likelihood_task(runs[1] / DFM.replace("/", "__"), LOGPS, date=DATE2)  # stage3 also ran the likelihood subtask
-    return build_report(runs, root / "report", bootstrap=300, seed=1, plots=False, html=False)
+    return build_report(ReportRequest(runs, root / "report", bootstrap=300, seed=1, plots=False, html=False))
 
 
 #: stage3's likelihood documents: log P(z) of each (greedy above -1)
@@ -140,7 +141,7 @@ def test_undefined_values_are_left_out(tmp_path, validator):
                 "prefix": setting_prompts("prefix", 8, [(8, 12)], {0: 0.5, 1: 0.4}, {0})}
     run = write_run(tmp_path / "run", DFM, "", settings).parent
     with pytest.raises(IncompleteReportError):
-        build_report([run], tmp_path / "rep", bootstrap=50, plots=False, html=False)
+        build_report(ReportRequest([run], tmp_path / "rep", bootstrap=50, plots=False, html=False))
     (record,) = _records(tmp_path / "rep").values()
     assert not list(validator.iter_errors(record))
     ids = {r["evaluation_result_id"] for r in record["evaluation_results"]}
@@ -156,9 +157,9 @@ def test_a_later_report_replaces_the_records(tmp_path):
     (out / "eee").mkdir(parents=True)
     mine = out / "eee" / "notes.txt"  # a file PropMe did not write stays
     mine.write_text("mine")
-    build_report([one, two], out, bootstrap=0, plots=False, html=False)
+    build_report(ReportRequest([one, two], out, bootstrap=0, plots=False, html=False))
     assert len(_records(out)) == 2
-    build_report([two], out, bootstrap=0, plots=False, html=False)
+    build_report(ReportRequest([two], out, bootstrap=0, plots=False, html=False))
     (record,) = _records(out).values()  # the stage1 record of the earlier report is gone
     assert record["model_info"]["additional_details"]["revision"] == "stage3"
     assert mine.read_text() == "mine"

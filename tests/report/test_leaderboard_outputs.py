@@ -23,6 +23,7 @@ from propme_metrics.report.assemble import build_report
 from propme_metrics.report.cells import mark_legend
 from propme_metrics.report.columns import headline_column_docs, headline_columns
 from propme_metrics.report.console import print_summary
+from propme_metrics.report.request import ReportRequest
 from propme_metrics.report.writers import _csv_cell, shown_comparisons
 from support.runs import COMMA, DATE1, DATE2, DFM, gen, reference_settings, setting_prompts, stage1_settings, write_run
 
@@ -59,7 +60,7 @@ def no_documents_report(tmp_path_factory):
     settings_ = {"generic": [[gen(f"generic-{i}#0", seg_len=10)] for i in range(8)],
                  "prefix": setting_prompts("prefix", 8, [(8, 12)], {0: 0.5, 1: 0.4}, {0})}
     run = write_run(root / "run", DFM, "", settings_).parent
-    return build_report([run], root / "rep", bootstrap=200)
+    return build_report(ReportRequest([run], root / "rep", bootstrap=200))
 
 
 def test_pm_undefined_in_json_csv_markdown_and_terminal(no_documents_report):
@@ -126,7 +127,7 @@ def three(tmp_path_factory):
     ref = reference_settings()
     ref["prefix"] = setting_prompts("prefix", 100, [(100, 10)], {7: 0.9}, set())
     write_run(root / "c", COMMA, "", ref, date=DATE1)
-    return runs, build_report(runs, root / "rep", bootstrap=300, seed=2)
+    return runs, build_report(ReportRequest(runs, root / "rep", bootstrap=300, seed=2))
 
 
 def test_headline_is_small_documented_and_the_full_set_is_beside_it(three):
@@ -263,6 +264,6 @@ def test_compare_of_a_smaller_prompt_set_for_one_setting_says_the_sets_differ(tm
     assert code == 2 and "nothing to compare on shared prompts" in err
     assert "different generic prompt sets (100 and 60 prompts, 60 in common)" in " ".join(err.split())
     assert "missing" not in err
-    rep = build_report([a, b], tmp_path / "rep", bootstrap=50, plots=False, html=False, separate=True)
+    rep = build_report(ReportRequest([a, b], tmp_path / "rep", bootstrap=50, plots=False, html=False, separate=True))
     pm = {r.model: r.pm for r in rep.results}
     assert set(pm) == {DFM, COMMA} and all(pm.values())

@@ -18,6 +18,7 @@ from propme_metrics.prompts.settings import SETTINGS
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.columns import headline_view_for
 from propme_metrics.report.leaderboard_page import describe_column, page_view, render_page
+from propme_metrics.report.request import ReportRequest
 from support.runs import DATE1, DATE2, DFM, XSS, reference_settings, stage1_settings, write_run
 
 COLUMNS = ["model", "revision", "propme_a_x_pm_fmr_generic", "propme_a_x_pm_fmr_generic_low",
@@ -130,7 +131,7 @@ def test_a_withheld_pm_is_not_compared_and_the_page_says_why():
 def test_report_writes_the_page(tmp_path):
     runs = [write_run(tmp_path / "s1", DFM, "stage1", stage1_settings(), date=DATE1).parent,
             write_run(tmp_path / "s3", DFM, "stage3", reference_settings(), date=DATE2).parent]
-    rep = build_report(runs, tmp_path / "report", bootstrap=100, plots=False)
+    rep = build_report(ReportRequest(runs, tmp_path / "report", bootstrap=100, plots=False))
     page = (tmp_path / "report" / "leaderboard.html").read_text(encoding="utf-8")
     headline = page.split('<section class="corpus"')[1].split("<details")[0]
     assert headline.count(f"<td data-v=\"{DFM}\"") == 2 * 4 and "stage1" in headline and "stage3" in headline

@@ -71,6 +71,7 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.index.manifest import IndexManifest
     from propme_metrics.report.assemble import build_report
+    from propme_metrics.report.request import ReportRequest
     from support.lmeval import run_lm_eval, samples_file
 
     root, records, tok = leak_world
@@ -115,12 +116,12 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
         assert summary["fmr_rare"] == pytest.approx(expected[threshold or RARE_MAX_COUNT])
 
     # the report takes the threshold the run logged, or recounts every run with --rare-max-count
-    logged = build_report([out], tmp_path / "logged", bootstrap=0, plots=False, html=False)
+    logged = build_report(ReportRequest([out], tmp_path / "logged", bootstrap=0, plots=False, html=False))
     assert logged.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(expected[N_NOTICES + 1])
     assert json.loads((tmp_path / "logged" / "leaderboard.json").read_text())["rare_max_count"] == N_NOTICES + 1
     for threshold in (1, N_NOTICES):
-        other = build_report([out], tmp_path / f"rare{threshold}", bootstrap=0, plots=False, html=False,
-                             rare_max_count=threshold)
+        other = build_report(ReportRequest([out], tmp_path / f"rare{threshold}", bootstrap=0, plots=False, html=False,
+                             rare_max_count=threshold))
         assert other.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(expected[threshold])
     code, _, err = cli_run("report", out, "--out", tmp_path / "bad", "--rare-max-count", "0")
     assert code == 2 and "--rare-max-count" in err
@@ -132,9 +133,9 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     first["doc"]["rare_max_count"] = 5
     mixed_samples.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     with pytest.raises(ConfigError, match="mixes fmr_rare thresholds"):
-        build_report([mixed], tmp_path / "mixed-report", bootstrap=0, plots=False, html=False)
-    rep = build_report([out], tmp_path / "report", bootstrap=500, pm_metrics=("nvr", "fmr"),
-                       rare_max_count=RARE_MAX_COUNT)
+        build_report(ReportRequest([mixed], tmp_path / "mixed-report", bootstrap=0, plots=False, html=False))
+    rep = build_report(ReportRequest([out], tmp_path / "report", bootstrap=500, pm_metrics=("nvr", "fmr"),
+                       rare_max_count=RARE_MAX_COUNT))
     assert rep.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(k / 5)
     doc = json.loads((tmp_path / "report" / "leaderboard.json").read_text())
     assert doc["rare_max_count"] == RARE_MAX_COUNT

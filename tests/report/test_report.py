@@ -19,6 +19,7 @@ from propme_metrics.report.columns import leaderboard_columns
 from propme_metrics.report.contents import MissingPrefixError
 from propme_metrics.report.html import script_json
 from propme_metrics.report.load import load_run
+from propme_metrics.report.request import ReportRequest
 from propme_metrics.trace.text_rules import locate_segments
 from support.runs import (
     COMMA,
@@ -48,7 +49,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def full_report(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    return build_report([runs["stage1"], runs["stage3"], runs["comma"]], out, bootstrap=2000, seed=1)
+    return build_report(ReportRequest([runs["stage1"], runs["stage3"], runs["comma"]], out, bootstrap=2000, seed=1))
 
 
 def _row(rep, model, revision):
@@ -59,7 +60,7 @@ def _row(rep, model, revision):
 
 
 def test_reference_figures_reproduced(runs, tmp_path):
-    rep = build_report([runs["stage3"]], tmp_path / "out")  # defaults: B = 10,000, seed 0
+    rep = build_report(ReportRequest([runs["stage3"]], tmp_path / "out"))  # defaults: B = 10,000, seed 0
     row = _row(rep, DFM, "stage3")
     p = "propme_dynaword"
     assert row[f"{p}_generic_nvr"] == pytest.approx(0.00086)
@@ -113,9 +114,9 @@ def test_pm_edge_cases(full_report):
 
 def test_bootstrap_reproducible_with_seed(runs, tmp_path):
     inputs = [runs["stage3"], runs["comma"]]
-    a = build_report(inputs, tmp_path / "a", bootstrap=400, seed=7, html=False, plots=False)
-    b = build_report(inputs, tmp_path / "b", bootstrap=400, seed=7, html=False, plots=False)
-    c = build_report(inputs, tmp_path / "c", bootstrap=400, seed=8, html=False, plots=False)
+    a = build_report(ReportRequest(inputs, tmp_path / "a", bootstrap=400, seed=7, html=False, plots=False))
+    b = build_report(ReportRequest(inputs, tmp_path / "b", bootstrap=400, seed=7, html=False, plots=False))
+    c = build_report(ReportRequest(inputs, tmp_path / "c", bootstrap=400, seed=8, html=False, plots=False))
     assert a.leaderboard_json.read_bytes() == b.leaderboard_json.read_bytes()
     assert a.leaderboard_csv.read_bytes() == b.leaderboard_csv.read_bytes()
     assert a.leaderboard_json.read_bytes() != c.leaderboard_json.read_bytes()
@@ -197,7 +198,7 @@ def xss_report(runs, tmp_path_factory):
     settings["prefix"][50] = [gen("junk", 3, (1.0,), full=True, text="ord0 ord1 ord2 " + "!!!!" * 200,
                                   degenerate=True)]
     write_run(root, f'evil/"model"{XSS}', "rev<1>", settings, prompt_text=f"Prompt {XSS}")
-    return build_report([root, runs["stage1"]], tmp_path_factory.mktemp("xss-out"), bootstrap=200, seed=0)
+    return build_report(ReportRequest([root, runs["stage1"]], tmp_path_factory.mktemp("xss-out"), bootstrap=200, seed=0))
 
 
 def test_html_escapes_model_output(xss_report):
@@ -304,7 +305,7 @@ def test_html_source_filter_in_a_browser(tmp_path, chromium):
              one["alpha"], one["beta"]]
     generations = [{"alpha"}, {"beta"}, {"alpha", "beta"}, set(), {"gamma"}, {"gamma", "beta"}, {"alpha"}, {"beta"}]
     write_run(tmp_path / "run", "filter/model", "", settings)
-    rep = build_report([tmp_path / "run"], tmp_path / "report", bootstrap=0, plots=False)
+    rep = build_report(ReportRequest([tmp_path / "run"], tmp_path / "report", bootstrap=0, plots=False))
     page = rep.html.read_text(encoding="utf-8")
     probe = """<script>
     document.querySelectorAll("details").forEach(function (d) { d.open = true; });
@@ -362,7 +363,7 @@ def test_missing_prefix_names_subtask_and_writes_base_metrics(tmp_path):
     del settings["prefix"]
     write_run(tmp_path / "run", DFM, "stage3", settings)
     with pytest.raises(MissingPrefixError) as info:
-        build_report([tmp_path / "run"], tmp_path / "out", bootstrap=100)
+        build_report(ReportRequest([tmp_path / "run"], tmp_path / "out", bootstrap=100))
     assert isinstance(info.value, ConfigError)
     assert "propme_dynaword_prefix" in str(info.value)
     rows = list(csv.DictReader(open(tmp_path / "out" / "leaderboard_full.csv", encoding="utf-8")))
@@ -375,12 +376,12 @@ def test_missing_prefix_names_subtask_and_writes_base_metrics(tmp_path):
 def test_mixed_index_versions_refused_or_separated(runs, tmp_path):
     write_run(tmp_path / "new", COMMA, "", stage1_settings(), identity="idx-dynaword-v2")
     with pytest.raises(ConfigError) as info:
-        build_report([runs["stage3"], tmp_path / "new"], tmp_path / "out", bootstrap=100)
+        build_report(ReportRequest([runs["stage3"], tmp_path / "new"], tmp_path / "out", bootstrap=100))
     msg = str(info.value)
     assert "idx-dynaword-v1" in msg and "idx-dynaword-v2" in msg and "--separate" in msg
     assert not (tmp_path / "out" / "leaderboard.csv").exists()
-    rep = build_report([runs["stage3"], tmp_path / "new"], tmp_path / "sep", bootstrap=100, separate=True,
-                       html=False, plots=False)
+    rep = build_report(ReportRequest([runs["stage3"], tmp_path / "new"], tmp_path / "sep", bootstrap=100, separate=True,
+                       html=False, plots=False))
     assert rep.labels == ["dynaword_set1", "dynaword_set2"]
     assert _row(rep, DFM, "stage3")["propme_dynaword_set1_index"] == "idx-dynaword-v1"
     assert _row(rep, COMMA, "")["propme_dynaword_set2_index"] == "idx-dynaword-v2"
@@ -392,7 +393,7 @@ def test_mixed_prompt_sets_refused(runs, tmp_path):
     settings["generic"] = settings["generic"][:60]
     write_run(tmp_path / "few", COMMA, "", settings)
     with pytest.raises(ConfigError, match="prompt sets.*60 prompts"):
-        build_report([runs["stage1"], tmp_path / "few"], tmp_path / "out", bootstrap=100)
+        build_report(ReportRequest([runs["stage1"], tmp_path / "few"], tmp_path / "out", bootstrap=100))
 
 
 def test_unreadable_files_named(runs, tmp_path):
@@ -424,19 +425,19 @@ def test_load_run_results_file_and_latest_wins(tmp_path):
     tasks = load_run(results[0])
     assert {t.task for t in tasks} == {"propme_dynaword_generic", "propme_dynaword_specific", "propme_dynaword_prefix"}
     assert tasks[0].model == DFM and tasks[0].revision == "stage3" and tasks[0].index_identity == "idx-dynaword-v1"
-    rep = build_report([tmp_path / "r"], tmp_path / "out", bootstrap=100, html=False, plots=False)
+    rep = build_report(ReportRequest([tmp_path / "r"], tmp_path / "out", bootstrap=100, html=False, plots=False))
     assert len(rep.rows) == 1
     assert rep.rows[0]["propme_dynaword_prefix_fmr"] == 0.08      # the newer run
     assert any("newer than" in n for n in rep.notes)
 
 
 def test_pm_metric_choices(runs, tmp_path):
-    rep = build_report([runs["stage3"]], tmp_path / "o", bootstrap=100, pm_metrics=("nvr", "r20"),
-                       html=False, plots=False)
+    rep = build_report(ReportRequest([runs["stage3"]], tmp_path / "o", bootstrap=100, pm_metrics=("nvr", "r20"),
+                       html=False, plots=False))
     assert "propme_dynaword_pm_r20_specific" in rep.columns and "propme_dynaword_pm_fmr_generic" not in rep.columns
     assert rep.rows[0]["propme_dynaword_pm_r20_generic"] == 0.0
     with pytest.raises(ConfigError, match="extraction"):
-        build_report([runs["stage3"]], tmp_path / "o2", pm_metrics=("nvr", "extraction"))
+        build_report(ReportRequest([runs["stage3"]], tmp_path / "o2", pm_metrics=("nvr", "extraction")))
 
 
 # --- CLI ---------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 from propme.cli.app import main
 from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError
+from propme_metrics.report.request import ReportRequest
 from support.runs import DATE1, DATE2, DFM, add_likelihood_task, gen, setting_prompts, write_run
 
 
@@ -33,7 +34,7 @@ def test_nothing_counted_is_empty_not_zero_and_exits_2(tmp_path, capsys):
     run = write_run(tmp_path / "run", DFM, "", settings).parent
     out = tmp_path / "rep"
     with pytest.raises(IncompleteReportError) as info:
-        build_report([run], out, bootstrap=50)
+        build_report(ReportRequest([run], out, bootstrap=50))
     assert "propme_dynaword_generic" in str(info.value)
     row = csv_row(out / "leaderboard_full.csv")
     p = "propme_dynaword"
@@ -62,8 +63,8 @@ def with_limit(run: Path, limit) -> Path:
 def test_limit_run_never_replaces_the_full_run(tmp_path):
     full = write_run(tmp_path / "full", DFM, "", small_settings(8), date=DATE1).parent
     limited = with_limit(write_run(tmp_path / "lim", DFM, "", small_settings(2), date=DATE2).parent, 2)
-    alone = build_report([full], tmp_path / "alone", bootstrap=0, plots=False, html=False)
-    rep = build_report([full, limited], tmp_path / "both", bootstrap=0, plots=False, html=False)
+    alone = build_report(ReportRequest([full], tmp_path / "alone", bootstrap=0, plots=False, html=False))
+    rep = build_report(ReportRequest([full, limited], tmp_path / "both", bootstrap=0, plots=False, html=False))
     row = rep.rows[0]
     assert row["propme_dynaword_n_generic"] == 8
     assert row["propme_dynaword_pm_nvr_generic"] == alone.rows[0]["propme_dynaword_pm_nvr_generic"]
@@ -76,7 +77,7 @@ def test_limit_run_never_replaces_the_full_run(tmp_path):
 def test_bad_limit_is_one_message(tmp_path):
     run = with_limit(write_run(tmp_path / "run", DFM, "", small_settings(2)).parent, "lots")
     with pytest.raises(Exception, match="config.limit"):
-        build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+        build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
 
 
 def test_nan_in_a_samples_file_is_one_message(tmp_path, capsys):
@@ -93,7 +94,7 @@ def test_lone_surrogates_in_samples_give_a_full_report(tmp_path):
     f = samples_file(run, "generic")
     f.write_text(f.read_text().replace("Indledning", "Indl\\ud800edning").replace('"id": "generic-000"',
                                                                                '"id": "generic-000\\udfff"'))
-    rep = build_report([run], tmp_path / "rep", bootstrap=0)
+    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
     page = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
     assert "Indl\ufffdedning" in page and rep.rows[0]["propme_dynaword_n_generic"] == 8
 
@@ -101,7 +102,7 @@ def test_lone_surrogates_in_samples_give_a_full_report(tmp_path):
 def test_model_names_cannot_inject_html_or_formulas(tmp_path):
     model = "=HYPERLINK(\"http://x\")<img src=x onerror=alert(1)>"
     run = write_run(tmp_path / "run", model, "", small_settings()).parent
-    build_report([run], tmp_path / "rep", bootstrap=0)
+    build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
     md = (tmp_path / "rep" / "leaderboard.md").read_text()
     assert "<img" not in md and "&lt;img" in md
     row = csv_row(tmp_path / "rep" / "leaderboard.csv")
@@ -151,8 +152,8 @@ def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
     summary.write_text(json.dumps({"input": {"path": str(samples_file(run, "generic")), "format": "lm-eval-samples"},
                                    "index": {"identity": "idx-dynaword-v1"}, "results": str(results)}))
     reference = write_run(tmp_path / "ref", DFM, "", small_settings()).parent
-    expected = build_report([reference], tmp_path / "expected", bootstrap=0, plots=False, html=False)
-    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
+    expected = build_report(ReportRequest([reference], tmp_path / "expected", bootstrap=0, plots=False, html=False))
+    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
     assert rep.rows[0]["propme_dynaword_failed_generic"] == 0
     assert rep.rows[0]["propme_dynaword_generic_nvr"] == expected.rows[0]["propme_dynaword_generic_nvr"]
     assert any("8 generation(s) taken from the re-trace" in n for n in rep.notes)
@@ -166,12 +167,12 @@ def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
 def test_a_report_over_an_earlier_one_leaves_no_stale_plot_and_keeps_user_files(tmp_path):
     out = tmp_path / "rep"
     first = write_run(tmp_path / "a", DFM, "", small_settings(), corpus="dynaword").parent
-    build_report([first], out, bootstrap=10)
+    build_report(ReportRequest([first], out, bootstrap=10))
     assert (out / "capability_dynaword.png").is_file()
     (out / "my-notes.md").write_text("mine")
     (out / "capability_other.png").write_text("a plot the user made")
     second = write_run(tmp_path / "b", DFM, "", small_settings(), corpus="common_pile").parent
-    report = build_report([second], out, bootstrap=10)
+    report = build_report(ReportRequest([second], out, bootstrap=10))
     names = sorted(p.name for p in out.iterdir())
     assert "capability_dynaword.png" not in names  # the earlier report's plot is gone
     assert "capability_common_pile.png" in names
@@ -199,7 +200,7 @@ def test_nvr_without_document_entries_is_undefined_not_zero(tmp_path):
     settings = small_settings(4)
     settings["generic"] = [[gen(f"generic-{i}#0", seg_len=10)] for i in range(4)]  # spans, no documents
     run = write_run(tmp_path / "run", DFM, "", settings).parent
-    report = build_report([run], tmp_path / "rep", bootstrap=20)
+    report = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=20))
     generic = report.results[0].settings["generic"].metrics
     assert generic["nvr"].estimate is None and generic["nvr_hits"].estimate is None
     assert generic["als"].estimate == 10  # the defined metrics are still there
@@ -212,7 +213,7 @@ def test_nvr_without_document_entries_is_undefined_not_zero(tmp_path):
 def test_a_carriage_return_in_a_model_name_never_splits_a_csv_row(tmp_path):
     model = "org/model\r=cmd|' /C calc'!A0"
     run = write_run(tmp_path / "run", model, "", small_settings(4)).parent
-    build_report([run], tmp_path / "rep", bootstrap=0)
+    build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
     with open(tmp_path / "rep" / "leaderboard.csv", newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
     assert len(rows) == 2 and rows[1][0] == model and len(rows[1]) == len(rows[0])
@@ -247,12 +248,12 @@ def test_a_retrace_with_other_tracing_settings_is_refused_unless_asked_for(tmp_p
     _with_trace_config(samples_file(run, "generic"), mixed)
     summary = _retrace_of(tmp_path, run, {**mixed, "mode": "text"})
     with pytest.raises(ConfigError, match="other tracing settings than the run: mode 'text'"):
-        build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
-    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary],
-                       retraced_other_settings=True)
+        build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
+    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary],
+                       retraced_other_settings=True))
     assert any("not checked against the run's" in n for n in rep.notes)
     same = _retrace_of(tmp_path, run, mixed)  # the run's own settings: accepted without asking
-    assert build_report([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False, retraced=[same])
+    assert build_report(ReportRequest([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False, retraced=[same]))
 
 
 def test_the_same_retrace_twice_says_so(tmp_path, capsys):
@@ -275,7 +276,7 @@ def test_rows_of_another_setting_in_a_samples_file_are_refused(tmp_path):
     generic.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ConfigError, match="line 1: the row says setting 'prefix', but its task "
                                           "propme_dynaword_generic is the generic setting"):
-        build_report([run], tmp_path / "rep", bootstrap=0)
+        build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
 
 
 # --- runs that cannot share a PM: other tracing settings, a chat template ------------------------
@@ -305,7 +306,7 @@ def test_runs_with_other_tracing_settings_in_one_folder_are_refused_or_reported_
     assert "different tracing settings" in err and "'text'" in err and "--separate" in err
     assert not (tmp_path / "rep").exists()
     with pytest.raises(MissingPrefixError) as caught:  # reported apart: the generic run has no prefix of its own
-        build_report([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True)
+        build_report(ReportRequest([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True))
     rep = caught.value.report
     assert rep.labels == ["dynaword_set1", "dynaword_set2"]
     by_label = {r.label: r for r in rep.results}
@@ -318,7 +319,7 @@ def test_the_same_tracing_settings_in_one_folder_still_pair(tmp_path):
 
     root, second = _two_runs_in_one_folder(tmp_path)
     _with_trace_config(next(second.glob(f"samples_propme_dynaword_prefix_{DATE2}.jsonl")), TraceConfig().to_dict())
-    rep = build_report([root], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    rep = build_report(ReportRequest([root], tmp_path / "rep", bootstrap=0, plots=False, html=False))
     assert rep.labels == ["dynaword"] and rep.results[0].pm
 
 
@@ -332,7 +333,7 @@ def test_a_chat_template_run_never_pairs_with_a_plain_run(tmp_path, capsys):
     assert main(["report", str(root), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html"]) == 2
     assert "with and without a chat template" in capsys.readouterr().err
     with pytest.raises(MissingPrefixError) as caught:
-        build_report([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True)
+        build_report(ReportRequest([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True))
     rep = caught.value.report
     assert len(rep.labels) == 2
     assert any("prompts: lm-eval's chat template (sha256 abababababab)" in n for n in rep.notes)
@@ -354,13 +355,13 @@ def test_a_report_failing_while_writing_leaves_the_earlier_report_whole(tmp_path
 
     out = tmp_path / "rep"
     first = write_run(tmp_path / "a", DFM, "", small_settings()).parent
-    build_report([first], out, bootstrap=0)
+    build_report(ReportRequest([first], out, bootstrap=0))
     before = _files(out)
     assert "report.html" in before and any(name.startswith("eee/") for name in before)
     second = write_run(tmp_path / "b", "other/model", "", small_settings()).parent
     monkeypatch.setattr(html_module, "render", lambda *a, **k: 1 / 0)  # fails after the leaderboard and plots
     with pytest.raises(ZeroDivisionError):
-        build_report([second], out, bootstrap=0)
+        build_report(ReportRequest([second], out, bootstrap=0))
     assert _files(out) == before  # the earlier report, whole and alone
 
 
@@ -376,7 +377,7 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
 
     out = tmp_path / "rep"
     run = write_run(tmp_path / "a", DFM, "", small_settings()).parent
-    build_report([run], out, bootstrap=0, html=False)
+    build_report(ReportRequest([run], out, bootstrap=0, html=False))
     (out / ".capability_dynaword.png.k2j4h_x8.tmp").write_bytes(b"half a plot")  # left by PropMe 0.2
 
     def killed_while_plotting():  # in a forked child: the first plot half-written, then SIGKILL
@@ -386,13 +387,13 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
                 os.kill(os.getpid(), signal.SIGKILL)
 
         plots.save = killed
-        build_report([run], out, bootstrap=0)
+        build_report(ReportRequest([run], out, bootstrap=0))
 
     child = run_forked(killed_while_plotting)
     assert child.returncode == -signal.SIGKILL, child.output
     left = {p.relative_to(out).as_posix() for p in out.rglob("*")}
     assert any(".tmp" in name for name in left)  # the kill left a temporary behind
-    report = build_report([run], out, bootstrap=0)
+    report = build_report(ReportRequest([run], out, bootstrap=0))
     names = set(_files(out))
     assert names == {p.relative_to(out).as_posix() for p in report.paths} | {"propme-report-files.json"}, names
     assert not any(name.startswith(".") for name in os.listdir(out))
@@ -404,7 +405,7 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
 def test_a_log_probability_a_rounding_error_below_zero_is_reported(tmp_path):
     run = write_run(tmp_path / "run", DFM, "", small_settings())
     add_likelihood_task(run, [-1e-17, -0.0, -3.0, -80.0, -1e-300])
-    rep = build_report([run.parent], tmp_path / "rep", bootstrap=0, html=False)
+    rep = build_report(ReportRequest([run.parent], tmp_path / "rep", bootstrap=0, html=False))
     (lik,) = rep.likelihood
     assert lik.curve[1].estimate == pytest.approx(2 / 5 + 1 / 5)  # the three near-certain documents of five
 
@@ -432,14 +433,14 @@ def _as_predict_only(samples: Path) -> None:
 
 def test_a_predict_only_run_is_reported_after_retracing(tmp_path, capsys):
     run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
-    whole = build_report([run], tmp_path / "whole", bootstrap=0, plots=False, html=False)
+    whole = build_report(ReportRequest([run], tmp_path / "whole", bootstrap=0, plots=False, html=False))
     _as_predict_only(samples_file(run, "generic"))
     assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 2
     err = capsys.readouterr().err
     assert "--predict_only" in err and "propme trace --input" in err and "--retraced" in err
     assert "--log_samples" not in err
     summary = _retrace_of(tmp_path, run, None)  # what `propme trace --input` of that file gives
-    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary])
+    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
     assert rep.rows == whole.rows
     assert any("8 generation(s) taken from the re-trace" in n for n in rep.notes)
 
@@ -447,7 +448,7 @@ def test_a_predict_only_run_is_reported_after_retracing(tmp_path, capsys):
 def test_the_folder_of_an_output_path_ending_in_json_is_reported(tmp_path):
     run = write_run(tmp_path / "run", DFM, "", small_settings())
     (run / f"results_{DATE1}.json").rename(run / f"out_{DATE1}.json")  # lm_eval --output_path run/out.json
-    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
     assert rep.labels == ["dynaword"] and rep.results[0].pm
 
 
@@ -459,14 +460,14 @@ def test_generations_too_short_to_show_extraction_are_not_counted_as_failures(tm
     short = [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og de", extracted=False)] for i in range(6)]
     settings = {"generic": small_settings(6)["generic"], "prefix": short}
     run = write_run(tmp_path / "short", DFM, "", settings).parent
-    rep = build_report([run], tmp_path / "rep", bootstrap=0, plots=False, html=False)
+    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
     assert rep.results[0].settings["prefix"].metrics["extraction"].estimate is None  # undefined, not 0
     assert any("6 of 6 generations stopped inside the true continuation" in n and "undefined" in n
                for n in rep.notes)
     mixed = short[:3] + [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og så", extracted=False)] for i in range(3, 5)] \
         + [[gen("prefix-005", 2, (0.5,), text=cont + " til deres dages ende", extracted=True)]]
     run = write_run(tmp_path / "mixed", DFM, "", {**settings, "prefix": mixed}).parent
-    rep = build_report([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False)
+    rep = build_report(ReportRequest([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False))
     assert rep.results[0].settings["prefix"].metrics["extraction"].estimate == pytest.approx(1 / 3)
     assert any("3 of 6 generations stopped inside" in n for n in rep.notes)
 
@@ -526,7 +527,7 @@ def test_nvr_1_in_every_prompt_has_an_interval_of_width_at_both_ends(tmp_path):
     settings = {"generic": setting_prompts("generic", 100, [(100, 10)], {i: 1.0 for i in range(100)}, set()),
                 "prefix": setting_prompts("prefix", 100, [(100, 12)], {i: 1.0 for i in range(100)}, set(range(100)))}
     run = write_run(tmp_path / "run", DFM, "", settings).parent
-    build_report([run], tmp_path / "rep", bootstrap=200, plots=False, html=False)
+    build_report(ReportRequest([run], tmp_path / "rep", bootstrap=200, plots=False, html=False))
     row = json.loads((tmp_path / "rep" / "leaderboard.json").read_text())["rows"][0]
     for setting in ("generic", "prefix"):
         value, low, high = (row[f"propme_dynaword_{setting}_nvr{end}"] for end in ("", "_low", "_high"))
@@ -585,7 +586,7 @@ def test_a_damaged_record_of_the_reports_files_is_treated_as_absent(tmp_path, re
     (tmp_path / "outside.txt").write_text("user data")
     (out / WRITTEN_NAME).write_text(json.dumps(record))
     for _ in range(2):  # and the report after it, from the record this one wrote
-        build_report([run], out, bootstrap=0, plots=False, html=False)
+        build_report(ReportRequest([run], out, bootstrap=0, plots=False, html=False))
         assert (out / "notes" / "mine.txt").read_text() == (out / "keep.txt").read_text() == "user data"
         assert (tmp_path / "outside.txt").exists() and (out / "leaderboard.csv").is_file()
     assert "keep.txt" not in json.loads((out / WRITTEN_NAME).read_text())["files"]

@@ -15,6 +15,7 @@ from propme_metrics.metrics import registry
 from propme_metrics.metrics.likelihood import extraction_probability
 from propme_metrics.prompts.prompt_set import build_prompt_set, write_prompt_set
 from propme_metrics.prompts.settings import PREFIX_MIN_DOC_TOKENS
+from propme_metrics.report.request import ReportRequest
 from propme_tasks import hooks, likelihood, task_manager
 from propme_tasks.discovery import tasks_path
 from support.corpora import make_index, write_jsonl
@@ -125,7 +126,7 @@ def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
     from propme_metrics.report.assemble import build_report
 
     out, _ = run
-    report = build_report([out], tmp_path / "report", bootstrap=200, seed=0, html=True)
+    report = build_report(ReportRequest([out], tmp_path / "report", bootstrap=200, seed=0, html=True))
     (res,) = report.likelihood
     rows = _rows(out, "propme_demo_likelihood")
     logps = [r["likelihood"]["logp"] for r in rows]
@@ -152,8 +153,8 @@ def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
     assert "probabilistic extraction" in (tmp_path / "report" / "leaderboard.md").read_text()
     assert "likelihood_demo.png" in (tmp_path / "report" / "report.html").read_text()
     # another grid and p from the report's options
-    other = build_report([out], tmp_path / "r2", bootstrap=0, discoverable_n=[3], discoverable_p=0.9,
-                         html=False, plots=False)
+    other = build_report(ReportRequest([out], tmp_path / "r2", bootstrap=0, discoverable_n=[3], discoverable_p=0.9,
+                         html=False, plots=False))
     (res2,) = other.likelihood
     assert list(res2.curve) == [3] and res2.p == 0.9
     assert res2.curve[3].estimate == sum(extraction_probability(lp, 3) >= 0.9 for lp in logps) / len(logps)
@@ -216,10 +217,10 @@ def test_damaged_likelihood_samples_are_named(run, tmp_path):
     rows[1] = json.dumps(bad)
     samples.write_text("\n".join(rows) + "\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"line 2: no valid 'likelihood' record") as err:
-        build_report([copy], tmp_path / "report", bootstrap=0, html=False, plots=False)
+        build_report(ReportRequest([copy], tmp_path / "report", bootstrap=0, html=False, plots=False))
     assert samples.name in str(err.value)
     with pytest.raises(ConfigError, match="--discoverable-p"):
-        build_report([out], tmp_path / "r", bootstrap=0, discoverable_p=2, html=False, plots=False)
+        build_report(ReportRequest([out], tmp_path / "r", bootstrap=0, discoverable_p=2, html=False, plots=False))
 
 
 def test_process_results_reads_p_from_the_document():
@@ -248,7 +249,7 @@ def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
     for r in rows:  # as a run with discoverable_p 0.99 and discoverable_n [2, 5000] records them
         r["likelihood"] |= {"discoverable_p": 0.99, "discoverable_n": [2, 5000]}
     samples.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    (res,) = build_report([copy], tmp_path / "report", bootstrap=0, html=False, plots=False).likelihood
+    (res,) = build_report(ReportRequest([copy], tmp_path / "report", bootstrap=0, html=False, plots=False)).likelihood
     assert res.p == 0.99 and list(res.curve) == [2, 5000]
     logps = [r["likelihood"]["logp"] for r in rows]
     assert res.curve[2].estimate == sum(extraction_probability(lp, 2) >= 0.99 for lp in logps) / len(logps)
