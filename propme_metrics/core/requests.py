@@ -3,7 +3,7 @@ dataclass whose fields carry their help and bounds (`option`), in the way of lm-
 `EvaluatorConfig`. A request is checked once, when it is made (`check_options`, called by its
 `__post_init__`), so a library call and the command line refuse the same values with the same
 message; `Request.from_cli` makes one from parsed arguments (whose names are the fields'), and the
-command line's options are made from the fields (`cli.arguments.add_request_option`).
+command line's options are made from the fields (`propme.cli.arguments.add_request_option`).
 """
 from __future__ import annotations
 
