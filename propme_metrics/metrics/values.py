@@ -80,17 +80,31 @@ class Summary:
                 **self.metrics}
 
 
+def counted_contributions(r: TraceResult, drop_degenerate: bool = True, pii: PIILeaks | None = None,
+                          rare_max_count: int = RARE_MAX_COUNT) -> Contributions | None:
+    """`contributions` of a generation `summarize` counts; None for one it leaves out (failed, or
+    degenerate when `drop_degenerate`)."""
+    if r.error is not None or (drop_degenerate and r.degenerate):
+        return None
+    return contributions(r, pii=pii, rare_max_count=rare_max_count)
+
+
 def summarize(results: Iterable[TraceResult], drop_degenerate: bool = True,
-              pii: Sequence[PIILeaks] | None = None, rare_max_count: int = RARE_MAX_COUNT) -> Summary:
+              pii: Sequence[PIILeaks] | None = None, rare_max_count: int = RARE_MAX_COUNT,
+              per_generation: Sequence[Contributions | None] | None = None) -> Summary:
     """Pool every registry metric over the counted generations (degenerate ones dropped by default).
-    `pii`: the generations' leaks when already computed (one per result); `rare_max_count`: `fmr_rare`'s threshold."""
+    `pii`: the generations' leaks when already computed (one per result); `rare_max_count`: `fmr_rare`'s
+    threshold; `per_generation`: each result's `counted_contributions` with the same arguments, when
+    already computed (`propme trace` computes them as results arrive)."""
     results = list(results)
     pii = [None] * len(results) if pii is None else list(pii)
     failed = sum(r.error is not None for r in results)
     degenerate = sum(r.error is None and r.degenerate for r in results)
-    per_generation = [contributions(r, pii=p, rare_max_count=rare_max_count)
-                      if r.error is None and not (drop_degenerate and r.degenerate) else None
-                      for r, p in zip(results, pii)]
+    if per_generation is None:
+        per_generation = [counted_contributions(r, drop_degenerate, p, rare_max_count) for r, p in zip(results, pii)]
+    elif len(per_generation) != len(results):
+        raise ValueError("per_generation must hold one entry per result")
+    per_generation = list(per_generation)
     counted = [c for c in per_generation if c is not None]
     values: dict[str, float | None] = {}
     sums: dict[str, tuple[float, float]] = {}

@@ -21,7 +21,7 @@ from propme_metrics.core.requests import Request, option
 from propme_metrics.metrics.leak_analysis import CorpusLeaks
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.robustness import Robustness
-from propme_metrics.metrics.values import Summary
+from propme_metrics.metrics.values import Contributions, Summary
 from propme_metrics.trace.inputs import TraceInput
 from propme_metrics.trace.pii import PIILeaks
 from propme_metrics.trace.result import TraceConfig, TraceResult
@@ -111,7 +111,7 @@ def trace_generations(request: TraceRequest) -> TraceOutcome:
     from propme_metrics.core.checksums import file_digest
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
-    from propme_metrics.metrics.values import summarize
+    from propme_metrics.metrics.values import counted_contributions, summarize
     from propme_metrics.report.trace_leaks import leaks_record, trace_leaks, trace_robustness, traced_task
     from propme_metrics.runs.generations import read_generations
     from propme_metrics.trace.pii import leaks
@@ -138,13 +138,24 @@ def trace_generations(request: TraceRequest) -> TraceOutcome:
     else:
         tracer = Tracer(index, r.config)
     fingerprint = job_fingerprint(file_digest(r.input), manifest.identity, r.config.to_dict(), generations)
+    results: list[TraceResult] = []
+    personal: list[PIILeaks] = []
+    per_generation: list[Contributions | None] = []
+
+    def take(x: TraceResult) -> None:
+        """One result as it arrives (the workers trace on meanwhile): its input's error, personal data, contributions."""
+        g = generations[len(results)]
+        x = x if g.missing is None else replace(x, error=g.missing)
+        results.append(x)
+        personal.append(leaks(x))
+        per_generation.append(counted_contributions(x, not r.keep_degenerate, personal[-1], r.rare_max_count))
+
     started = time.time()
-    results, resumed = trace_resumable(tracer, generations, r.out, fingerprint, workers=r.workers,
-                                       progress=not r.quiet)
+    _, resumed = trace_resumable(tracer, generations, r.out, fingerprint, workers=r.workers, progress=not r.quiet,
+                                 on_result=take)
     seconds = time.time() - started
-    results = [x if g.missing is None else replace(x, error=g.missing) for x, g in zip(results, generations)]
-    personal = [leaks(x) for x in results]
-    summary = summarize(results, drop_degenerate=not r.keep_degenerate, pii=personal, rare_max_count=r.rare_max_count)
+    summary = summarize(results, drop_degenerate=not r.keep_degenerate, pii=personal, rare_max_count=r.rare_max_count,
+                        per_generation=per_generation)
     leaked_items = int(summary.sums["pii_items"][0])  # over the counted generations
     task = traced_task(generations, results, index.path, manifest.identity, r.rare_max_count, summary.per_generation)
     leaks_found = trace_leaks(task, r.bootstrap, r.bootstrap_seed)

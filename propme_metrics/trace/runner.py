@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -49,9 +49,12 @@ def job_fingerprint(input_digest: str, index_identity: str, config: dict[str, An
 
 
 def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path, fingerprint: str,
-                    workers: int = 1, progress: bool = True) -> tuple[list[TraceResult], int]:
+                    workers: int = 1, progress: bool = True,
+                    on_result: Callable[[TraceResult], None] | None = None) -> tuple[list[TraceResult], int]:
     """Trace every generation, resuming from the journal of `out`; returns (results, how many were resumed).
 
+    `on_result` is called with each result in input order as it arrives (resumed ones first): what
+    the caller does per result then runs while the workers trace the next ones, not after them all.
     The journal is left in place (locked until this returns); `finish` removes it once the final
     files are written.
     """
@@ -62,6 +65,8 @@ def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path
     try:
         results = _read_journal(fh, fingerprint, generations)
         resumed = len(results)
+        for res in results if on_result is not None else ():
+            on_result(res)
         if not resumed:
             fh.seek(0)
             fh.truncate()
@@ -80,6 +85,8 @@ def trace_resumable(tracer: Tracer, generations: Sequence[TraceInput], out: Path
                 for res in traced:
                     results.append(res)
                     lines.append(res.json_bytes())
+                    if on_result is not None:
+                        on_result(res)
                     if len(lines) == chunk or len(results) == len(generations):
                         sync = time.monotonic() - synced >= SYNC_SECONDS
                         _append(fh, lines, sync)

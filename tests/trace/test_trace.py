@@ -1059,6 +1059,26 @@ def test_journal_is_keyed_by_the_tracing_rules(monkeypatch):
     assert runner.job_fingerprint("digest", "index", TraceConfig().to_dict(), gens) != now
 
 
+def test_each_result_is_handed_on_in_input_order_as_it_arrives_resumed_ones_too(tracer, synthetic_records, tmp_path):
+    """`trace_resumable`'s `on_result` sees every result once, in input order, the journal's resumed
+    results first, and they are the results it returns (what `propme trace` pools while workers trace)."""
+    from propme_metrics.trace import runner
+    from propme_metrics.trace.inputs import TraceInput
+
+    gens = [TraceInput(f"k{i}", r["text"][:80]) for i, r in enumerate(synthetic_records[:7])] + [TraceInput("e", "")]
+    out, fingerprint = tmp_path / "r.jsonl", runner.job_fingerprint("d", "i", TraceConfig().to_dict(), gens)
+    seen: list[TraceResult] = []
+    results, resumed = runner.trace_resumable(tracer, gens, out, fingerprint, workers=2, progress=False,
+                                              on_result=seen.append)
+    assert resumed == 0 and [r.key for r in seen] == [g.key for g in gens] and seen == results
+    journal = runner.journal_path(out)
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:4]))  # the header and three results: an interrupted run
+    again: list[TraceResult] = []
+    rerun, resumed = runner.trace_resumable(tracer, gens, out, fingerprint, on_result=again.append)
+    assert resumed == 3 and again == rerun and [r.to_dict() for r in rerun] == [r.to_dict() for r in results]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from([chr(c) for c in range(0x3001) if chr(c).isspace()]
                                         + list("ab æø.\u200b\ufeff\x00")), max_size=40))
