@@ -89,16 +89,14 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def torch_threads() -> int:
-    """Threads for torch on this machine now: the CPUs this process may use less the load already on
-    them (the 1-minute load average), at least 1. On a shared machine torch's default, one thread per
-    core, makes its threads wait for each other (the demo's generation was 7-25x slower with 2 threads
-    than with 1 on a loaded 2-core machine). OMP_NUM_THREADS, when set, is the user's choice and wins."""
+    """Threads for torch in the demo: one, whatever the machine's load, unless OMP_NUM_THREADS says
+    otherwise (the user's choice wins). The count is part of the result: torch sums in another order
+    with another count, so the weights the demo trains (and the log-probabilities lm-eval scores) would
+    change with the load average if it followed it (a 2-thread and a 1-thread training differed by up
+    to 1e-3 in a weight). One thread is also the fast choice for a model this small: on a loaded 2-core
+    machine two threads were 7-25x slower at generation, and a training took 54 s with two, 29 s with one."""
     given = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if given.isdigit() and int(given) > 0:
-        return int(given)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(1, min(usable, int(usable - load + 0.5)))
+    return int(given) if given.isdigit() and int(given) > 0 else 1
 
 
 def lm_eval_env(paths: DemoPaths, threads: int | None = None) -> dict[str, str]:
