@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import sys
 
 from propme_metrics.core.limits import MAX_SEED, MAX_SIZE
 
@@ -26,7 +28,14 @@ def _integer(value: str, minimum: int, maximum: int) -> int:
 
 def count(minimum: int, maximum: int = MAX_SIZE):
     """An argparse type: an integer of at least `minimum` and at most `maximum` (every integer option
-    is bounded: `core.limits`), refused before any work otherwise."""
+    is bounded: `core.limits`), refused before any work otherwise; one function per bounds, so two
+    options with the same bounds have the same type."""
+    return _count(minimum, maximum)
+
+
+@functools.cache
+def _count(minimum: int, maximum: int):
+    """`count`'s parser of integers in [minimum, maximum], made once per bounds."""
     def parse(value: str) -> int:
         return _integer(value, minimum, maximum)
 
@@ -125,3 +134,16 @@ def add_request_option(parser, request: type, name: str, **overrides) -> None:
     aliases = overrides.pop("aliases", ())
     kwargs.update(overrides)
     parser.add_argument(spec.option, *aliases, **kwargs)
+
+
+def add_deprecated_switch(parser, old: str, new: str) -> None:
+    """`old`, a switch renamed to `new`: kept working (it sets `new`'s field), hidden from --help, and
+    a warning on stderr names the new flag."""
+    dest = new.lstrip("-").replace("-", "_")
+
+    class Deprecated(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(f"propme: warning: {old} is deprecated, use {new}", file=sys.stderr)
+            setattr(namespace, dest, True)
+
+    parser.add_argument(old, nargs=0, action=Deprecated, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)

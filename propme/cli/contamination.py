@@ -5,32 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from propme.cli.arguments import add_ray_option, add_request_option, csv, positive, share
+from propme.cli.arguments import add_ray_option, add_request_option, csv
 from propme_metrics.core.errors import ExitCode
 
 
 def add_rule_options(parser) -> None:
-    """The contamination rule's options (`propme contamination` and `propme report`), defined once."""
-    from propme_metrics.contamination.rule import (
-        DEFAULT_BOILERPLATE_MIN_COUNT,
-        DEFAULT_BOILERPLATE_SHARE,
-        DEFAULT_K,
-        DEFAULT_MIN_COVERAGE,
-        FIELDS,
-    )
+    """The contamination rule's options (`propme contamination` and `propme report`): the fields of
+    `contamination.rule.ContaminationRule`, which define their help, bounds and defaults."""
+    from dataclasses import fields
 
-    parser.add_argument("--k", type=positive, default=DEFAULT_K, help="minimum tokens of a corpus span that counts")
-    parser.add_argument("--min-coverage", type=share, default=DEFAULT_MIN_COVERAGE,
-                        help="an item is contaminated when at least this share of its tokens lie in such spans")
-    parser.add_argument("--field", choices=FIELDS, default="joined", help="the item text the rule reads")
-    parser.add_argument("--boilerplate-share", type=share, default=DEFAULT_BOILERPLATE_SHARE,
-                        help="k-grams found in more than this share of a task's items (and in two or more) are "
-                             "shared; shared k-grams that mark a template are boilerplate: they cover nothing and "
-                             "are left out of the share (1: none)")
-    parser.add_argument("--boilerplate-count", type=positive, default=DEFAULT_BOILERPLATE_MIN_COUNT,
-                        help="a shared k-gram found at least this often in the corpus is boilerplate; one the corpus "
-                             "lacks is boilerplate at a fixed position in every item; fewer copies count as "
-                             "contamination (a passage several items copy)")
+    from propme_metrics.contamination.rule import ContaminationRule
+
+    for f in fields(ContaminationRule):
+        add_request_option(parser, ContaminationRule, f.name)
 
 
 def cmd_contamination(args: argparse.Namespace) -> int:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from propme.cli.arguments import add_pairing_option, add_pm_metrics_option, add_request_option, counts
+from propme.cli.arguments import (
+    add_deprecated_switch,
+    add_pairing_option,
+    add_pm_metrics_option,
+    add_request_option,
+    counts,
+)
 from propme.cli.contamination import add_rule_options, report_contamination
 from propme_metrics.core.errors import ExitCode
 
@@ -13,7 +19,7 @@ from propme_metrics.core.errors import ExitCode
 def cmd_report(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from propme_metrics.contamination.request import rule_from
+    from propme_metrics.contamination.rule import ContaminationRule
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.report.assemble import build_report, report_lock
     from propme_metrics.report.console import print_summary
@@ -21,7 +27,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from propme_metrics.report.request import ReportRequest
 
     request = ReportRequest.from_cli(args)
-    rule = rule_from(args)
+    rule = ContaminationRule.from_cli(args)
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs} | {f"--retraced {r}": r for r in args.retraced},
                   output_folders=("--out",))
     try:
@@ -55,7 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_pm_metrics_option(r, "compute")
     add_request_option(r, R, "separate")
     add_request_option(r, R, "retraced", action="append", default=[], metavar="SUMMARY.json")
-    add_request_option(r, R, "retraced_other_settings")
+    add_request_option(r, R, "retraced_other_trace_options")
+    add_deprecated_switch(r, "--retraced-other-settings", "--retraced-other-trace-options")
     add_request_option(r, R, "html")
     add_request_option(r, R, "html_docs_per_span")
     add_request_option(r, R, "html_snippet_chars")

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from propme_metrics.contamination.rule import ContaminationRule
-from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.limits import MAX_SEED
 from propme_metrics.core.requests import Request, option
 from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
@@ -47,14 +46,4 @@ class ContaminationRequest(Request):
     @classmethod
     def from_cli(cls, args: argparse.Namespace) -> ContaminationRequest:
         """The request of `propme contamination`'s arguments (the rule options make `rule`)."""
-        return replace(super().from_cli(args), rule=rule_from(args))
-
-
-def rule_from(args: argparse.Namespace) -> ContaminationRule:
-    """The ContaminationRule of the rule options (`--k`, `--min-coverage`, `--field`, `--boilerplate-*`);
-    ConfigError when they do not make one."""
-    try:
-        return ContaminationRule(k=args.k, min_coverage=args.min_coverage, field=args.field,
-                                 boilerplate_share=args.boilerplate_share, boilerplate_min_count=args.boilerplate_count)
-    except ValueError as exc:
-        raise ConfigError(f"bad contamination rule: {exc}", f"see `propme {args.command} --help`") from None
+        return replace(super().from_cli(args), rule=ContaminationRule.from_cli(args))

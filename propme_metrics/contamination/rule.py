@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from propme_metrics.core.requests import Request, option
+
 #: the text of an item the rule reads: the question, the gold answer, or both joined
 FIELDS = ("joined", "question", "answer")
 DEFAULT_K = 8
@@ -28,27 +30,25 @@ CURVE_COVERAGE = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
 
 
 @dataclass(frozen=True)
-class ContaminationRule:
+class ContaminationRule(Request):
     """An item is contaminated when `coverage(field) >= min_coverage` with spans of at least `k`
-    index tokens, boilerplate k-grams left out."""
+    index tokens, boilerplate k-grams left out. Its fields are the rule's options of `propme
+    contamination` and `propme report` (help and bounds here, checked once when the rule is made)."""
 
-    k: int = DEFAULT_K
-    min_coverage: float = DEFAULT_MIN_COVERAGE
-    field: str = "joined"
-    boilerplate_share: float = DEFAULT_BOILERPLATE_SHARE
-    boilerplate_min_count: int = DEFAULT_BOILERPLATE_MIN_COUNT
-
-    def __post_init__(self):
-        if self.k < 1:
-            raise ValueError(f"k must be at least 1, got {self.k}")
-        if not 0 < self.min_coverage <= 1:
-            raise ValueError(f"min_coverage must lie in (0, 1], got {self.min_coverage}")
-        if self.field not in FIELDS:
-            raise ValueError(f"field must be one of {', '.join(FIELDS)}, got {self.field!r}")
-        if not 0 < self.boilerplate_share <= 1:
-            raise ValueError(f"boilerplate_share must lie in (0, 1], got {self.boilerplate_share}")
-        if self.boilerplate_min_count < 1:
-            raise ValueError(f"boilerplate_min_count must be at least 1, got {self.boilerplate_min_count}")
+    k: int = option(DEFAULT_K, minimum=1, help="minimum tokens of a corpus span that counts")
+    min_coverage: float = option(DEFAULT_MIN_COVERAGE, minimum=0, maximum=1, above_minimum=True,
+                                 help="an item is contaminated when at least this share of its tokens lie in such "
+                                 "spans")
+    field: str = option("joined", choices=FIELDS, help="the item text the rule reads")
+    boilerplate_share: float = option(DEFAULT_BOILERPLATE_SHARE, minimum=0, maximum=1, above_minimum=True,
+                                      help="k-grams found in more than this share of a task's items (and in two or "
+                                      "more) are shared; shared k-grams that mark a template are boilerplate: they "
+                                      "cover nothing and are left out of the share (1: none)")
+    boilerplate_min_count: int = option(DEFAULT_BOILERPLATE_MIN_COUNT, minimum=1, flag="--boilerplate-count",
+                                        help="a shared k-gram found at least this often in the corpus is "
+                                        "boilerplate; one the corpus lacks is boilerplate at a fixed position in "
+                                        "every item; fewer copies count as contamination (a passage several items "
+                                        "copy)")
 
     def boilerplate_items(self, n_items: int) -> int:
         """Items a k-gram must occur in to be shared (boilerplate if it marks a template): more than

@@ -186,7 +186,7 @@ def build_report(request: ReportRequest) -> Report:
         intervals = IntervalSpec(r.bootstrap, r.seed, r.confidence)
         notes: list[str] = []
         read = [read_run(run) for run in r.runs]  # each results file read once
-        tasks = _load_tasks(r.runs, read, r.retraced, r.retraced_other_settings, notes, r.rare_max_count)
+        tasks = _load_tasks(r.runs, read, r.retraced, r.retraced_other_trace_options, notes, r.rare_max_count)
         computed = _compute(group_tasks(tasks, r.separate), r.pm_metrics, intervals, notes)
         likelihood_tasks = dedupe_likelihood(load_likelihood([x for found in read for x in found]), notes)
         likelihood = likelihood_results(likelihood_tasks, computed.results, intervals, notes, r.discoverable_n,
@@ -211,7 +211,7 @@ def _comparisons(report: Report, pairing: str):
 
 
 def _load_tasks(runs: Sequence[str | Path], read: Sequence[Sequence[LmEvalRun]], retraced: Sequence[str | Path],
-                retraced_other_settings: bool, notes: list[str], rare_max_count: int | None) -> list[RunTask]:
+                retraced_other_trace_options: bool, notes: list[str], rare_max_count: int | None) -> list[RunTask]:
     """The runs' PropMe tasks with their traced samples (re-traces applied), one per model,
     revision, task and --limit, those without samples dropped; ConfigError when nothing is left
     (none at all when the runs hold the likelihood subtask alone: that is reported by itself) or the
@@ -226,7 +226,7 @@ def _load_tasks(runs: Sequence[str | Path], read: Sequence[Sequence[LmEvalRun]],
                               f"and {by_samples[r.samples_path]} both re-trace {r.samples_path}")
                               + ": one re-trace per samples file", "pass each re-trace once")
         by_samples[r.samples_path] = r.summary_path
-        r.mixed_settings = retraced_other_settings
+        r.mixed_trace_options = retraced_other_trace_options
     for run, files in zip(runs, read):
         found = load_tasks(files, retraces, rare_max_count)
         if not found:
@@ -237,8 +237,8 @@ def _load_tasks(runs: Sequence[str | Path], read: Sequence[Sequence[LmEvalRun]],
             raise ConfigError(f"{r.summary_path} re-traced {r.samples_path}, which is not a samples file of the runs "
                               "given (or none of its keys matched)", "pass the run that holds that samples file")
         notes.append(f"{r.samples_path.name}: {r.used} generation(s) taken from the re-trace {r.summary_path}"
-                     + (" (its tracing settings were not checked against the run's: --retraced-other-settings)"
-                        if retraced_other_settings else ""))
+                     + (" (its tracing options were not checked against the run's: --retraced-other-trace-options)"
+                        if retraced_other_trace_options else ""))
     likelihood_only = not tasks and any(r.of_kind(TaskKind.LIKELIHOOD) for files in read for r in files)
     if not tasks and not likelihood_only:
         raise ConfigError(f"no PropMe task (propme_<corpus>_<setting>) in {', '.join(map(str, runs))}",

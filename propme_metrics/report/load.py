@@ -32,7 +32,7 @@ class Retrace:
     results: dict[str, dict[str, Any]]   #: generation key -> TraceResult dict
     used: int = 0
     config: TraceConfig | None = None     #: the tracing settings of the re-trace
-    mixed_settings: bool = False          #: accepted although the run traced with other settings
+    mixed_trace_options: bool = False     #: accepted although the run traced with other tracing options
 
 
 def load_retrace(summary_path: str | Path) -> Retrace:
@@ -137,8 +137,8 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
                 result = replace(result, extracted=None)  # too short to show extraction: not counted in it
             # personal data is recomputed from the trace: one definition, whatever the run recorded
             rec.values.append(contributions(result, rare_max_count=rare) if counts_for_metrics(result) else None)
-    if retrace is not None and retrace.mixed_settings:
-        configs = {}  # mixed on request (--retraced-other-settings): the settings are not one, nor checked
+    if retrace is not None and retrace.mixed_trace_options:
+        configs = {}  # mixed on request (--retraced-other-trace-options): the settings are not one, nor checked
     if len(configs) > 1:
         raise ConfigError(f"{path} holds generations traced with different tracing settings "
                           f"({_config_difference(*list(configs)[:2])}); PM would mix them",
@@ -214,14 +214,14 @@ def _apply_retrace(retrace: Retrace, sample: SampleRow, trace: dict[str, Any], i
                           f"generations were traced against {identity}",
                           "re-trace against the index the run used (its identity is in the samples' doc)")
     run_config = sample.document.trace
-    if run_config is not None and retrace.config is not None and not retrace.mixed_settings:
+    if run_config is not None and retrace.config is not None and not retrace.mixed_trace_options:
         differ = _differing(retrace.config, run_config)
         if differ:
             shown = ", ".join(f"{k} {new!r} (run: {old!r})" for k, new, old in differ[:4])
             raise ConfigError(f"{retrace.summary_path} re-traced {path.name} with other tracing settings than the "
                               f"run: {shown}; PM would mix the two",
                               "re-trace with the run's settings (the same `propme trace` options as its task "
-                              "metadata), or pass --retraced-other-settings to report them anyway")
+                              "metadata), or pass --retraced-other-trace-options to report them anyway")
     gens, used = trace["generations"], 0
     for j in range(len(gens)):
         new = retrace.results.get(sample.key(j, len(gens)))

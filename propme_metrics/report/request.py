@@ -35,9 +35,9 @@ class ReportRequest(Request):
     retraced: tuple[str | Path, ...] = option((), help="a `propme trace` summary made from one of the runs' samples "
                                               "files: its results replace that file's traces (how failed traces "
                                               "are redone); repeat for several files")
-    retraced_other_settings: bool = option(False, help="accept --retraced summaries traced with other settings "
-                                           "(--mode, spans, ...) than the runs; PM then mixes the two (refused "
-                                           "otherwise)")
+    retraced_other_trace_options: bool = option(False, help="accept --retraced summaries traced with other "
+                                                "tracing options (--mode, spans, ...) than the runs; PM then mixes "
+                                                "the two (refused otherwise)")
     html: bool = option(True, flag="--no-html", help="skip report.html")
     plots: bool = option(True, help="write the PNG plots")
     html_docs_per_span: int = option(HTML_DOCS_PER_SPAN, minimum=0, flag="--html-docs",

@@ -137,7 +137,7 @@ def test_unexpected_errors_map_to_the_enumeration(cli_run, monkeypatch, tmp_path
     assert code is ExitCode.BAD_INPUT and "Permission denied" in err
 
 
-RULE_OPTIONS = ("--k", "--min-coverage", "--field", "--boilerplate-share")
+RULE_OPTIONS = ("--k", "--min-coverage", "--field", "--boilerplate-share", "--boilerplate-count")
 
 
 def test_report_takes_the_contamination_rule_options_of_propme_contamination():
@@ -145,6 +145,23 @@ def test_report_takes_the_contamination_rule_options_of_propme_contamination():
     for flag in RULE_OPTIONS:
         a, b = _action(report, flag), _action(contamination, flag)
         assert (a.dest, a.default, a.type, a.choices, a.help) == (b.dest, b.default, b.type, b.choices, b.help)
+
+
+def test_the_rule_options_are_the_fields_of_the_rule():
+    from propme_metrics.contamination.rule import ContaminationRule
+    from propme_metrics.core.requests import option_spec
+
+    parser, rule = _subparser("contamination"), ContaminationRule()
+    for flag, f in zip(RULE_OPTIONS, fields(ContaminationRule), strict=True):
+        action = _action(parser, flag)
+        assert (action.dest, action.default, action.help) == (f.name, getattr(rule, f.name),
+                                                              option_spec(ContaminationRule, f.name).help)
+    args = parser.parse_args(["--index", "i", "--out", "o", "--k", "4", "--boilerplate-count", "3", "--field", "answer"])
+    assert ContaminationRule.from_cli(args) == ContaminationRule(k=4, boilerplate_min_count=3, field="answer")
+    for bad, flag in (({"k": 0}, "--k"), ({"min_coverage": 0}, "--min-coverage"), ({"field": "title"}, "--field"),
+                      ({"boilerplate_min_count": 0}, "--boilerplate-count")):
+        with pytest.raises(ConfigError, match=flag):   # the same bounds in Python, named by the flag
+            ContaminationRule(**bad)
 
 
 def test_report_refuses_a_bad_rule_before_any_work(cli_run, tmp_path):

@@ -250,7 +250,7 @@ def test_a_retrace_with_other_tracing_settings_is_refused_unless_asked_for(tmp_p
     with pytest.raises(ConfigError, match="other tracing settings than the run: mode 'text'"):
         build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
     rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary],
-                       retraced_other_settings=True))
+                       retraced_other_trace_options=True))
     assert any("not checked against the run's" in n for n in rep.notes)
     same = _retrace_of(tmp_path, run, mixed)  # the run's own settings: accepted without asking
     assert build_report(ReportRequest([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False, retraced=[same]))
