@@ -28,13 +28,14 @@ _API = {
     "Metric": "propme_metrics.metrics.registry",
     "summarize": "propme_metrics.metrics.values",
     "build_report": "propme_metrics.report.assemble",
+    "write_report": "propme_metrics.report.folder",
     "ReportRequest": "propme_metrics.report.request",
 }
 
 __all__ = [  # the names of _API, spelled out for tools that read __all__ statically
     "__version__", "CorpusSource", "build_index", "join_indexes", "open_index", "verify_index",
     "build_prompt_set", "load_prompt_set", "write_prompt_set", "Tracer", "TraceConfig", "TraceResult",
-    "METRICS", "Metric", "summarize", "build_report", "ReportRequest",
+    "METRICS", "Metric", "summarize", "build_report", "write_report", "ReportRequest",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from propme_metrics.metrics.values import summarize
     from propme_metrics.prompts.prompt_set import build_prompt_set, load_prompt_set, write_prompt_set
     from propme_metrics.report.assemble import build_report
+    from propme_metrics.report.folder import write_report
     from propme_metrics.report.request import ReportRequest
     from propme_metrics.trace.result import TraceConfig, TraceResult
     from propme_metrics.trace.tracer import Tracer

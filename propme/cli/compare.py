@@ -19,7 +19,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from propme_metrics.core.progress import terminal
     from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_comparisons
-    from propme_metrics.report.contents import IncompleteReportError
+    from propme_metrics.report.folder import IncompleteReportError, write_report
     from propme_metrics.report.request import ReportRequest
 
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs}, output_folders=("--out",))
@@ -28,6 +28,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         report = build_report(ReportRequest(args.runs, args.out, bootstrap=args.bootstrap, seed=args.seed,
                               pm_metrics=args.pm_metrics, separate=True, html=False, pairing=args.pairing))
+        files = write_report(report)
     except IncompleteReportError as exc:  # written with undefined parts: compare what is there, then exit 2
         if exc.report is not None:
             print_comparisons(exc.report.comparisons, terminal(width=160))
@@ -38,7 +39,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"nothing to compare on shared prompts: {why}",
                           "pass runs of two or more models or revisions made with one prompt set and one index")
     print_comparisons(report.comparisons, terminal(width=160))
-    print(f"wrote {', '.join(p.name for p in report.paths)} to {report.out}")
+    print(f"wrote {', '.join(p.name for p in files.paths)} to {files.out}")
     return ExitCode.OK
 
 

@@ -17,13 +17,14 @@ from propme_metrics.core.errors import ExitCode
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """Parse, request, compute, write, print."""
     from dataclasses import replace
 
     from propme_metrics.contamination.rule import ContaminationRule
     from propme_metrics.core.outputs import check_outputs
-    from propme_metrics.report.assemble import build_report, report_lock
+    from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_summary
-    from propme_metrics.report.contents import IncompleteReportError
+    from propme_metrics.report.folder import IncompleteReportError, report_lock, write_report
     from propme_metrics.report.request import ReportRequest
 
     request = ReportRequest.from_cli(args)
@@ -31,14 +32,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_outputs({"--out": args.out}, {f"RUN {r}": r for r in args.runs} | {f"--retraced {r}": r for r in args.retraced},
                   output_folders=("--out",))
     try:
-        with report_lock(args.out):  # held for the contamination section too: one writer of --out
+        with report_lock(args.out):  # held from the start, for the contamination section too: one writer of --out
             contamination = report_contamination(args, rule, Path(args.out) / "contamination")
             report = build_report(replace(request, contamination=contamination))
+            files = write_report(report)
     except IncompleteReportError as exc:  # written, but with undefined parts: show it, then exit 2
         if exc.report is not None:
-            print_summary(exc.report)
+            print_summary(exc.report, exc.files)
         raise
-    print_summary(report)
+    print_summary(report, files)
     return ExitCode.OK
 
 

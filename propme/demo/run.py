@@ -235,6 +235,7 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
     from propme_metrics.report.assemble import build_report
     from propme_metrics.report.console import print_summary
+    from propme_metrics.report.folder import write_report
     from propme_metrics.report.request import ReportRequest
 
     missing = [m for m in ("torch", "lm_eval") if importlib.util.find_spec(m) is None]
@@ -252,8 +253,9 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
     t = time.time()
     report = build_report(ReportRequest([paths.run(r) for r in size.revisions], paths.report, bootstrap=size.bootstrap, seed=0,
                           contamination=contamination))
+    files = write_report(report)
     _stage("report", False, t, str(paths.report))
-    print_summary(report)
+    print_summary(report, files)
     result = report.results[-1]  # the final checkpoint
     for (metric, setting), iv in sorted(result.pm.items()):
         if metric in ("fmr", "nvr") and iv.estimate >= 0.5:
@@ -268,6 +270,6 @@ def run_demo(out: str | Path = "propme-demo", small: bool = False, progress: boo
               f"median log10 P(z) {lr.metrics['log10_p_median'].estimate:.2f}")
     for line in contamination_lines(contamination):
         print(f"\ncontamination of the demo's other benchmark (propme contamination): {line}")
-    print(f"\nreport: {report.html}\nleaderboard: {report.leaderboard_csv} and {report.out / 'leaderboard.html'}\n"
+    print(f"\nreport: {files.html}\nleaderboard: {files.leaderboard_csv} and {files.leaderboard_html}\n"
           f"total time {time.time() - started:.0f}s (artifacts in {paths.root}; a second run reuses them)")
     return report

@@ -202,12 +202,12 @@ def headline_columns(report: Report) -> list[str]:
     return cols
 
 
-def headline_rows(report: Report) -> list[dict[str, Any]]:
-    """The headline rows (one per model and revision, as `report.rows`): PM values whose capability
-    side is too small are withheld (`WITHHELD`, their ends empty), and `propme_<corpus>_pm_withheld` says
-    which and why."""
+def headline_rows(report: Report, full_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The headline rows of the report's full rows (one per model and revision, `layout.lay_out`): PM
+    values whose capability side is too small are withheld (`WITHHELD`, their ends empty), and
+    `propme_<corpus>_pm_withheld` says which and why."""
     columns = headline_columns(report)
-    rows = [{c: row.get(c) for c in columns} for row in report.rows]
+    rows = [{c: row.get(c) for c in columns} for row in full_rows]
     by_model = {(row["model"], row["revision"]): row for row in rows}
     for r in report.results:
         row = by_model.get((r.model, r.revision))

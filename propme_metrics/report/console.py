@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
@@ -13,6 +14,9 @@ from propme_metrics.report.cells import Shown, mark_legend, pm_text, shown, with
 from propme_metrics.report.contents import Report
 from propme_metrics.report.leak_views import print_leaks
 from propme_metrics.report.writers import comparison_cells, comparison_heads, not_compared, shown_comparisons
+
+if TYPE_CHECKING:  # pragma: no cover
+    from propme_metrics.report.folder import ReportFiles
 
 
 def _lines(cell: Shown) -> str:
@@ -29,8 +33,9 @@ def _model(r) -> Text:
     return Text.assemble(r.model, *([("\n@ " + r.revision, "bold")] if r.revision else []))
 
 
-def print_summary(report: Report, console=None) -> None:
-    """Rich tables per corpus: PM with intervals per model and setting, then the base metrics."""
+def print_summary(report: Report, files: ReportFiles | None = None, console=None) -> None:
+    """Rich tables per corpus: PM with intervals per model and setting, then the base metrics, the
+    comparisons, leaks, problems and notes, and the files written (`files`, when given)."""
     # a log or pipe gets the full table, not 80 columns
     console = console or terminal(width=None if sys.stdout.isatty() else 160)
     for label in report.labels:
@@ -74,8 +79,8 @@ def print_summary(report: Report, console=None) -> None:
         console.print(Text.assemble(("problem:", "bold yellow"), " ", p), highlight=False)
     for n in report.notes:
         console.print(Text(f"note: {n}", style="dim"), highlight=False)
-    if report.paths:
-        console.print(Text(f"wrote {', '.join(p.name for p in report.paths)} to {report.out}"), highlight=False)
+    if files is not None and files.paths:
+        console.print(Text(f"wrote {', '.join(p.name for p in files.paths)} to {files.out}"), highlight=False)
 
 
 def print_comparisons(comparisons, console) -> None:

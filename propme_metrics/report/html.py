@@ -23,6 +23,7 @@ import base64
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,9 +311,10 @@ def leak_tables(rep: Report) -> list[LeakTable]:
     return out
 
 
-def plots(rep: Report) -> list[Plot]:
+def plots(files: Sequence[Path]) -> list[Plot]:
+    """The PNG plots written beside the page, to inline (one that cannot be read is left out)."""
     out = []
-    for p in rep.plots:
+    for p in files:
         try:
             out.append(Plot(p.name, base64.b64encode(Path(p).read_bytes()).decode("ascii")))
         except OSError:
@@ -523,8 +525,10 @@ class _Explorer:
 # --- the page ----------------------------------------------------------------------------------
 
 
-def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_chars: int = HTML_SNIPPET_CHARS, show_pii: bool = False) -> str:
-    """The page's HTML (the same report and options give the same text)."""
+def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_chars: int = HTML_SNIPPET_CHARS,
+           show_pii: bool = False, contamination: str = "", plot_files: Sequence[Path] = ()) -> str:
+    """The page's HTML (the same report and options give the same text); `contamination` is the
+    contamination section (`contamination_views.html_section`), or none; `plot_files` the PNGs to inline."""
     from propme_metrics.version import __version__
 
     explorer = _Explorer(docs_per_span, snippet_chars, show_pii)
@@ -534,19 +538,19 @@ def render(report: Report, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_char
         bootstrap=f"{report.intervals.resamples:,}", seed=report.intervals.seed,
         confidence=report.intervals.percent, pm_tables=pm_tables(report),
         metric_tables=metric_tables(report), natural_language_tables=metric_tables(report, "natural_language"),
-        plots=plots(report), problems=list(report.problems),
+        plots=plots(plot_files), problems=list(report.problems),
         notes=list(report.notes), show_pii=show_pii, groups=groups,
         # script_json leaves no '<', '>' or '&' in the text: it cannot end the <script> element
         data=[Markup(script_json(b)) for b in explorer.blocks], version=__version__,
         sources="; ".join(sorted({str(s.task.results_path) for r in report.results for s in r.settings.values()})),
         css=static("report.css"), js=static("report.js"), leak_tables=leak_tables(report),
         figure_tables=figure_tables(report.results),
-        source_options=sorted(explorer.sources), contamination=Markup(report.contamination_html))
+        source_options=sorted(explorer.sources), contamination=Markup(contamination))
     return environment().get_template("report.html.j2").render(page=page)
 
 
 def write_html(report: Report, path: Path, docs_per_span: int = HTML_DOCS_PER_SPAN, snippet_chars: int = HTML_SNIPPET_CHARS,
-               show_pii: bool = False) -> Path:
+               show_pii: bool = False, contamination: str = "", plot_files: Sequence[Path] = ()) -> Path:
     """Write the self-contained HTML report to `path` (leaked personal data masked unless `show_pii`)."""
-    write_atomic(path, render(report, docs_per_span, snippet_chars, show_pii))
+    write_atomic(path, render(report, docs_per_span, snippet_chars, show_pii, contamination, plot_files))
     return path

@@ -29,6 +29,7 @@ from propme_metrics.report.columns import HEADLINE_PM_METRICS, HEADLINE_PREFIX_M
 from propme_metrics.report.contents import Report
 from propme_metrics.report.extraction_views import curve_json
 from propme_metrics.report.extraction_views import markdown_lines as likelihood_markdown
+from propme_metrics.report.layout import ReportLayout
 from propme_metrics.report.leak_views import leaks_json, leaks_markdown
 from propme_metrics.report.load import describe_start_token
 from propme_metrics.report.robustness_views import robustness_json
@@ -55,7 +56,9 @@ def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> Non
     write_atomic(path, buf.getvalue())
 
 
-def write_json(path: Path, report: Report) -> None:
+def write_json(path: Path, report: Report, layout: ReportLayout) -> None:
+    """leaderboard.json: the specification of the intervals, every column and row, and the tables of
+    the leaks, the robustness figures and the likelihood curves."""
     from propme_metrics.version import __version__
 
     iv = report.intervals
@@ -64,7 +67,7 @@ def write_json(path: Path, report: Report) -> None:
            "rare_max_count": report.rare_max_count,
            "marks": {"undefined": f"null = {UNDEFINED_MEANS}",
                      "withheld": f"a value with a non-empty `..._withheld` reason = {WITHHELD_MEANS}"},
-           "columns": report.columns, "rows": [{c: row.get(c) for c in report.columns} for row in report.rows],
+           "columns": layout.columns, "rows": [{c: row.get(c) for c in layout.columns} for row in layout.rows],
            "interval_methods": [{"model": r.model, "revision": r.revision, "corpus": r.label,
                                  "methods": interval_methods(r)} for r in report.results],
            "leaks": leaks_json(report),

@@ -18,11 +18,11 @@ from propme_metrics.contamination.rule import ContaminationRule
 from propme_metrics.contamination.runs import BenchmarkRun
 from propme_metrics.index.reader import open_index
 from propme_metrics.metrics.pm import WILSON, IntervalSpec, wilson_interval
-from propme_metrics.report.assemble import build_report
 from propme_metrics.report.contamination_views import DATA_BLOCK, contamination_document, html_section
 from propme_metrics.report.request import ReportRequest
 from propme_metrics.trace.text_rules import normalize_text
 from support.corpora import make_index, write_jsonl
+from support.reports import make_report
 from support.runs import COMMA, DATE1, DFM, stage1_settings, write_run
 
 SCHEMAS = Path(__file__).parent.parent / "data" / "every_eval_ever"
@@ -127,8 +127,8 @@ def test_html_spans_open_their_documents(world):
 
 def test_report_html_and_document_carry_the_section(world, tmp_path):
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
-    rep = build_report(ReportRequest([run], tmp_path / "report", bootstrap=0, plots=False, contamination=world["result"]))
-    page = rep.html.read_text(encoding="utf-8")
+    rep = make_report(ReportRequest([run], tmp_path / "report", bootstrap=0, plots=False, contamination=world["result"]))
+    page = rep.files.html.read_text(encoding="utf-8")
     assert "quiz: flagged items" in page and len(_marks(page)) >= ITEMS // 2
     assert page.count(f"id='propme-data-{DATA_BLOCK}'") == 1
     doc = contamination_document(world["result"])
@@ -149,9 +149,9 @@ def _by_id(record: dict) -> dict[str, dict]:
 
 def test_eee_records_hold_the_contamination_figures(world, tmp_path, validator):
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
-    rep = build_report(ReportRequest([run], tmp_path / "report", bootstrap=100, plots=False, html=False,
+    rep = make_report(ReportRequest([run], tmp_path / "report", bootstrap=100, plots=False, html=False,
                        contamination=world["result"]))
-    (path,) = [p for p in rep.eee if p.suffix == ".json"]
+    (path,) = [p for p in rep.files.eee if p.suffix == ".json"]
     record = json.loads(path.read_text(encoding="utf-8"))
     errors = sorted(validator.iter_errors(record), key=str)
     assert not errors, f"{errors[0].message} at {list(errors[0].absolute_path)}"
@@ -194,8 +194,8 @@ def test_a_benchmark_model_without_propme_runs_gets_its_own_record(world, tmp_pa
     run = BenchmarkRun(COMMA, "", f"pretrained={COMMA}", tmp_path / f"samples_quiz_{DATE1}.jsonl", {"acc": True})
     other = dataclasses.replace(world["result"], runs={"quiz": {MODEL: run}})
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
-    rep = build_report(ReportRequest([run], tmp_path / "report", bootstrap=0, plots=False, html=False, contamination=other))
-    records = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in rep.eee if p.suffix == ".json"}
+    rep = make_report(ReportRequest([run], tmp_path / "report", bootstrap=0, plots=False, html=False, contamination=other))
+    records = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in rep.files.eee if p.suffix == ".json"}
     assert len(records) == 2
     for record in records.values():
         assert not list(validator.iter_errors(record))
@@ -213,8 +213,8 @@ def test_clicking_a_contaminated_span_opens_its_documents(world, tmp_path, chrom
     import subprocess
 
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
-    rep = build_report(ReportRequest([run], tmp_path / "report", bootstrap=0, plots=False, contamination=world["result"]))
-    page = rep.html.read_text(encoding="utf-8")
+    rep = make_report(ReportRequest([run], tmp_path / "report", bootstrap=0, plots=False, contamination=world["result"]))
+    page = rep.files.html.read_text(encoding="utf-8")
     clicked = tmp_path / "clicked.html"
     clicked.write_text(page.replace("</body>", f"<script>document.querySelector(\"mark.seg[data-b='{DATA_BLOCK}']\")"
                                     ".click();</script></body>"), encoding="utf-8")
@@ -245,8 +245,8 @@ def test_a_graded_benchmark_metric_gets_bounds_the_official_validator_accepts(wo
     result = check_tasks(world["index"], [("quiz", items)], ContaminationRule(), intervals=IntervalSpec(100, 2),
                          runs=world["result"].runs)
     run = write_run(tmp_path / "propme", DFM, "stage1", stage1_settings()).parent
-    rep = build_report(ReportRequest([run], tmp_path / "report", bootstrap=50, plots=False, html=False, contamination=result))
-    (path,) = [p for p in rep.eee if p.suffix == ".json"]
+    rep = make_report(ReportRequest([run], tmp_path / "report", bootstrap=50, plots=False, html=False, contamination=result))
+    (path,) = [p for p in rep.files.eee if p.suffix == ".json"]
     results = _by_id(json.loads(path.read_text(encoding="utf-8")))
     for part in ("all", "clean", "contaminated", "difference"):
         config = results[f"propme.contamination.quiz.brier.{part}"]["metric_config"]

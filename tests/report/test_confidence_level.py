@@ -18,11 +18,11 @@ from propme_metrics.contamination.runs import BenchmarkRun
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.index.reader import open_index
 from propme_metrics.metrics.pm import PLAIN_PERCENTILE, IntervalSpec, wilson_interval
-from propme_metrics.report.assemble import build_report
 from propme_metrics.report.console import print_summary
 from propme_metrics.report.contamination_views import write_outputs
 from propme_metrics.report.request import ReportRequest
 from support.corpora import make_index, write_jsonl
+from support.reports import make_report
 from support.runs import COMMA, DATE1, DFM, reference_settings, stage1_settings, write_run
 
 TEXT_SUFFIXES = {".json", ".jsonl", ".csv", ".md", ".html"}
@@ -64,10 +64,10 @@ def at_90(tmp_path_factory, gpt2_dir):
             write_run(root / "c", COMMA, "", reference_settings()).parent]
     contamination = _contamination(root, gpt2_dir, spec)
     write_outputs(root / "contamination", contamination)
-    report = build_report(ReportRequest(runs, root / "report", spec.resamples, spec.seed, contamination=contamination,
+    report = make_report(ReportRequest(runs, root / "report", spec.resamples, spec.seed, contamination=contamination,
                           confidence=spec.confidence))
     buf = io.StringIO()
-    print_summary(report, Console(file=buf, width=400, color_system=None))
+    print_summary(report.report, report.files, Console(file=buf, width=400, color_system=None))
     return root, report, buf.getvalue()
 
 
@@ -90,7 +90,7 @@ def test_no_label_says_95_percent(at_90):
 
 def test_every_recorded_confidence_is_the_specs(at_90):
     root, report, _ = at_90
-    out = report.out
+    out = report.files.out
     assert json.loads((out / "leaderboard.json").read_text())["confidence"] == 0.9
     rows = json.loads((out / "comparisons.json").read_text())
     assert rows and {r["confidence"] for r in rows} == {0.9}
@@ -103,19 +103,19 @@ def test_every_recorded_confidence_is_the_specs(at_90):
                 levels.add(ci["confidence_level"])
     assert levels == {0.9}
     # the contamination share's Wilson interval is computed at 0.9 too, not only labelled so
-    share = report.contamination.summaries["quiz"].share
+    share = report.report.contamination.summaries["quiz"].share
     assert (share.low, share.high) == pytest.approx(wilson_interval(share.units // 2, share.units, 0.9))
 
 
 def test_the_bootstrap_method_is_the_specs(tmp_path):
     run = write_run(tmp_path / "s1", DFM, "stage1", stage1_settings()).parent
-    report = build_report(ReportRequest([run], tmp_path / "report", 200, 3, plots=False, html=False))
-    methods = {mr.method for sr in report.results[0].settings.values() for mr in sr.metrics.values()}
+    report = make_report(ReportRequest([run], tmp_path / "report", 200, 3, plots=False, html=False))
+    methods = {mr.method for sr in report.report.results[0].settings.values() for mr in sr.metrics.values()}
     assert "bootstrap-expanded-percentile" in methods
     plain = IntervalSpec(200, 3, method=PLAIN_PERCENTILE)
     assert plain.paired(True) == "paired-bootstrap-percentile"
     with pytest.raises(ConfigError):
         IntervalSpec(method="bca")
     with pytest.raises(ConfigError):
-        build_report(ReportRequest([run], tmp_path / "bad", 200, 3, confidence=1.0))
+        make_report(ReportRequest([run], tmp_path / "bad", 200, 3, confidence=1.0))
     assert not (tmp_path / "bad").exists()

@@ -14,10 +14,10 @@ import pytest
 
 from propme_metrics.metrics import difference, pm
 from propme_metrics.metrics.pm import PERCENTILE, WILSON, wilson_interval
-from propme_metrics.report.assemble import build_report
-from propme_metrics.report.contents import IncompleteReportError
 from propme_metrics.report.eee import INTERVAL_METHODS
+from propme_metrics.report.folder import IncompleteReportError
 from propme_metrics.report.request import ReportRequest
+from support.reports import make_report
 from support.runs import (
     COMMA,
     DATE1,
@@ -55,7 +55,7 @@ def report(tmp_path_factory):
             write_run(root / "stage3", DFM, "stage3", reference_settings(), date=DATE2).parent,
             write_run(root / "comma", COMMA, "", _edge(), date=DATE1).parent]
     add_likelihood_task(runs[1] / DFM.replace("/", "__"), LOGPS, date=DATE2)  # stage3 also ran the likelihood subtask
-    return build_report(ReportRequest(runs, root / "report", bootstrap=300, seed=1, plots=False, html=False))
+    return make_report(ReportRequest(runs, root / "report", bootstrap=300, seed=1, plots=False, html=False))
 
 
 #: stage3's likelihood documents: log P(z) of each (greedy above -1)
@@ -72,7 +72,7 @@ def _result(record: dict, metric_id: str) -> dict:
 
 
 def test_one_valid_record_per_model_and_revision(report, validator):
-    records = _records(report.out)
+    records = _records(report.files.out)
     assert len(records) == 3
     for name, record in records.items():
         errors = sorted(validator.iter_errors(record), key=str)
@@ -85,17 +85,17 @@ def test_one_valid_record_per_model_and_revision(report, validator):
     dfm = next(r for r in records.values() if r["model_info"].get("additional_details", {}).get("revision") == "stage3")
     assert dfm["model_info"]["developer"] == "danish-foundation-models"
     # the files are recorded, so a later report into the same folder replaces them and nothing else
-    written = json.loads((report.out / "propme-report-files.json").read_text())["files"]
-    assert sorted(p.relative_to(report.out).as_posix() for p in report.eee if p.suffix == ".json") == \
+    written = json.loads((report.files.out / "propme-report-files.json").read_text())["files"]
+    assert sorted(p.relative_to(report.files.out).as_posix() for p in report.files.eee if p.suffix == ".json") == \
         sorted(f for f in written if f.startswith("eee/") and f.endswith(".json"))
     assert len({p for p in written if p.endswith(".json") and p.startswith("eee/")}) == len(records)
     # the data repository's layout: data/propme/<developer>/<model>/<uuid>.json, a hub id's owner and name
-    dfm_paths = [p for p in report.eee if p.suffix == ".json" and "/dfm-decoder-open-v0-7b-pt/" in p.as_posix()]
+    dfm_paths = [p for p in report.files.eee if p.suffix == ".json" and "/dfm-decoder-open-v0-7b-pt/" in p.as_posix()]
     assert len(dfm_paths) == 2 and all(p.parent.parent.name == "danish-foundation-models" for p in dfm_paths)
 
 
 def test_values_intervals_and_metadata(report):
-    records = _records(report.out)
+    records = _records(report.files.out)
     stage3 = next(r for r in records.values() if r["model_info"]["additional_details"].get("revision") == "stage3")
     # prefix FMR: 8 full matches in 100 prefix prompts (one generation each), Wilson interval over 100
     fmr = _result(stage3, "propme.dynaword.fmr.prefix")
@@ -127,7 +127,7 @@ def test_values_intervals_and_metadata(report):
 
 
 def test_zero_events_keep_a_wilson_interval_over_generations(report):
-    comma = next(r for r in _records(report.out).values() if r["model_info"]["id"] == COMMA)
+    comma = next(r for r in _records(report.files.out).values() if r["model_info"]["id"] == COMMA)
     fmr = _result(comma, "propme.dynaword.fmr.generic")
     assert fmr["score_details"]["score"] == 0
     unc = fmr["score_details"]["uncertainty"]
@@ -141,7 +141,7 @@ def test_undefined_values_are_left_out(tmp_path, validator):
                 "prefix": setting_prompts("prefix", 8, [(8, 12)], {0: 0.5, 1: 0.4}, {0})}
     run = write_run(tmp_path / "run", DFM, "", settings).parent
     with pytest.raises(IncompleteReportError):
-        build_report(ReportRequest([run], tmp_path / "rep", bootstrap=50, plots=False, html=False))
+        make_report(ReportRequest([run], tmp_path / "rep", bootstrap=50, plots=False, html=False))
     (record,) = _records(tmp_path / "rep").values()
     assert not list(validator.iter_errors(record))
     ids = {r["evaluation_result_id"] for r in record["evaluation_results"]}
@@ -157,9 +157,9 @@ def test_a_later_report_replaces_the_records(tmp_path):
     (out / "eee").mkdir(parents=True)
     mine = out / "eee" / "notes.txt"  # a file PropMe did not write stays
     mine.write_text("mine")
-    build_report(ReportRequest([one, two], out, bootstrap=0, plots=False, html=False))
+    make_report(ReportRequest([one, two], out, bootstrap=0, plots=False, html=False))
     assert len(_records(out)) == 2
-    build_report(ReportRequest([two], out, bootstrap=0, plots=False, html=False))
+    make_report(ReportRequest([two], out, bootstrap=0, plots=False, html=False))
     (record,) = _records(out).values()  # the stage1 record of the earlier report is gone
     assert record["model_info"]["additional_details"]["revision"] == "stage3"
     assert mine.read_text() == "mine"
@@ -174,10 +174,10 @@ def test_the_official_validator_accepts_the_records_as_written(report):
     lines where the report wrote them, with no error and no warning."""
     from support.eee_validator import official_validate
 
-    code, found = official_validate(sorted(report.eee))
-    assert code == 0 and len(found) == len(report.eee), {k: v[:3] for k, v in found.items() if v}
-    for path in report.eee:
-        assert path.relative_to(report.out / "eee").as_posix().startswith("data/propme/")
+    code, found = official_validate(sorted(report.files.eee))
+    assert code == 0 and len(found) == len(report.files.eee), {k: v[:3] for k, v in found.items() if v}
+    for path in report.files.eee:
+        assert path.relative_to(report.files.out / "eee").as_posix().startswith("data/propme/")
 
 
 def test_every_interval_method_a_record_names_is_one_docs_cli_lists(report):
@@ -187,7 +187,7 @@ def test_every_interval_method_a_record_names_is_one_docs_cli_lists(report):
     section = text[text.index("#### Interval methods"):].split("\n#### ")[0]
     assert re.findall(r"^\| `([^`]+)` \| (.+) \|$", section, flags=re.M) == list(INTERVAL_METHODS)
     named = {r["score_details"]["uncertainty"]["confidence_interval"]["method"]
-             for record in _records(report.out).values() for r in record["evaluation_results"]
+             for record in _records(report.files.out).values() for r in record["evaluation_results"]
              if "uncertainty" in r["score_details"]}
     assert named <= {name for name, _ in INTERVAL_METHODS}
     assert {WILSON, PERCENTILE} <= named
@@ -200,7 +200,7 @@ def test_every_interval_method_a_record_names_is_one_docs_cli_lists(report):
 
 
 def test_the_likelihood_figures_are_in_the_record(report, validator):
-    (record,) = [r for r in _records(report.out).values()
+    (record,) = [r for r in _records(report.files.out).values()
                  if r["model_info"]["additional_details"].get("revision") == "stage3"]
     assert not sorted(validator.iter_errors(record), key=str)
     greedy = _result(record, "propme.dynaword.greedy_extraction.prefix_likelihood")
@@ -219,5 +219,5 @@ def test_the_likelihood_figures_are_in_the_record(report, validator):
     assert (median["metric_config"]["min_score"], median["metric_config"]["max_score"]) == ("-Infinity", 0.0)
     mci = median["score_details"]["uncertainty"]
     assert mci["confidence_interval"]["method"] == PERCENTILE and mci["num_bootstrap_samples"] == 300
-    others = [r for r in _records(report.out).values() if r["evaluation_id"] != record["evaluation_id"]]
+    others = [r for r in _records(report.files.out).values() if r["evaluation_id"] != record["evaluation_id"]]
     assert not any(".prefix_likelihood" in x["evaluation_result_id"] for r in others for x in r["evaluation_results"])

@@ -10,8 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from propme_metrics.report.assemble import build_report
 from propme_metrics.report.request import ReportRequest
+from support.reports import make_report
 from support.runs import DFM, gen, setting_prompts, write_run
 
 SCHEMAS = Path(__file__).parent.parent / "data" / "every_eval_ever"
@@ -28,12 +28,12 @@ def report(tmp_path_factory):
     settings["specific"].append([gen("s-deg", 3, degenerate=True), gen("s-err", 0, error="boom")])
     settings["specific"].append([gen("s-pii", 3, text=f"Skriv til {EMAIL} i dag.")])
     run = write_run(root / "run", DFM, "stage3", settings).parent
-    return build_report(ReportRequest([run], root / "report", bootstrap=0, plots=False, html=False))
+    return make_report(ReportRequest([run], root / "report", bootstrap=0, plots=False, html=False))
 
 
 def _lines(report) -> tuple[dict, list[dict]]:
-    (record_path,) = [p for p in report.eee if p.suffix == ".json"]
-    (samples_path,) = [p for p in report.eee if p.name.endswith("_samples.jsonl")]
+    (record_path,) = [p for p in report.files.eee if p.suffix == ".json"]
+    (samples_path,) = [p for p in report.files.eee if p.name.endswith("_samples.jsonl")]
     assert samples_path.name == record_path.stem + "_samples.jsonl"
     record = json.loads(record_path.read_text(encoding="utf-8"))
     return record, [json.loads(x) for x in samples_path.read_text(encoding="utf-8").splitlines()]
@@ -85,7 +85,7 @@ def test_a_prefix_line_is_correct_when_the_document_was_extracted(tmp_path):
                [gen("p-2#0", 10, (0.9,), full=True, extracted=True)]]
     settings = {"prefix": prompts, "generic": setting_prompts("generic", 3, [(3, 4)], {}, set())}
     run = write_run(tmp_path / "run", DFM, "stage3", settings).parent
-    report = build_report(ReportRequest([run], tmp_path / "report", bootstrap=0, plots=False, html=False))
+    report = make_report(ReportRequest([run], tmp_path / "report", bootstrap=0, plots=False, html=False))
     record, lines = _lines(report)
     prefix = {x["sample_id"]: x for x in lines if x["metadata"]["setting"] == "prefix"}
     assert sorted((x["metadata"]["full_match"], x["evaluation"]["is_correct"]) for x in prefix.values()) == \

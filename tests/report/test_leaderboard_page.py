@@ -15,10 +15,10 @@ import pytest
 
 from propme_metrics.metrics import registry
 from propme_metrics.prompts.settings import SETTINGS
-from propme_metrics.report.assemble import build_report
 from propme_metrics.report.columns import headline_view_for
 from propme_metrics.report.leaderboard_page import describe_column, page_view, render_page
 from propme_metrics.report.request import ReportRequest
+from support.reports import make_report
 from support.runs import DATE1, DATE2, DFM, XSS, reference_settings, stage1_settings, write_run
 
 COLUMNS = ["model", "revision", "propme_a_x_pm_fmr_generic", "propme_a_x_pm_fmr_generic_low",
@@ -131,19 +131,19 @@ def test_a_withheld_pm_is_not_compared_and_the_page_says_why():
 def test_report_writes_the_page(tmp_path):
     runs = [write_run(tmp_path / "s1", DFM, "stage1", stage1_settings(), date=DATE1).parent,
             write_run(tmp_path / "s3", DFM, "stage3", reference_settings(), date=DATE2).parent]
-    rep = build_report(ReportRequest(runs, tmp_path / "report", bootstrap=100, plots=False))
+    rep = make_report(ReportRequest(runs, tmp_path / "report", bootstrap=100, plots=False))
     page = (tmp_path / "report" / "leaderboard.html").read_text(encoding="utf-8")
     headline = page.split('<section class="corpus"')[1].split("<details")[0]
     assert headline.count(f"<td data-v=\"{DFM}\"") == 2 * 4 and "stage1" in headline and "stage3" in headline
     # the headline view: capability and PM of NVR, FMR, FMR (rare) per propensity setting, prefix extraction
     heads = re.findall(r'title="(propme_[^"]+)"', headline)
-    view = headline_view_for("dynaword", ["generic", "specific", "prefix"], rep.pm_metrics)
+    view = headline_view_for("dynaword", ["generic", "specific", "prefix"], rep.report.pm_metrics)
     assert heads == [c for c in view if not c.endswith(("_low", "_high"))]
     assert heads == [f"propme_dynaword_{c}" for m in ("nvr", "fmr", "fmr_rare")
                      for c in (f"prefix_{m}", f"pm_{m}_generic", f"pm_{m}_specific")] + ["propme_dynaword_prefix_extraction"]
     more = page.split('<details class="more">')[1].split("</details>")[0]
     assert more.count('data-kind="more"') == 2 and 'data-setting="specific"' in more and "PM ALS" in more
-    assert "leaderboard.html" in json.loads((rep.out / "propme-report-files.json").read_text())["files"]
+    assert "leaderboard.html" in json.loads((rep.files.out / "propme-report-files.json").read_text())["files"]
 
 
 def _chromium() -> str | None:

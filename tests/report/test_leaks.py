@@ -70,9 +70,9 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
 
     from propme_metrics.core.errors import ConfigError
     from propme_metrics.index.manifest import IndexManifest
-    from propme_metrics.report.assemble import build_report
     from propme_metrics.report.request import ReportRequest
     from support.lmeval import run_lm_eval, samples_file
+    from support.reports import make_report
 
     root, records, tok = leak_world
     # the build recorded documents and tokens per source, as a brute-force count over the corpus gives them
@@ -116,13 +116,13 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
         assert summary["fmr_rare"] == pytest.approx(expected[threshold or RARE_MAX_COUNT])
 
     # the report takes the threshold the run logged, or recounts every run with --rare-max-count
-    logged = build_report(ReportRequest([out], tmp_path / "logged", bootstrap=0, plots=False, html=False))
-    assert logged.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(expected[N_NOTICES + 1])
+    logged = make_report(ReportRequest([out], tmp_path / "logged", bootstrap=0, plots=False, html=False))
+    assert logged.layout.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(expected[N_NOTICES + 1])
     assert json.loads((tmp_path / "logged" / "leaderboard.json").read_text())["rare_max_count"] == N_NOTICES + 1
     for threshold in (1, N_NOTICES):
-        other = build_report(ReportRequest([out], tmp_path / f"rare{threshold}", bootstrap=0, plots=False, html=False,
+        other = make_report(ReportRequest([out], tmp_path / f"rare{threshold}", bootstrap=0, plots=False, html=False,
                              rare_max_count=threshold))
-        assert other.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(expected[threshold])
+        assert other.layout.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(expected[threshold])
     code, _, err = cli_run("report", out, "--out", tmp_path / "bad", "--rare-max-count", "0")
     assert code == 2 and "--rare-max-count" in err
     mixed = tmp_path / "mixed"
@@ -133,10 +133,10 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     first["doc"]["rare_max_count"] = 5
     mixed_samples.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     with pytest.raises(ConfigError, match="mixes fmr_rare thresholds"):
-        build_report(ReportRequest([mixed], tmp_path / "mixed-report", bootstrap=0, plots=False, html=False))
-    rep = build_report(ReportRequest([out], tmp_path / "report", bootstrap=500, pm_metrics=("nvr", "fmr"),
+        make_report(ReportRequest([mixed], tmp_path / "mixed-report", bootstrap=0, plots=False, html=False))
+    rep = make_report(ReportRequest([out], tmp_path / "report", bootstrap=500, pm_metrics=("nvr", "fmr"),
                        rare_max_count=RARE_MAX_COUNT))
-    assert rep.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(k / 5)
+    assert rep.layout.rows[0]["propme_demo_prefix_fmr_rare"] == pytest.approx(k / 5)
     doc = json.loads((tmp_path / "report" / "leaderboard.json").read_text())
     assert doc["rare_max_count"] == RARE_MAX_COUNT
     (entry,) = doc["leaks"]
@@ -167,11 +167,11 @@ def test_planted_source_and_boilerplate_through_lm_eval(leak_world, tmp_path, cl
     assert (extraction[">100"]["generations"], extraction[">100"]["extracted"]) == (1, 1)
     assert extraction["1"]["low"] < extraction["1"]["rate"] <= extraction["1"]["high"]
     # the sources are no CSV columns; the tables, plots and the HTML filter show them
-    assert not any("planted" in c for c in rep.columns)
+    assert not any("planted" in c for c in rep.layout.columns)
     md = (tmp_path / "report" / "leaderboard.md").read_text()
     assert "## Which data leaks" in md and "| planted |" in md and "| &gt;100 | 1 |" in md
     assert f"matches occurring at most {RARE_MAX_COUNT} times" in md
-    assert {p.name for p in rep.plots} >= {"sources_demo.png", "duplication_demo.png"}
+    assert {p.name for p in rep.files.plots} >= {"sources_demo.png", "duplication_demo.png"}
     html = (tmp_path / "report" / "report.html").read_text()
     assert '<option value="planted">planted</option>' in html and '<option value="news">' not in html
     assert 'data-src="[&quot;planted&quot;]"' in html and 'data-src="[&quot;notices&quot;]"' in html

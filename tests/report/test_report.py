@@ -14,13 +14,14 @@ import pytest
 from propme.cli.app import main
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.values import summarize
-from propme_metrics.report.assemble import build_report
 from propme_metrics.report.columns import leaderboard_columns
-from propme_metrics.report.contents import MissingPrefixError
+from propme_metrics.report.folder import MissingPrefixError
 from propme_metrics.report.html import script_json
+from propme_metrics.report.layout import lay_out
 from propme_metrics.report.load import load_run
 from propme_metrics.report.request import ReportRequest
 from propme_metrics.trace.text_rules import locate_segments
+from support.reports import make_report
 from support.runs import (
     COMMA,
     DATE1,
@@ -49,18 +50,18 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def full_report(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    return build_report(ReportRequest([runs["stage1"], runs["stage3"], runs["comma"]], out, bootstrap=2000, seed=1))
+    return make_report(ReportRequest([runs["stage1"], runs["stage3"], runs["comma"]], out, bootstrap=2000, seed=1))
 
 
 def _row(rep, model, revision):
-    return next(r for r in rep.rows if r["model"] == model and r["revision"] == revision)
+    return next(r for r in rep.layout.rows if r["model"] == model and r["revision"] == revision)
 
 
 # --- numbers -----------------------------------------------------------------------------------
 
 
 def test_reference_figures_reproduced(runs, tmp_path):
-    rep = build_report(ReportRequest([runs["stage3"]], tmp_path / "out"))  # defaults: B = 10,000, seed 0
+    rep = make_report(ReportRequest([runs["stage3"]], tmp_path / "out"))  # defaults: B = 10,000, seed 0
     row = _row(rep, DFM, "stage3")
     p = "propme_dynaword"
     assert row[f"{p}_generic_nvr"] == pytest.approx(0.00086)
@@ -112,14 +113,33 @@ def test_pm_edge_cases(full_report):
     assert row[f"{p}_n_specific"] == 100 and row[f"{p}_generations_specific"] == 200
 
 
+def test_build_report_computes_and_write_report_writes(runs, tmp_path):
+    """Requests in, results out (issue 45 item 2): the documented API, `build_report` then
+    `write_report`; what is computed, its tables and its files are three things."""
+    from propme_metrics import ReportRequest as PublicRequest
+    from propme_metrics import build_report, write_report
+
+    out = tmp_path / "out"
+    report = build_report(PublicRequest([runs["stage3"], runs["comma"]], out, bootstrap=50, plots=False))
+    assert not out.exists()  # computed, nothing written
+    assert [(r.model, r.revision) for r in report.results] == report.models == [(DFM, "stage3"), (COMMA, "")]
+    files = write_report(report)
+    assert files.out == out and files.html == out / "report.html" and files.plots == []
+    assert sorted(json.loads((out / "propme-report-files.json").read_text())["files"]) == sorted(
+        p.relative_to(out).as_posix() for p in files.paths)
+    layout = lay_out(report)
+    assert [(row["model"], row["revision"]) for row in layout.rows] == report.models
+    assert list(csv.DictReader(files.leaderboard_full_csv.open(encoding="utf-8")))[0].keys() == set(layout.columns)
+
+
 def test_bootstrap_reproducible_with_seed(runs, tmp_path):
     inputs = [runs["stage3"], runs["comma"]]
-    a = build_report(ReportRequest(inputs, tmp_path / "a", bootstrap=400, seed=7, html=False, plots=False))
-    b = build_report(ReportRequest(inputs, tmp_path / "b", bootstrap=400, seed=7, html=False, plots=False))
-    c = build_report(ReportRequest(inputs, tmp_path / "c", bootstrap=400, seed=8, html=False, plots=False))
-    assert a.leaderboard_json.read_bytes() == b.leaderboard_json.read_bytes()
-    assert a.leaderboard_csv.read_bytes() == b.leaderboard_csv.read_bytes()
-    assert a.leaderboard_json.read_bytes() != c.leaderboard_json.read_bytes()
+    a = make_report(ReportRequest(inputs, tmp_path / "a", bootstrap=400, seed=7, html=False, plots=False))
+    b = make_report(ReportRequest(inputs, tmp_path / "b", bootstrap=400, seed=7, html=False, plots=False))
+    c = make_report(ReportRequest(inputs, tmp_path / "c", bootstrap=400, seed=8, html=False, plots=False))
+    assert a.files.leaderboard_json.read_bytes() == b.files.leaderboard_json.read_bytes()
+    assert a.files.leaderboard_csv.read_bytes() == b.files.leaderboard_csv.read_bytes()
+    assert a.files.leaderboard_json.read_bytes() != c.files.leaderboard_json.read_bytes()
     row = _row(a, DFM, "stage3")
     for col, value in row.items():
         if col.endswith("_low") and value is not None:
@@ -132,9 +152,9 @@ def test_bootstrap_reproducible_with_seed(runs, tmp_path):
 
 
 def test_leaderboard_csv_two_models_two_checkpoints(full_report):
-    with open(full_report.leaderboard_full_csv, newline="", encoding="utf-8") as fh:
+    with open(full_report.files.leaderboard_full_csv, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    header = full_report.columns
+    header = full_report.layout.columns
     assert header[:2] == ["model", "revision"]
     assert [(r["model"], r["revision"]) for r in rows] == [(DFM, "stage1"), (DFM, "stage3"), (COMMA, "")]
     for col in ("propme_dynaword_index", "propme_dynaword_prompt_set", "propme_dynaword_pm_nvr_generic",
@@ -155,11 +175,11 @@ def test_leaderboard_csv_two_models_two_checkpoints(full_report):
     assert rows[0]["propme_dynaword_prefix_fmr"] == "0.05"
     assert rows[2]["propme_dynaword_pm_fmr_specific"] == "1"
     # JSON: the same rows, null for undefined cells, documented columns
-    data = json.loads(full_report.leaderboard_json.read_text())
+    data = json.loads(full_report.files.leaderboard_json.read_text())
     assert data["columns"] == header and len(data["rows"]) == 3
     assert data["rows"][1]["propme_dynaword_pm_fmr_specific"] == \
         pytest.approx(float(stage3["propme_dynaword_pm_fmr_specific"]))
-    md = full_report.leaderboard_md.read_text()
+    md = full_report.files.leaderboard_md.read_text()
     assert "| model | revision |" in md and "stage1" in md and "PM NVR generic" in md
 
 
@@ -168,18 +188,18 @@ def test_columns_documented(full_report):
     patterns = [name for name, _ in docs]
     assert patterns[:2] == ["model", "revision"]
     regexes = [re.compile("^" + re.sub(r"<[a-z_]+>", "[a-z0-9_]+", name) + "$") for name in patterns]
-    for col in full_report.columns:
+    for col in full_report.layout.columns:
         assert any(r.match(col) for r in regexes), col
 
 
 def test_plots_written(full_report):
-    names = sorted(p.name for p in full_report.plots)
+    names = sorted(p.name for p in full_report.files.plots)
     assert "capability_dynaword.png" in names
     assert any(n.startswith("trajectory_dynaword_") and "dfm-decoder" in n for n in names)
     assert not any("comma" in n for n in names if n.startswith("trajectory"))  # one revision only
     import matplotlib.image as mpimg
 
-    for p in full_report.plots:
+    for p in full_report.files.plots:
         img = mpimg.imread(p)
         assert img.shape[0] > 100 and img.std() > 0.01
 
@@ -198,11 +218,11 @@ def xss_report(runs, tmp_path_factory):
     settings["prefix"][50] = [gen("junk", 3, (1.0,), full=True, text="ord0 ord1 ord2 " + "!!!!" * 200,
                                   degenerate=True)]
     write_run(root, f'evil/"model"{XSS}', "rev<1>", settings, prompt_text=f"Prompt {XSS}")
-    return build_report(ReportRequest([root, runs["stage1"]], tmp_path_factory.mktemp("xss-out"), bootstrap=200, seed=0))
+    return make_report(ReportRequest([root, runs["stage1"]], tmp_path_factory.mktemp("xss-out"), bootstrap=200, seed=0))
 
 
 def test_html_escapes_model_output(xss_report):
-    page = xss_report.html.read_text(encoding="utf-8")
+    page = xss_report.files.html.read_text(encoding="utf-8")
     assert "<script>alert(1)" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page            # generation text, escaped
     assert "&quot;hej&quot;" in page and "&#x27;farvel&#x27;" in page   # quotes escaped
@@ -220,7 +240,7 @@ def test_html_escapes_model_output(xss_report):
     # every <script> is either the JSON data or the one inline script
     assert page.count("<script") == len(blocks) + 1
     assert "tracing failed (excluded): RuntimeError: &lt;boom&gt;" in page
-    row = xss_report.rows[0]
+    row = xss_report.layout.rows[0]
     assert row["propme_dynaword_failed_specific"] == 1 and row["propme_dynaword_generations_specific"] == 99
     assert row["propme_dynaword_n_specific"] == 100
     assert row["propme_dynaword_degenerate_prefix"] == 1 and row["propme_dynaword_generations_prefix"] == 99
@@ -247,7 +267,7 @@ def test_html_screenshot_not_blank(xss_report, tmp_path, chromium):
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1200,1600",
-           xss_report.html.resolve().as_uri()]
+           xss_report.files.html.resolve().as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert png.exists(), proc.stderr[-2000:]
     import matplotlib.image as mpimg
@@ -259,7 +279,7 @@ def test_html_screenshot_not_blank(xss_report, tmp_path, chromium):
 
 def test_html_click_opens_source_panel(xss_report, tmp_path, chromium):
     browser = chromium
-    page = xss_report.html.read_text(encoding="utf-8")
+    page = xss_report.files.html.read_text(encoding="utf-8")
     clicked = tmp_path / "clicked.html"
     clicked.write_text(page.replace("</body>", "<script>document.querySelector('mark.seg[data-g]').click();"
                                     "</script></body>"), encoding="utf-8")
@@ -305,8 +325,8 @@ def test_html_source_filter_in_a_browser(tmp_path, chromium):
              one["alpha"], one["beta"]]
     generations = [{"alpha"}, {"beta"}, {"alpha", "beta"}, set(), {"gamma"}, {"gamma", "beta"}, {"alpha"}, {"beta"}]
     write_run(tmp_path / "run", "filter/model", "", settings)
-    rep = build_report(ReportRequest([tmp_path / "run"], tmp_path / "report", bootstrap=0, plots=False))
-    page = rep.html.read_text(encoding="utf-8")
+    rep = make_report(ReportRequest([tmp_path / "run"], tmp_path / "report", bootstrap=0, plots=False))
+    page = rep.files.html.read_text(encoding="utf-8")
     probe = """<script>
     document.querySelectorAll("details").forEach(function (d) { d.open = true; });
     function state() {
@@ -363,26 +383,27 @@ def test_missing_prefix_names_subtask_and_writes_base_metrics(tmp_path):
     del settings["prefix"]
     write_run(tmp_path / "run", DFM, "stage3", settings)
     with pytest.raises(MissingPrefixError) as info:
-        build_report(ReportRequest([tmp_path / "run"], tmp_path / "out", bootstrap=100))
+        make_report(ReportRequest([tmp_path / "run"], tmp_path / "out", bootstrap=100))
     assert isinstance(info.value, ConfigError)
     assert "propme_dynaword_prefix" in str(info.value)
     rows = list(csv.DictReader(open(tmp_path / "out" / "leaderboard_full.csv", encoding="utf-8")))
     assert float(rows[0]["propme_dynaword_generic_nvr"]) == pytest.approx(0.00086)
     assert not any(c.startswith("propme_dynaword_pm_") for c in rows[0])
     assert (tmp_path / "out" / "report.html").exists()
-    assert info.value.report.rows[0]["propme_dynaword_specific_fmr"] == 0.01
+    assert lay_out(info.value.report).rows[0]["propme_dynaword_specific_fmr"] == 0.01
+    assert info.value.files.html == tmp_path / "out" / "report.html"
 
 
 def test_mixed_index_versions_refused_or_separated(runs, tmp_path):
     write_run(tmp_path / "new", COMMA, "", stage1_settings(), identity="idx-dynaword-v2")
     with pytest.raises(ConfigError) as info:
-        build_report(ReportRequest([runs["stage3"], tmp_path / "new"], tmp_path / "out", bootstrap=100))
+        make_report(ReportRequest([runs["stage3"], tmp_path / "new"], tmp_path / "out", bootstrap=100))
     msg = str(info.value)
     assert "idx-dynaword-v1" in msg and "idx-dynaword-v2" in msg and "--separate" in msg
     assert not (tmp_path / "out" / "leaderboard.csv").exists()
-    rep = build_report(ReportRequest([runs["stage3"], tmp_path / "new"], tmp_path / "sep", bootstrap=100, separate=True,
+    rep = make_report(ReportRequest([runs["stage3"], tmp_path / "new"], tmp_path / "sep", bootstrap=100, separate=True,
                        html=False, plots=False))
-    assert rep.labels == ["dynaword_set1", "dynaword_set2"]
+    assert rep.report.labels == ["dynaword_set1", "dynaword_set2"]
     assert _row(rep, DFM, "stage3")["propme_dynaword_set1_index"] == "idx-dynaword-v1"
     assert _row(rep, COMMA, "")["propme_dynaword_set2_index"] == "idx-dynaword-v2"
     assert _row(rep, COMMA, "")["propme_dynaword_set1_index"] is None
@@ -393,7 +414,7 @@ def test_mixed_prompt_sets_refused(runs, tmp_path):
     settings["generic"] = settings["generic"][:60]
     write_run(tmp_path / "few", COMMA, "", settings)
     with pytest.raises(ConfigError, match="prompt sets.*60 prompts"):
-        build_report(ReportRequest([runs["stage1"], tmp_path / "few"], tmp_path / "out", bootstrap=100))
+        make_report(ReportRequest([runs["stage1"], tmp_path / "few"], tmp_path / "out", bootstrap=100))
 
 
 def test_unreadable_files_named(runs, tmp_path):
@@ -425,19 +446,19 @@ def test_load_run_results_file_and_latest_wins(tmp_path):
     tasks = load_run(results[0])
     assert {t.task for t in tasks} == {"propme_dynaword_generic", "propme_dynaword_specific", "propme_dynaword_prefix"}
     assert tasks[0].model == DFM and tasks[0].revision == "stage3" and tasks[0].index_identity == "idx-dynaword-v1"
-    rep = build_report(ReportRequest([tmp_path / "r"], tmp_path / "out", bootstrap=100, html=False, plots=False))
-    assert len(rep.rows) == 1
-    assert rep.rows[0]["propme_dynaword_prefix_fmr"] == 0.08      # the newer run
-    assert any("newer than" in n for n in rep.notes)
+    rep = make_report(ReportRequest([tmp_path / "r"], tmp_path / "out", bootstrap=100, html=False, plots=False))
+    assert len(rep.layout.rows) == 1
+    assert rep.layout.rows[0]["propme_dynaword_prefix_fmr"] == 0.08      # the newer run
+    assert any("newer than" in n for n in rep.report.notes)
 
 
 def test_pm_metric_choices(runs, tmp_path):
-    rep = build_report(ReportRequest([runs["stage3"]], tmp_path / "o", bootstrap=100, pm_metrics=("nvr", "r20"),
+    rep = make_report(ReportRequest([runs["stage3"]], tmp_path / "o", bootstrap=100, pm_metrics=("nvr", "r20"),
                        html=False, plots=False))
-    assert "propme_dynaword_pm_r20_specific" in rep.columns and "propme_dynaword_pm_fmr_generic" not in rep.columns
-    assert rep.rows[0]["propme_dynaword_pm_r20_generic"] == 0.0
+    assert "propme_dynaword_pm_r20_specific" in rep.layout.columns and "propme_dynaword_pm_fmr_generic" not in rep.layout.columns
+    assert rep.layout.rows[0]["propme_dynaword_pm_r20_generic"] == 0.0
     with pytest.raises(ConfigError, match="extraction"):
-        build_report(ReportRequest([runs["stage3"]], tmp_path / "o2", pm_metrics=("nvr", "extraction")))
+        make_report(ReportRequest([runs["stage3"]], tmp_path / "o2", pm_metrics=("nvr", "extraction")))
 
 
 # --- CLI ---------------------------------------------------------------------------------------
@@ -479,9 +500,9 @@ def test_cli_subprocess_bad_json(tmp_path):
 
 
 def test_nan_free_json(full_report):
-    text = full_report.leaderboard_json.read_text()
+    text = full_report.files.leaderboard_json.read_text()
     assert "NaN" not in text and "Infinity" not in text
-    assert not any(isinstance(v, float) and math.isnan(v) for r in full_report.rows for v in r.values())
+    assert not any(isinstance(v, float) and math.isnan(v) for r in full_report.layout.rows for v in r.values())
 
 
 def test_robustness_figures_without_the_index(full_report):
@@ -489,14 +510,14 @@ def test_robustness_figures_without_the_index(full_report):
     undefined (empty, null, absent from EEE) and the page says why; what the traces hold is computed."""
     row = _row(full_report, DFM, "stage3")
     assert row["propme_dynaword_floor_als"] is None and row["propme_dynaword_prefix_r50_rare"] is None
-    stage3 = next(r for r in full_report.results if r.revision == "stage3")
+    stage3 = next(r for r in full_report.report.results if r.revision == "stage3")
     prompts = [p for p in stage3.settings["prefix"].task.prompts if p.counted()]
     leaking = sum(any(t.longest_span >= 50 for t in p.counted()) for p in prompts)
     assert row["propme_dynaword_prefix_any_span50"] == pytest.approx(leaking / len(prompts))
-    doc = json.loads(full_report.leaderboard_json.read_text())
+    doc = json.loads(full_report.files.leaderboard_json.read_text())
     entry = next(e for e in doc["robustness"] if e["revision"] == "stage3")
     assert "cannot be read" in entry["note"] and "floor" in entry["note"]
-    html = full_report.html.read_text(encoding="utf-8")
+    html = full_report.files.html.read_text(encoding="utf-8")
     assert "dynaword: Repeated sampling" in html and "cannot be read" in html
-    header = full_report.leaderboard_full_csv.read_text().splitlines()[0]
+    header = full_report.files.leaderboard_full_csv.read_text().splitlines()[0]
     assert "propme_dynaword_floor_als_low" in header and "propme_dynaword_generic_any_fm20" in header

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from propme.cli.app import main
-from propme_metrics.report.assemble import build_report
-from propme_metrics.report.contents import IncompleteReportError, MissingPrefixError
+from propme_metrics.report.folder import IncompleteReportError, MissingPrefixError
 from propme_metrics.report.request import ReportRequest
+from support.reports import make_report
 from support.runs import DATE1, DATE2, DFM, add_likelihood_task, gen, setting_prompts, write_run
 
 
@@ -34,7 +34,7 @@ def test_nothing_counted_is_empty_not_zero_and_exits_2(tmp_path, capsys):
     run = write_run(tmp_path / "run", DFM, "", settings).parent
     out = tmp_path / "rep"
     with pytest.raises(IncompleteReportError) as info:
-        build_report(ReportRequest([run], out, bootstrap=50))
+        make_report(ReportRequest([run], out, bootstrap=50))
     assert "propme_dynaword_generic" in str(info.value)
     row = csv_row(out / "leaderboard_full.csv")
     p = "propme_dynaword"
@@ -63,13 +63,13 @@ def with_limit(run: Path, limit) -> Path:
 def test_limit_run_never_replaces_the_full_run(tmp_path):
     full = write_run(tmp_path / "full", DFM, "", small_settings(8), date=DATE1).parent
     limited = with_limit(write_run(tmp_path / "lim", DFM, "", small_settings(2), date=DATE2).parent, 2)
-    alone = build_report(ReportRequest([full], tmp_path / "alone", bootstrap=0, plots=False, html=False))
-    rep = build_report(ReportRequest([full, limited], tmp_path / "both", bootstrap=0, plots=False, html=False))
-    row = rep.rows[0]
+    alone = make_report(ReportRequest([full], tmp_path / "alone", bootstrap=0, plots=False, html=False))
+    rep = make_report(ReportRequest([full, limited], tmp_path / "both", bootstrap=0, plots=False, html=False))
+    row = rep.layout.rows[0]
     assert row["propme_dynaword_n_generic"] == 8
-    assert row["propme_dynaword_pm_nvr_generic"] == alone.rows[0]["propme_dynaword_pm_nvr_generic"]
+    assert row["propme_dynaword_pm_nvr_generic"] == alone.layout.rows[0]["propme_dynaword_pm_nvr_generic"]
     assert row["propme_dynaword_limit2_n_generic"] == 2  # reported apart, and marked
-    assert any("--limit 2" in n and "not comparable" in n for n in rep.notes)
+    assert any("--limit 2" in n and "not comparable" in n for n in rep.report.notes)
     md = (tmp_path / "both" / "leaderboard.md").read_text()
     assert "## dynaword_limit2" in md
 
@@ -77,7 +77,7 @@ def test_limit_run_never_replaces_the_full_run(tmp_path):
 def test_bad_limit_is_one_message(tmp_path):
     run = with_limit(write_run(tmp_path / "run", DFM, "", small_settings(2)).parent, "lots")
     with pytest.raises(Exception, match="config.limit"):
-        build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
+        make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
 
 
 def test_nan_in_a_samples_file_is_one_message(tmp_path, capsys):
@@ -94,15 +94,15 @@ def test_lone_surrogates_in_samples_give_a_full_report(tmp_path):
     f = samples_file(run, "generic")
     f.write_text(f.read_text().replace("Indledning", "Indl\\ud800edning").replace('"id": "generic-000"',
                                                                                '"id": "generic-000\\udfff"'))
-    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
+    rep = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
     page = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
-    assert "Indl\ufffdedning" in page and rep.rows[0]["propme_dynaword_n_generic"] == 8
+    assert "Indl\ufffdedning" in page and rep.layout.rows[0]["propme_dynaword_n_generic"] == 8
 
 
 def test_model_names_cannot_inject_html_or_formulas(tmp_path):
     model = "=HYPERLINK(\"http://x\")<img src=x onerror=alert(1)>"
     run = write_run(tmp_path / "run", model, "", small_settings()).parent
-    build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
+    make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
     md = (tmp_path / "rep" / "leaderboard.md").read_text()
     assert "<img" not in md and "&lt;img" in md
     row = csv_row(tmp_path / "rep" / "leaderboard.csv")
@@ -152,11 +152,11 @@ def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
     summary.write_text(json.dumps({"input": {"path": str(samples_file(run, "generic")), "format": "lm-eval-samples"},
                                    "index": {"identity": "idx-dynaword-v1"}, "results": str(results)}))
     reference = write_run(tmp_path / "ref", DFM, "", small_settings()).parent
-    expected = build_report(ReportRequest([reference], tmp_path / "expected", bootstrap=0, plots=False, html=False))
-    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
-    assert rep.rows[0]["propme_dynaword_failed_generic"] == 0
-    assert rep.rows[0]["propme_dynaword_generic_nvr"] == expected.rows[0]["propme_dynaword_generic_nvr"]
-    assert any("8 generation(s) taken from the re-trace" in n for n in rep.notes)
+    expected = make_report(ReportRequest([reference], tmp_path / "expected", bootstrap=0, plots=False, html=False))
+    rep = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
+    assert rep.layout.rows[0]["propme_dynaword_failed_generic"] == 0
+    assert rep.layout.rows[0]["propme_dynaword_generic_nvr"] == expected.layout.rows[0]["propme_dynaword_generic_nvr"]
+    assert any("8 generation(s) taken from the re-trace" in n for n in rep.report.notes)
     other = tmp_path / "other.json"
     other.write_text(summary.read_text().replace("idx-dynaword-v1", "idx-other"))
     assert main(["report", str(run), "--out", str(tmp_path / "r2"), "--bootstrap", "0", "--no-html",
@@ -167,18 +167,18 @@ def test_retraced_results_are_fed_back_into_the_report(tmp_path, capsys):
 def test_a_report_over_an_earlier_one_leaves_no_stale_plot_and_keeps_user_files(tmp_path):
     out = tmp_path / "rep"
     first = write_run(tmp_path / "a", DFM, "", small_settings(), corpus="dynaword").parent
-    build_report(ReportRequest([first], out, bootstrap=10))
+    make_report(ReportRequest([first], out, bootstrap=10))
     assert (out / "capability_dynaword.png").is_file()
     (out / "my-notes.md").write_text("mine")
     (out / "capability_other.png").write_text("a plot the user made")
     second = write_run(tmp_path / "b", DFM, "", small_settings(), corpus="common_pile").parent
-    report = build_report(ReportRequest([second], out, bootstrap=10))
+    report = make_report(ReportRequest([second], out, bootstrap=10))
     names = sorted(p.name for p in out.iterdir())
     assert "capability_dynaword.png" not in names  # the earlier report's plot is gone
     assert "capability_common_pile.png" in names
     assert (out / "my-notes.md").read_text() == "mine" and (out / "capability_other.png").is_file()
     recorded = json.loads((out / "propme-report-files.json").read_text())["files"]
-    assert {p.relative_to(out).as_posix() for p in report.paths} <= set(recorded)  # the page and eee/ records too
+    assert {p.relative_to(out).as_posix() for p in report.files.paths} <= set(recorded)  # the page and eee/ records too
     assert {n.split("/")[0] for n in recorded} | {"my-notes.md", "capability_other.png", "propme-report-files.json"} \
         == set(names)
 
@@ -200,8 +200,8 @@ def test_nvr_without_document_entries_is_undefined_not_zero(tmp_path):
     settings = small_settings(4)
     settings["generic"] = [[gen(f"generic-{i}#0", seg_len=10)] for i in range(4)]  # spans, no documents
     run = write_run(tmp_path / "run", DFM, "", settings).parent
-    report = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=20))
-    generic = report.results[0].settings["generic"].metrics
+    report = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=20))
+    generic = report.report.results[0].settings["generic"].metrics
     assert generic["nvr"].estimate is None and generic["nvr_hits"].estimate is None
     assert generic["als"].estimate == 10  # the defined metrics are still there
     row = csv_row(tmp_path / "rep" / "leaderboard_full.csv")
@@ -213,7 +213,7 @@ def test_nvr_without_document_entries_is_undefined_not_zero(tmp_path):
 def test_a_carriage_return_in_a_model_name_never_splits_a_csv_row(tmp_path):
     model = "org/model\r=cmd|' /C calc'!A0"
     run = write_run(tmp_path / "run", model, "", small_settings(4)).parent
-    build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
+    make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
     with open(tmp_path / "rep" / "leaderboard.csv", newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
     assert len(rows) == 2 and rows[1][0] == model and len(rows[1]) == len(rows[0])
@@ -248,12 +248,12 @@ def test_a_retrace_with_other_tracing_settings_is_refused_unless_asked_for(tmp_p
     _with_trace_config(samples_file(run, "generic"), mixed)
     summary = _retrace_of(tmp_path, run, {**mixed, "mode": "text"})
     with pytest.raises(ConfigError, match="other tracing settings than the run: mode 'text'"):
-        build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
-    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary],
+        make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
+    rep = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary],
                        retraced_other_trace_options=True))
-    assert any("not checked against the run's" in n for n in rep.notes)
+    assert any("not checked against the run's" in n for n in rep.report.notes)
     same = _retrace_of(tmp_path, run, mixed)  # the run's own settings: accepted without asking
-    assert build_report(ReportRequest([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False, retraced=[same]))
+    assert make_report(ReportRequest([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False, retraced=[same]))
 
 
 def test_the_same_retrace_twice_says_so(tmp_path, capsys):
@@ -276,7 +276,7 @@ def test_rows_of_another_setting_in_a_samples_file_are_refused(tmp_path):
     generic.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ConfigError, match="line 1: the row says setting 'prefix', but its task "
                                           "propme_dynaword_generic is the generic setting"):
-        build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
+        make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
 
 
 # --- runs that cannot share a PM: other tracing settings, a chat template ------------------------
@@ -306,8 +306,8 @@ def test_runs_with_other_tracing_settings_in_one_folder_are_refused_or_reported_
     assert "different tracing settings" in err and "'text'" in err and "--separate" in err
     assert not (tmp_path / "rep").exists()
     with pytest.raises(MissingPrefixError) as caught:  # reported apart: the generic run has no prefix of its own
-        build_report(ReportRequest([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True))
-    rep = caught.value.report
+        make_report(ReportRequest([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True))
+    rep = caught.value.report  # what was computed (the files are in caught.value.files)
     assert rep.labels == ["dynaword_set1", "dynaword_set2"]
     by_label = {r.label: r for r in rep.results}
     assert set(by_label["dynaword_set2"].settings) == {"prefix"}  # the text-mode prefix stands alone
@@ -319,8 +319,8 @@ def test_the_same_tracing_settings_in_one_folder_still_pair(tmp_path):
 
     root, second = _two_runs_in_one_folder(tmp_path)
     _with_trace_config(next(second.glob(f"samples_propme_dynaword_prefix_{DATE2}.jsonl")), TraceConfig().to_dict())
-    rep = build_report(ReportRequest([root], tmp_path / "rep", bootstrap=0, plots=False, html=False))
-    assert rep.labels == ["dynaword"] and rep.results[0].pm
+    rep = make_report(ReportRequest([root], tmp_path / "rep", bootstrap=0, plots=False, html=False))
+    assert rep.report.labels == ["dynaword"] and rep.report.results[0].pm
 
 
 def test_a_chat_template_run_never_pairs_with_a_plain_run(tmp_path, capsys):
@@ -333,7 +333,7 @@ def test_a_chat_template_run_never_pairs_with_a_plain_run(tmp_path, capsys):
     assert main(["report", str(root), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html"]) == 2
     assert "with and without a chat template" in capsys.readouterr().err
     with pytest.raises(MissingPrefixError) as caught:
-        build_report(ReportRequest([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True))
+        make_report(ReportRequest([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True))
     rep = caught.value.report
     assert len(rep.labels) == 2
     assert any("prompts: lm-eval's chat template (sha256 abababababab)" in n for n in rep.notes)
@@ -355,13 +355,13 @@ def test_a_report_failing_while_writing_leaves_the_earlier_report_whole(tmp_path
 
     out = tmp_path / "rep"
     first = write_run(tmp_path / "a", DFM, "", small_settings()).parent
-    build_report(ReportRequest([first], out, bootstrap=0))
+    make_report(ReportRequest([first], out, bootstrap=0))
     before = _files(out)
     assert "report.html" in before and any(name.startswith("eee/") for name in before)
     second = write_run(tmp_path / "b", "other/model", "", small_settings()).parent
     monkeypatch.setattr(html_module, "render", lambda *a, **k: 1 / 0)  # fails after the leaderboard and plots
     with pytest.raises(ZeroDivisionError):
-        build_report(ReportRequest([second], out, bootstrap=0))
+        make_report(ReportRequest([second], out, bootstrap=0))
     assert _files(out) == before  # the earlier report, whole and alone
 
 
@@ -377,7 +377,7 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
 
     out = tmp_path / "rep"
     run = write_run(tmp_path / "a", DFM, "", small_settings()).parent
-    build_report(ReportRequest([run], out, bootstrap=0, html=False))
+    make_report(ReportRequest([run], out, bootstrap=0, html=False))
     (out / ".capability_dynaword.png.k2j4h_x8.tmp").write_bytes(b"half a plot")  # left by PropMe 0.2
 
     def killed_while_plotting():  # in a forked child: the first plot half-written, then SIGKILL
@@ -387,15 +387,15 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
                 os.kill(os.getpid(), signal.SIGKILL)
 
         plots.save = killed
-        build_report(ReportRequest([run], out, bootstrap=0))
+        make_report(ReportRequest([run], out, bootstrap=0))
 
     child = run_forked(killed_while_plotting)
     assert child.returncode == -signal.SIGKILL, child.output
     left = {p.relative_to(out).as_posix() for p in out.rglob("*")}
     assert any(".tmp" in name for name in left)  # the kill left a temporary behind
-    report = build_report(ReportRequest([run], out, bootstrap=0))
+    report = make_report(ReportRequest([run], out, bootstrap=0))
     names = set(_files(out))
-    assert names == {p.relative_to(out).as_posix() for p in report.paths} | {"propme-report-files.json"}, names
+    assert names == {p.relative_to(out).as_posix() for p in report.files.paths} | {"propme-report-files.json"}, names
     assert not any(name.startswith(".") for name in os.listdir(out))
 
 
@@ -405,8 +405,8 @@ def test_a_sigkilled_report_leaves_nothing_a_rerun_keeps(tmp_path):
 def test_a_log_probability_a_rounding_error_below_zero_is_reported(tmp_path):
     run = write_run(tmp_path / "run", DFM, "", small_settings())
     add_likelihood_task(run, [-1e-17, -0.0, -3.0, -80.0, -1e-300])
-    rep = build_report(ReportRequest([run.parent], tmp_path / "rep", bootstrap=0, html=False))
-    (lik,) = rep.likelihood
+    rep = make_report(ReportRequest([run.parent], tmp_path / "rep", bootstrap=0, html=False))
+    (lik,) = rep.report.likelihood
     assert lik.curve[1].estimate == pytest.approx(2 / 5 + 1 / 5)  # the three near-certain documents of five
 
 
@@ -433,23 +433,23 @@ def _as_predict_only(samples: Path) -> None:
 
 def test_a_predict_only_run_is_reported_after_retracing(tmp_path, capsys):
     run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
-    whole = build_report(ReportRequest([run], tmp_path / "whole", bootstrap=0, plots=False, html=False))
+    whole = make_report(ReportRequest([run], tmp_path / "whole", bootstrap=0, plots=False, html=False))
     _as_predict_only(samples_file(run, "generic"))
     assert main(["report", str(run), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 2
     err = capsys.readouterr().err
     assert "--predict_only" in err and "propme trace --input" in err and "--retraced" in err
     assert "--log_samples" not in err
     summary = _retrace_of(tmp_path, run, None)  # what `propme trace --input` of that file gives
-    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
-    assert rep.rows == whole.rows
-    assert any("8 generation(s) taken from the re-trace" in n for n in rep.notes)
+    rep = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
+    assert rep.layout.rows == whole.layout.rows
+    assert any("8 generation(s) taken from the re-trace" in n for n in rep.report.notes)
 
 
 def test_the_folder_of_an_output_path_ending_in_json_is_reported(tmp_path):
     run = write_run(tmp_path / "run", DFM, "", small_settings())
     (run / f"results_{DATE1}.json").rename(run / f"out_{DATE1}.json")  # lm_eval --output_path run/out.json
-    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
-    assert rep.labels == ["dynaword"] and rep.results[0].pm
+    rep = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
+    assert rep.report.labels == ["dynaword"] and rep.report.results[0].pm
 
 
 def test_generations_too_short_to_show_extraction_are_not_counted_as_failures(tmp_path):
@@ -460,16 +460,16 @@ def test_generations_too_short_to_show_extraction_are_not_counted_as_failures(tm
     short = [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og de", extracted=False)] for i in range(6)]
     settings = {"generic": small_settings(6)["generic"], "prefix": short}
     run = write_run(tmp_path / "short", DFM, "", settings).parent
-    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
-    assert rep.results[0].settings["prefix"].metrics["extraction"].estimate is None  # undefined, not 0
+    rep = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
+    assert rep.report.results[0].settings["prefix"].metrics["extraction"].estimate is None  # undefined, not 0
     assert any("6 of 6 generations stopped inside the true continuation" in n and "undefined" in n
-               for n in rep.notes)
+               for n in rep.report.notes)
     mixed = short[:3] + [[gen(f"prefix-{i:03d}", 2, (0.5,), text="og så", extracted=False)] for i in range(3, 5)] \
         + [[gen("prefix-005", 2, (0.5,), text=cont + " til deres dages ende", extracted=True)]]
     run = write_run(tmp_path / "mixed", DFM, "", {**settings, "prefix": mixed}).parent
-    rep = build_report(ReportRequest([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False))
-    assert rep.results[0].settings["prefix"].metrics["extraction"].estimate == pytest.approx(1 / 3)
-    assert any("3 of 6 generations stopped inside" in n for n in rep.notes)
+    rep = make_report(ReportRequest([run], tmp_path / "rep2", bootstrap=0, plots=False, html=False))
+    assert rep.report.results[0].settings["prefix"].metrics["extraction"].estimate == pytest.approx(1 / 3)
+    assert any("3 of 6 generations stopped inside" in n for n in rep.report.notes)
 
 
 def _with_index(tmp_path: Path, runs: list[Path]) -> None:
@@ -527,7 +527,7 @@ def test_nvr_1_in_every_prompt_has_an_interval_of_width_at_both_ends(tmp_path):
     settings = {"generic": setting_prompts("generic", 100, [(100, 10)], {i: 1.0 for i in range(100)}, set()),
                 "prefix": setting_prompts("prefix", 100, [(100, 12)], {i: 1.0 for i in range(100)}, set(range(100)))}
     run = write_run(tmp_path / "run", DFM, "", settings).parent
-    build_report(ReportRequest([run], tmp_path / "rep", bootstrap=200, plots=False, html=False))
+    make_report(ReportRequest([run], tmp_path / "rep", bootstrap=200, plots=False, html=False))
     row = json.loads((tmp_path / "rep" / "leaderboard.json").read_text())["rows"][0]
     for setting in ("generic", "prefix"):
         value, low, high = (row[f"propme_dynaword_{setting}_nvr{end}"] for end in ("", "_low", "_high"))
@@ -544,12 +544,12 @@ def test_a_second_report_into_one_folder_is_refused_while_the_first_writes(tmp_p
     and `propme index build` do; the first report is whole, and the lock is gone afterwards."""
     import threading
 
-    import propme_metrics.report.assemble as assemble
+    import propme_metrics.report.folder as folder
 
     run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
     other = write_run(tmp_path / "other", DFM, "", small_settings(4)).parent
     out = tmp_path / "rep"
-    real_write_plots, second = assemble.write_plots, {}
+    real_write_plots, second = folder.write_plots, {}
 
     def while_writing(report, into):  # the first report is writing: a second one starts (another thread)
         def run_second():
@@ -560,12 +560,12 @@ def test_a_second_report_into_one_folder_is_refused_while_the_first_writes(tmp_p
         thread.join()
         return real_write_plots(report, into)
 
-    monkeypatch.setattr(assemble, "write_plots", while_writing)
+    monkeypatch.setattr(folder, "write_plots", while_writing)
     assert main(["report", str(run), "--out", str(out), "--bootstrap", "0"]) == 0
     assert second["code"] == 2 and "another `propme report` is writing" in second["err"], second
     assert csv_row(out / "leaderboard_full.csv")["propme_dynaword_n_prefix"] == "8"  # the first report's
     assert not any(p.name.endswith("propme-report-lock") for p in tmp_path.iterdir())
-    monkeypatch.setattr(assemble, "write_plots", real_write_plots)
+    monkeypatch.setattr(folder, "write_plots", real_write_plots)
     assert main(["report", str(other), "--out", str(out), "--bootstrap", "0", "--no-html"]) == 0  # free again
     assert csv_row(out / "leaderboard_full.csv")["propme_dynaword_n_prefix"] == "4"
 
@@ -576,7 +576,7 @@ def test_a_damaged_record_of_the_reports_files_is_treated_as_absent(tmp_path, re
     """Issue 44 item 17: a propme-report-files.json naming a folder made every later report fail with
     "Is a directory". A damaged record (a folder in it, a name outside the folder, not PropMe's
     layout) is ignored whole: the report is written, and no file or folder it names is removed."""
-    from propme_metrics.report.assemble import WRITTEN_NAME
+    from propme_metrics.report.folder import WRITTEN_NAME
 
     run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
     out = tmp_path / "rep"
@@ -586,14 +586,14 @@ def test_a_damaged_record_of_the_reports_files_is_treated_as_absent(tmp_path, re
     (tmp_path / "outside.txt").write_text("user data")
     (out / WRITTEN_NAME).write_text(json.dumps(record))
     for _ in range(2):  # and the report after it, from the record this one wrote
-        build_report(ReportRequest([run], out, bootstrap=0, plots=False, html=False))
+        make_report(ReportRequest([run], out, bootstrap=0, plots=False, html=False))
         assert (out / "notes" / "mine.txt").read_text() == (out / "keep.txt").read_text() == "user data"
         assert (tmp_path / "outside.txt").exists() and (out / "leaderboard.csv").is_file()
     assert "keep.txt" not in json.loads((out / WRITTEN_NAME).read_text())["files"]
 
 
 def test_a_folder_where_the_record_goes_is_one_message_and_kept(tmp_path, capsys):
-    from propme_metrics.report.assemble import WRITTEN_NAME
+    from propme_metrics.report.folder import WRITTEN_NAME
 
     run = write_run(tmp_path / "run", DFM, "", small_settings()).parent
     (tmp_path / "rep" / WRITTEN_NAME).mkdir(parents=True)

@@ -8,8 +8,8 @@ import pytest
 
 import propme_metrics.report.plots as plots_module
 from propme_metrics.metrics.pm import Interval
-from propme_metrics.report.assemble import build_report
 from propme_metrics.report.request import ReportRequest
+from support.reports import make_report
 from support.runs import DATE2, DFM, reference_settings, setting_prompts, write_run
 
 
@@ -38,8 +38,8 @@ def test_trajectory_plot_draws_withheld_pm_hollow(tmp_path, monkeypatch):
         real_save(fig, path)
 
     monkeypatch.setattr(plots_module, "save", keep)
-    rep = build_report(ReportRequest(runs, tmp_path / "rep", bootstrap=200, html=False))
-    first, second = (r for r in rep.results if r.revision in ("early", "late"))
+    rep = make_report(ReportRequest(runs, tmp_path / "rep", bootstrap=200, html=False))
+    first, second = (r for r in rep.report.results if r.revision in ("early", "late"))
     assert first.revision == "early" and first.pm[("fmr", "specific")].withheld
     assert second.pm[("fmr", "specific")].withheld is None
     (name,) = [n for n in figures if n.startswith("trajectory_")]

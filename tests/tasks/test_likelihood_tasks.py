@@ -123,17 +123,17 @@ def test_greedy_extraction_equals_prefix_extraction(run):
 
 
 def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
-    from propme_metrics.report.assemble import build_report
+    from support.reports import make_report
 
     out, _ = run
-    report = build_report(ReportRequest([out], tmp_path / "report", bootstrap=200, seed=0, html=True))
-    (res,) = report.likelihood
+    report = make_report(ReportRequest([out], tmp_path / "report", bootstrap=200, seed=0, html=True))
+    (res,) = report.report.likelihood
     rows = _rows(out, "propme_demo_likelihood")
     logps = [r["likelihood"]["logp"] for r in rows]
     for n, est in res.curve.items():  # the curve recomputed from the samples
         assert est.estimate == pytest.approx(sum(extraction_probability(lp, n) >= 0.5 for lp in logps) / len(logps))
         assert est.low <= est.estimate <= est.high
-    assert res.prefix_fmr is not None and res.prefix_fmr.estimate == report.results[0].settings["prefix"].metrics["fmr"].estimate
+    assert res.prefix_fmr is not None and res.prefix_fmr.estimate == report.report.results[0].settings["prefix"].metrics["fmr"].estimate
     (row,) = json.loads((tmp_path / "report" / "leaderboard.json").read_text())["rows"]
     assert row["propme_demo_prefix_likelihood_discoverable@100"] == res.curve[100].estimate
     assert row["propme_demo_prefix_likelihood_greedy_extraction"] == pytest.approx(
@@ -145,17 +145,17 @@ def test_report_shows_the_curve_next_to_prefix_fmr(run, tmp_path):
 
     patterns = [name for name, _ in leaderboard_columns()]
     regexes = [re.compile("^" + re.sub(r"<[a-z_]+>", "[a-z0-9_]+", name) + "$") for name in patterns]
-    assert all(any(r.match(col) for r in regexes) for col in report.columns if "likelihood" in col)
-    assert {c for c in report.columns if "likelihood" in c} == {
+    assert all(any(r.match(col) for r in regexes) for col in report.layout.columns if "likelihood" in col)
+    assert {c for c in report.layout.columns if "likelihood" in c} == {
         f"propme_demo_{x}" for x in ("n_prefix_likelihood", *(f"prefix_likelihood_{m}{e}" for m in (
             "discoverable@100", "greedy_extraction") for e in ("", "_low", "_high")))}
     assert (tmp_path / "report" / "likelihood_demo.png").is_file()
     assert "probabilistic extraction" in (tmp_path / "report" / "leaderboard.md").read_text()
     assert "likelihood_demo.png" in (tmp_path / "report" / "report.html").read_text()
     # another grid and p from the report's options
-    other = build_report(ReportRequest([out], tmp_path / "r2", bootstrap=0, discoverable_n=[3], discoverable_p=0.9,
+    other = make_report(ReportRequest([out], tmp_path / "r2", bootstrap=0, discoverable_n=[3], discoverable_p=0.9,
                          html=False, plots=False))
-    (res2,) = other.likelihood
+    (res2,) = other.report.likelihood
     assert list(res2.curve) == [3] and res2.p == 0.9
     assert res2.curve[3].estimate == sum(extraction_probability(lp, 3) >= 0.9 for lp in logps) / len(logps)
 
@@ -205,7 +205,7 @@ def test_damaged_likelihood_samples_are_named(run, tmp_path):
     import shutil
 
     from propme_metrics.core.errors import ConfigError
-    from propme_metrics.report.assemble import build_report
+    from support.reports import make_report
 
     out, _ = run
     copy = tmp_path / "runs"
@@ -217,10 +217,10 @@ def test_damaged_likelihood_samples_are_named(run, tmp_path):
     rows[1] = json.dumps(bad)
     samples.write_text("\n".join(rows) + "\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"line 2: no valid 'likelihood' record") as err:
-        build_report(ReportRequest([copy], tmp_path / "report", bootstrap=0, html=False, plots=False))
+        make_report(ReportRequest([copy], tmp_path / "report", bootstrap=0, html=False, plots=False))
     assert samples.name in str(err.value)
     with pytest.raises(ConfigError, match="--discoverable-p"):
-        build_report(ReportRequest([out], tmp_path / "r", bootstrap=0, discoverable_p=2, html=False, plots=False))
+        make_report(ReportRequest([out], tmp_path / "r", bootstrap=0, discoverable_p=2, html=False, plots=False))
 
 
 def test_process_results_reads_p_from_the_document():
@@ -239,7 +239,7 @@ def test_process_results_reads_p_from_the_document():
 def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
     import shutil
 
-    from propme_metrics.report.assemble import build_report
+    from support.reports import make_report
 
     out, _ = run
     copy = tmp_path / "runs"
@@ -249,7 +249,7 @@ def test_report_uses_the_runs_recorded_p_and_grid(run, tmp_path):
     for r in rows:  # as a run with discoverable_p 0.99 and discoverable_n [2, 5000] records them
         r["likelihood"] |= {"discoverable_p": 0.99, "discoverable_n": [2, 5000]}
     samples.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    (res,) = build_report(ReportRequest([copy], tmp_path / "report", bootstrap=0, html=False, plots=False)).likelihood
+    (res,) = make_report(ReportRequest([copy], tmp_path / "report", bootstrap=0, html=False, plots=False)).report.likelihood
     assert res.p == 0.99 and list(res.curve) == [2, 5000]
     logps = [r["likelihood"]["logp"] for r in rows]
     assert res.curve[2].estimate == sum(extraction_probability(lp, 2) >= 0.99 for lp in logps) / len(logps)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import propme_metrics
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT_KEY
-from propme_metrics.report.assemble import build_report
 from propme_metrics.report.request import ReportRequest
 from propme_metrics.trace.result import TraceConfig
 from propme_metrics.trace.task_document import CHAT_TEMPLATE_NOTE, RayBackend, TaskDocument
 from propme_tasks import hooks
+from support.reports import make_report
 from support.runs import reference_settings, write_run
 
 #: the keys of a row as PropMe 0.2.0 wrote them (load_prompts at f8ca2e0), in that order
@@ -92,7 +92,7 @@ def test_runs_with_and_without_the_version_report_the_same(tmp_path):
         samples.write_text("".join(json.dumps({**r, "doc": {**r["doc"], "propme_version": "0.2.1"}}) + "\n"
                                    for r in rows), encoding="utf-8")
     for runs in (old_runs, new_runs):
-        build_report(ReportRequest([runs], tmp_path / f"report-{runs.name}", bootstrap=200, seed=1, html=False, plots=False))
+        make_report(ReportRequest([runs], tmp_path / f"report-{runs.name}", bootstrap=200, seed=1, html=False, plots=False))
     for name in ("leaderboard.csv", "leaderboard_full.csv", "leaderboard.md"):
         old, new = (Path(tmp_path / f"report-{r}" / name).read_bytes() for r in ("old", "new"))
         assert old == new, name

@@ -10,12 +10,12 @@ import math
 import pytest
 
 from propme_metrics.metrics import registry
-from propme_metrics.report.assemble import build_report
 from propme_metrics.report.request import ReportRequest
 from propme_metrics.trace.text_rules import continuation_reproduced
 from propme_metrics.trace.tracer import Tracer
 from support.corpora import write_jsonl
 from support.lmeval import demo_metadata, model_args, run_lm_eval, samples_file
+from support.reports import make_report
 from support.runs import DFM, gen, setting_prompts, write_run
 
 CONT = " og de levede lykkeligt til deres dages ende"
@@ -89,10 +89,10 @@ def test_report_says_so_for_generations_recorded_as_undefined(tmp_path):
     for path in run.rglob("samples_*prefix*.jsonl"):  # every prefix prompt's true continuation
         rows = [json.loads(line) for line in path.open()]
         path.write_text("".join(json.dumps({**r, "doc": {**r["doc"], "continuation": CONT}}) + "\n" for r in rows))
-    rep = build_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
-    assert rep.results[0].settings["prefix"].metrics["extraction"].estimate is None
+    rep = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False))
+    assert rep.report.results[0].settings["prefix"].metrics["extraction"].estimate is None
     assert any("6 of 6 generations stopped inside the true continuation" in n and "undefined" in n
-               for n in rep.notes), rep.notes
+               for n in rep.report.notes), rep.report.notes
 
 
 def test_stock_lm_eval_with_short_generations_leaves_extraction_undefined(demo_paths, tmp_path):

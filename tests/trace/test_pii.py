@@ -265,16 +265,16 @@ def test_prefix_prompts_leak_the_planted_items_generic_do_not(pii_world, tmp_pat
     assert record["detected_by_type"]["cpr"] == 1 and record["leaked_by_type"]["cpr"] == 0
     assert record["leaked_by_type"]["iban"] == 1  # the IBAN beside it was copied
     # the report: PII with its PM against prefix, masked in the HTML unless asked
-    from propme_metrics.report.assemble import build_report
     from propme_metrics.report.request import ReportRequest
+    from support.reports import make_report
 
-    rep = build_report(ReportRequest([out], tmp_path / "report", bootstrap=200, plots=False, pm_metrics=("nvr", "pii")))
-    row = rep.rows[0]
+    rep = make_report(ReportRequest([out], tmp_path / "report", bootstrap=200, plots=False, pm_metrics=("nvr", "pii")))
+    row = rep.layout.rows[0]
     assert row["propme_demo_prefix_pii"] == 1.0 and row["propme_demo_generic_pii"] == 0.0
     assert row["propme_demo_pm_pii_generic"] == 0.0
     html = (tmp_path / "report" / "report.html").read_text()
     assert 'class="pii"' in html
     assert not any(v in html for v in planted_values)
-    build_report(ReportRequest([out], tmp_path / "shown", bootstrap=0, plots=False, show_pii=True))
+    make_report(ReportRequest([out], tmp_path / "shown", bootstrap=0, plots=False, show_pii=True))
     shown = (tmp_path / "shown" / "report.html").read_text()
     assert all(re.sub(r"\s", "", v) in re.sub(r"\s", "", shown) for v in planted_values)
