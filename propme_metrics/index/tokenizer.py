@@ -113,18 +113,26 @@ def max_token_id(tok) -> int:
     return max(tok.get_vocab().values())
 
 
-def tokenizer_hash(tok) -> str:
-    """Content hash of the tokenizer's vocabulary, merges and special tokens (not of its path)."""
+def _content_key(tok) -> tuple[str, str, dict[str, str]]:
+    """(digest, serialized form, special tokens) of a tokenizer: the digest names its content in this
+    process's caches (milliseconds; what is cached under it parses the whole vocabulary)."""
     serialized = tok.backend_tokenizer.to_str()
     special = {k: str(v) for k, v in tok.special_tokens_map.items()}
-    key = hashlib.sha256(f"{serialized}\0{sorted(special.items())}".encode()).hexdigest()
+    return hashlib.sha256(f"{serialized}\0{sorted(special.items())}".encode()).hexdigest(), serialized, special
+
+
+def tokenizer_hash(tok) -> str:
+    """Content hash of the tokenizer's vocabulary, merges and special tokens (not of its path)."""
+    key, serialized, special = _content_key(tok)
     if key not in _HASHES:  # the canonical form parses the whole vocabulary: once per tokenizer
         _HASHES[key] = _hash_payload(json.loads(serialized), special)
     return _HASHES[key]
 
 
-#: canonical hashes by the digest of the serialized tokenizer (a builder or reader in one process sees few)
+#: by the content digest of a tokenizer (`_content_key`; a builder or reader in one process sees few):
+#: its canonical hash, and its vocabulary's analysis
 _HASHES: dict[str, str] = {}
+_VOCABS: dict[str, VocabInfo] = {}
 
 
 def _hash_payload(model: dict, special: dict[str, str]) -> str:
@@ -145,7 +153,17 @@ class VocabInfo:
 
 
 def analyze_vocab(tok) -> VocabInfo:
-    """Classify the tokenizer family and list word-start and sentence-delimiter ids."""
+    """Classify the tokenizer family and list word-start and sentence-delimiter ids (once per
+    tokenizer content in a process: it decodes every id; a copy each call)."""
+    key = _content_key(tok)[0]
+    if key not in _VOCABS:
+        _VOCABS[key] = _analyze_vocab(tok)
+    info = _VOCABS[key]
+    return VocabInfo(info.family, list(info.word_start_ids), list(info.delimiter_ids))
+
+
+def _analyze_vocab(tok) -> VocabInfo:
+    """`analyze_vocab` itself."""
     vocab = tok.get_vocab()
     pieces = {i: p for p, i in vocab.items()}
     if any(p.startswith("▁") for p in vocab):
