@@ -131,6 +131,7 @@ def test_a_run_folder_alone_rebuilds_its_local_task(cli_run, bench, tmp_path):
     assert [rows[i]["fields"]["question"]["text"] for i in range(ITEMS)] == [r["question"] for r in bench["rows"]]
 
 
+@pytest.mark.slow  # a task with Python code is looked up among lm-eval's ~15k built-in task files
 def test_a_recorded_config_with_python_code_asks_for_the_include_path(cli_run, bench, tmp_path):
     config = dict(bench["config"], task="coded", process_docs="def process_docs(dataset):\n    return dataset\n")
     write_benchmark_run(tmp_path / "runs", DFM, "coded", config, bench["rows"], SCORES[A])
