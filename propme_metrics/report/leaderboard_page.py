@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,10 @@ class ColumnInfo:
         return f"PM {label}" if self.pm else label
 
 
+@lru_cache(maxsize=4096)
 def describe_column(name: str) -> ColumnInfo | None:
-    """The corpus, setting and metric of a metric column (None for any other column)."""
+    """The corpus, setting and metric of a metric column (None for any other column); once per name
+    (a page asks for each of the leaderboard's hundreds of columns, and each try builds every tail)."""
     if not name.startswith("propme_"):
         return None
     rest = name[len("propme_"):]
