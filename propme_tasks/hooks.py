@@ -331,9 +331,9 @@ def _items(doc: TaskDocument, traces: list[TraceResult]) -> dict[str, Any]:
     rare = doc.rare_max_count or RARE_MAX_COUNT
     counted = [contributions(t, metrics, p, rare) for t, p in zip(traces, personal) if counts_for_metrics(t)]
     pooled = {m.name: pool(m, counted) for m in metrics}
-    items["trace"]["pooled"] = {m.name: m.aggregation.pooled_record(pooled[m.name]) for m in metrics}
+    items["trace"]["pooled"] = {m.name: m.pooling.pooled_record(pooled[m.name]) for m in metrics}
     for m in metrics:
-        items[m.name] = m.aggregation.sample_item(pooled[m.name])
+        items[m.name] = m.pooling.sample_item(pooled[m.name])
     return items
 
 

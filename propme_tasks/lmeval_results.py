@@ -124,22 +124,22 @@ class RunFigures:
         found = []
         for (metric, filter_key), items in raw.items():
             spec = registry.BY_NAME.get(metric)
-            if spec is None:
+            if spec is None or spec.unit is not registry.Generation:
                 continue
             units = _units(items, trace_items, figures.setting)
             figures.units[metric] = units
             iv = (metric_interval(spec, units, self.intervals) if spec.has_interval
-                  else Interval(spec.aggregation.corpus_value(items)))
+                  else Interval(spec.pooling.corpus_value(items)))
             found.append(((metric, filter_key), iv, len(units)))
         return found
 
     def _likelihood(self, figures: TaskFigures, raw: dict[tuple[str, str], list]) -> list:
         found = []
         for (metric, filter_key), items in raw.items():
-            spec = registry.LIKELIHOOD_BY_NAME.get(metric)
-            if spec is None or not items:
+            spec = registry.BY_NAME.get(metric)
+            if spec is None or spec.unit is not registry.Document or not items:
                 continue
-            iv = bootstrap_documents({metric: items}, {metric: spec.statistic}, self.intervals)[metric]
+            iv = bootstrap_documents({metric: items}, {metric: spec.pooling.statistic}, self.intervals)[metric]
             found.append(((metric, filter_key), iv, len(items)))
         return found
 

@@ -1,25 +1,29 @@
-"""The metric registry: every metric PropMe reports, defined once.
+"""The metric registry: every metric PropMe reports, defined once, in one table (`REGISTRY`).
 
-Each entry says how one generation contributes (`value`: a numerator and a denominator), whether
+Each entry says which unit it reads (a traced generation or a likelihood subtask's document), how
+one unit contributes (`contribution`), how contributions pool into its value (`pooling`), whether
 the metric is a share of generations (Wilson intervals), its label, which settings have it and
 whether PM is defined for it. The lm-eval hooks, `propme trace`, the report's columns, tables and
 plots, the CLI and the docs all read this table; `tests/metrics/test_registry.py` checks that the
-task YAML's `metric_list` and docs/method.md's metric table equal it.
+task YAMLs' `metric_list` and docs/method.md's metric table equal it.
 
-A metric carries its corpus-level function (as lighteval's metric classes do): `Metric.pool`
-combines contributions, `Metric.pooled` divides once. A ratio metric is the sum of numerators over
-the sum of denominators (never a mean of per-prompt means); a `max` metric takes the largest
-per-generation value and has no bootstrap interval (`Metric.has_interval`). With nothing to pool
-(no counted generation, or a ratio without a denominator, e.g. NVR without document entries) a
-metric is undefined, never 0: `Metric.pooled` gives None, which every output writes as `UNDEFINED`
-says.
+A metric carries its corpus-level function (as lighteval's metric classes do), its `Pooling`, a
+callable over the units' contributions. A ratio metric is the sum of numerators over the sum of
+denominators (never a mean of per-prompt means); a `max` metric takes the largest per-generation
+value and has no bootstrap interval (`Pooling.has_interval`); a likelihood metric is the mean (a
+share of documents) or the median of the documents' values. With nothing to pool (no counted
+generation, or a ratio without a denominator, e.g. NVR without document entries) a metric is
+undefined, never 0: the pooling gives None, which every output writes as `UNDEFINED` says.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from propme_metrics.metrics.code_like import is_code_like
 from propme_metrics.metrics.leaks import RARE_MAX_COUNT, is_rare_full_match
@@ -70,10 +74,19 @@ class Generation:
         return is_code_like(self.trace.text)
 
 
+@dataclass(frozen=True)
+class Document:
+    """What a likelihood metric reads of one prefix document: the model's score of it and the run's
+    discoverability probability p (a parameter of the run, as `Generation.rare_max_count` is)."""
+
+    record: DocumentLikelihood
+    p: float = DISCOVERABLE_P
+
+
 class PooledValue(float):
     """One prompt's value of a metric as lm-eval logs it: a plain number in the samples file (what
     standard tools read as the sample's score), carrying the pooled pair lm-eval's aggregation sums
-    (`Pooling.corpus_value`), so the task's value stays the pooled ratio, never a mean of prompts' values."""
+    (`RatioPooling.corpus_value`), so the task's value stays the pooled ratio, never a mean of prompts' values."""
 
     __slots__ = ("pair",)
 
@@ -88,10 +101,25 @@ class PooledValue(float):
 
 @dataclass(frozen=True)
 class Pooling:
-    """How contributions combine into a metric's value: the ratio of pooled sums."""
+    """How a metric's per-unit contributions combine into its value: called on them, it gives the
+    value (None: undefined, nothing to pool). One vocabulary for every metric: its name is the
+    `aggregation` of the metric's EEE records."""
 
-    name: str = "ratio"   #: also names the lm-eval aggregation hook, `propme_tasks.hooks.agg_<name>`
-    has_interval: bool = True   #: a bootstrap interval over prompts applies
+    name: str
+    hook: str                   #: the task YAML's lm-eval `aggregation`: `propme_tasks.hooks.agg_<name>` or lm-eval's own
+    has_interval: bool = True   #: an interval over the units applies (a maximum has none)
+
+    def __call__(self, contributions: Iterable[Any]) -> float | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RatioPooling(Pooling):
+    """Generations' (numerator, denominator) contributions: the ratio of pooled sums."""
+
+    def __call__(self, pairs: Iterable[Contribution]) -> float | None:
+        """Pooled, then divided once (None when undefined)."""
+        return self.pooled(*self.pool(pairs))
 
     def pool(self, pairs: Iterable[tuple[float, float]]) -> Ratio:
         """(sum of numerators, sum of denominators)."""
@@ -100,6 +128,10 @@ class Pooling:
     def value(self, numerator: float, denominator: float) -> float:
         """The value of pooled sums with a non-zero denominator."""
         return numerator / denominator
+
+    def pooled(self, numerator: float, denominator: float) -> float | None:
+        """The value of a pooled pair; None, undefined and never 0, when the denominator is 0 (`divide`)."""
+        return None if divide(numerator, denominator) is None else self.value(numerator, denominator)
 
     def sample_item(self, pair: Contribution) -> PooledValue | None:
         """What one prompt hands lm-eval: its value with its pooled sums (None, undefined and never 0,
@@ -116,10 +148,9 @@ class Pooling:
 
 
 @dataclass(frozen=True)
-class MaxPooling(Pooling):
+class MaxPooling(RatioPooling):
     """The largest per-generation value; the denominator counts the generations. No interval."""
 
-    name: str = "max"
     has_interval: bool = False
 
     def pool(self, pairs: Iterable[tuple[float, float]]) -> Ratio:
@@ -142,44 +173,70 @@ class MaxPooling(Pooling):
         return None if pooled.value is None else self.value(*pooled)
 
 
-RATIO, MAXIMUM = Pooling(), MaxPooling()
+@dataclass(frozen=True)
+class DocumentPooling(Pooling):
+    """Documents' values: a statistic over documents, the bootstrap resampling documents (`metrics.likelihood`)."""
+
+    statistic: Callable[..., Any] = np.mean   #: numpy's function, called with `axis=` by `bootstrap_documents`
+
+    def __call__(self, values: Sequence[float]) -> float | None:
+        """The statistic of the values (None when there is none)."""
+        return float(self.statistic(np.asarray(values, dtype=float))) if len(values) else None
+
+
+RATIO = RatioPooling("ratio", "propme_tasks.hooks.agg_ratio")
+MAXIMUM = MaxPooling("max", "propme_tasks.hooks.agg_max")
+MEAN = DocumentPooling("mean", "mean", statistic=np.mean)   # lm-eval's built-in mean: a share of documents
+MEDIAN = DocumentPooling("median", "propme_tasks.likelihood.agg_median", statistic=np.median)
 
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric: its name (lm-eval, columns, summaries), how a generation contributes, how it is shown."""
+    """One metric: its name (lm-eval, columns, summaries), the unit it reads, how a unit contributes
+    and how contributions pool, how it is shown."""
 
     name: str
     label: str                       #: short label for tables and plots
     description: str                 #: one line for docs/method.md, the YAML and `--help`
-    contribution: Callable[[Generation], Contribution]   #: what one generation adds: (numerator, denominator)
-    aggregation: Pooling = RATIO     #: RATIO (pooled sums) or MAXIMUM (largest per-generation value)
+    contribution: Callable[[Any], Any]   #: what one unit adds: a generation's (numerator, denominator), a document's value
+    pooling: Pooling = RATIO         #: RATIO or MAXIMUM over generations, MEAN or MEDIAN over documents
     proportion: bool = False         #: a share of generations: Wilson intervals as well
     settings: tuple[str, ...] = ()   #: settings that have it (empty: every setting)
     pm: bool = True                  #: PM = p / (p + c) is reported for it
     higher_is_better: bool = False   #: every PropMe metric measures memorization: lower is better
     unit_max: float | None = 1.0     #: the largest value one unit's ratio can take (None: unbounded);
     #: bounds the interval of a ratio metric with no event (`pm.bootstrap_metric`)
+    #: what it reads, `Generation` or `Document`: the metric's, since it fixes which records compute it
+    #: (traces in `propme trace` and the setting tasks, the likelihood subtask's document records) and
+    #: what its contribution takes, so one table holds both kinds
+    unit: type = Generation
+    n: int | None = None             #: the sample count of a discoverable@n metric
 
     def applies(self, setting: str | None) -> bool:
         return not self.settings or setting in self.settings
 
     @property
     def has_interval(self) -> bool:
-        """A bootstrap interval applies (a maximum has none)."""
-        return self.aggregation.has_interval
+        """An interval applies (a maximum has none)."""
+        return self.pooling.has_interval
+
+    @property
+    def aggregation(self) -> Pooling:
+        """Deprecated alias of `pooling` (its name until 0.3)."""
+        warnings.warn("Metric.aggregation is deprecated, use Metric.pooling", DeprecationWarning, stacklevel=2)
+        return self.pooling
 
     def pool(self, pairs: Iterable[tuple[float, float]]) -> Ratio:
-        """Contributions (of generations, or already pooled ones of prompts) combined into one pair."""
-        return self.aggregation.pool(pairs)
+        """A generation metric's contributions (of generations, or already pooled ones of prompts) combined into one pair."""
+        return self.pooling.pool(pairs)
 
     def pooled(self, numerator: float, denominator: float) -> float | None:
         """The value of a pooled pair; None, undefined and never 0, when the denominator is 0 (`divide`)."""
-        return None if divide(numerator, denominator) is None else self.aggregation.value(numerator, denominator)
+        return self.pooling.pooled(numerator, denominator)
 
-    def value_of(self, pairs: Iterable[Contribution]) -> float | None:
-        """The metric over contributions: pooled, then divided once (None when undefined)."""
-        return self.pooled(*self.pool(pairs))
+    def value_of(self, contributions: Iterable[Any]) -> float | None:
+        """The metric over contributions: its pooling's value (None when undefined)."""
+        return self.pooling(contributions)
 
 
 @dataclass(frozen=True)
@@ -235,7 +292,7 @@ _BASE: tuple[Metric, ...] = (
     Metric("nvr_hits", "NVR (hits)", "mean NV-recall over document entries with NV-recall > 0",
            lambda g: (float(sum(v for v in g.nv_recalls if v > 0)), float(sum(v > 0 for v in g.nv_recalls)))),
     Metric("nvr_max", "NVR max", "the largest NV-recall of any document entry",
-           lambda g: (float(max(g.nv_recalls, default=0.0)), 1.0), aggregation=MAXIMUM, pm=False),
+           lambda g: (float(max(g.nv_recalls, default=0.0)), 1.0), pooling=MAXIMUM, pm=False),
     Metric("nvr_above_half", "NV > 0.5", f"share of generations with an entry above NV-recall {NV_HIT_THRESHOLD}",
            _share(lambda g: max(g.nv_recalls, default=0.0) > NV_HIT_THRESHOLD), proportion=True),
     *(Metric(f"r{n}", f"R{n}", f"share of generations whose longest final span has at least {n} tokens",
@@ -264,17 +321,60 @@ _BASE: tuple[Metric, ...] = (
 
 def _natural_language(base: Metric) -> Metric:
     """`base` over natural-language generations only: a code-like generation contributes nothing."""
-    return Metric(f"{base.name}_nl", f"{base.label} (NL)", f"{base.name} over natural-language generations only",
-                  lambda g: (0.0, 0.0) if g.code_like else base.contribution(g), base.aggregation,
-                  base.proportion, base.settings, base.pm, base.higher_is_better, base.unit_max)
+    return replace(base, name=f"{base.name}_nl", label=f"{base.label} (NL)",
+                   description=f"{base.name} over natural-language generations only",
+                   contribution=lambda g: (0.0, 0.0) if g.code_like else base.contribution(g))
 
 
-METRICS: tuple[Metric, ...] = (*_BASE, *(_natural_language(next(m for m in _BASE if m.name == n))
-                                         for n in NATURAL_LANGUAGE_METRICS))
-BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+def discoverable_name(n: int) -> str:
+    """The metric name of (n, p)-discoverability at `n` samples."""
+    return f"discoverable@{n}"
+
+
+def _document_metric(name: str, label: str, description: str, value: Callable[[Document], float],
+                     pooling: Pooling = MEAN, n: int | None = None) -> Metric:
+    """A metric of the likelihood subtask (`propme_<corpus>_likelihood`): one value per prefix
+    document, pooled over documents, bootstrap intervals over documents (`metrics.likelihood`)."""
+    return Metric(name, label, description, value, pooling, pm=False, unit=Document, n=n)
+
+
+#: every metric, the generation metrics first (the task YAML's order within each kind)
+REGISTRY: tuple[Metric, ...] = (
+    *_BASE, *(_natural_language(next(m for m in _BASE if m.name == n)) for n in NATURAL_LANGUAGE_METRICS),
+    _document_metric("greedy_extraction", "greedy extraction",
+                     "share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy)",
+                     lambda d: float(d.record.greedy)),
+    *(_document_metric(discoverable_name(n), f"disc@{n:,}",
+                       f"share of prefix documents (n, p)-discoverable at n = {n:,}: 1 - (1 - P(z))^n >= p "
+                       f"(p = {DISCOVERABLE_P} unless discoverable_p)",
+                       lambda d, n=n: float(discoverable(d.record.logp, n, d.p)), n=n) for n in DISCOVERABLE_N),
+    _document_metric("log10_p_median", "median log10 P(z)",
+                     "median over prefix documents of log10 P(z), the true continuation's probability",
+                     lambda d: d.record.log10p, MEDIAN),
+)
+#: the one lookup, every metric by name (`metric`)
+BY_NAME: dict[str, Metric] = {m.name: m for m in REGISTRY}
+
+
+def of_unit(unit: type) -> tuple[Metric, ...]:
+    """The metrics that read `unit` (`Generation` or `Document`), in registry order."""
+    return tuple(m for m in REGISTRY if m.unit is unit)
+
+
+#: the metrics of traced generations (the public `propme_metrics.METRICS`: what `summarize` pools)
+METRICS: tuple[Metric, ...] = of_unit(Generation)
+#: the likelihood subtask's metrics, of prefix documents
+LIKELIHOOD_METRICS: tuple[Metric, ...] = of_unit(Document)
 
 #: the lm-eval diagnostic beside the metrics: per sample the full trace, in the table the failures
 TRACE_DIAGNOSTIC = ("trace", "per sample: the full trace (no metric: its count of failed generations is in propme_<date id>.json, 0 is healthy)")
+#: the likelihood subtask's lm-eval diagnostic: per sample the document's record, in the table the documents scored
+LIKELIHOOD_DIAGNOSTIC = ("likelihood",
+                         "per sample: log P(z), the greedy flag and z's model tokens (no metric: the documents scored "
+                         "are counted in propme_<date id>.json)")
+#: the likelihood metrics the leaderboard has columns for
+LIKELIHOOD_LEADERBOARD = (discoverable_name(100), "greedy_extraction")
+
 #: the base metrics each view of a report shows, in order
 VIEWS = {
     "console": ("nvr", "fmr", "als", "pii"),
@@ -305,54 +405,3 @@ def metric(name: str) -> Metric:
 def for_setting(setting: str | None) -> tuple[Metric, ...]:
     """The metrics a setting has, in registry order."""
     return tuple(m for m in METRICS if m.applies(setting))
-
-
-# --- the likelihood subtask (`propme_<corpus>_likelihood`): one value per prefix document,
-# averaged (or the median taken) over documents; bootstrap intervals over documents
-# (`metrics.likelihood`). `tests/metrics/test_registry.py` checks its template's metric_list against these.
-
-
-@dataclass(frozen=True)
-class LikelihoodMetric:
-    """One metric of the likelihood subtask: a document's value at discoverability probability p."""
-
-    name: str
-    label: str
-    description: str
-    value: Callable[[DocumentLikelihood, float], float]
-    aggregation: str = "mean"        #: "mean" (a share of documents) or "median" over documents
-    n: int | None = None             #: the sample count of a discoverable@n metric
-    higher_is_better: bool = False   #: higher means more memorized, like every PropMe metric
-
-    @property
-    def statistic(self) -> Callable[..., Any]:
-        """The corpus-level function over documents (numpy's, called with `axis=` by the bootstrap)."""
-        import numpy as np
-
-        return np.median if self.aggregation == "median" else np.mean
-
-
-def discoverable_name(n: int) -> str:
-    """The metric name of (n, p)-discoverability at `n` samples."""
-    return f"discoverable@{n}"
-
-
-LIKELIHOOD_METRICS: tuple[LikelihoodMetric, ...] = (
-    LikelihoodMetric("greedy_extraction", "greedy extraction",
-                     "share of prefix documents whose true continuation is the greedy one (lm-eval's is_greedy)",
-                     lambda d, p: float(d.greedy)),
-    *(LikelihoodMetric(discoverable_name(n), f"disc@{n:,}",
-                       f"share of prefix documents (n, p)-discoverable at n = {n:,}: 1 - (1 - P(z))^n >= p "
-                       f"(p = {DISCOVERABLE_P} unless discoverable_p)",
-                       lambda d, p, n=n: float(discoverable(d.logp, n, p)), n=n) for n in DISCOVERABLE_N),
-    LikelihoodMetric("log10_p_median", "median log10 P(z)",
-                     "median over prefix documents of log10 P(z), the true continuation's probability",
-                     lambda d, p: d.log10p, aggregation="median"),
-)
-LIKELIHOOD_BY_NAME: dict[str, LikelihoodMetric] = {m.name: m for m in LIKELIHOOD_METRICS}
-#: the likelihood subtask's lm-eval diagnostic: per sample the document's record, in the table the documents scored
-LIKELIHOOD_DIAGNOSTIC = ("likelihood",
-                         "per sample: log P(z), the greedy flag and z's model tokens (no metric: the documents scored "
-                         "are counted in propme_<date id>.json)")
-#: the likelihood metrics the leaderboard has columns for
-LIKELIHOOD_LEADERBOARD = (discoverable_name(100), "greedy_extraction")

@@ -169,7 +169,7 @@ def _base_results(res: CorpusResult) -> list[dict[str, Any]]:
                 continue  # undefined: left out, never 0
             spec = registry.metric(metric)
             metric_id = f"propme.{res.label}.{metric}.{setting}"
-            params = {"setting": setting, "aggregation": spec.aggregation.name, "unit_of_resampling": _unit(setting)}
+            params = {"setting": setting, "aggregation": spec.pooling.name, "unit_of_resampling": _unit(setting)}
             if metric == "fmr_rare":
                 params["rare_max_count"] = sr.task.rare_max_count
             out.append({
@@ -235,11 +235,11 @@ def likelihood_results(res: LikelihoodResult) -> list[dict[str, Any]]:
     """The likelihood subtask's figures of one model and corpus: each registry likelihood metric, then
     the curve's shares at the report's n grid not among them, with intervals over documents
     (the report's `IntervalSpec`); each value is a statistic over the scored documents."""
-    figures = [(m.name, m.label, m.description, m.aggregation, m.n, res.metrics[m.name])
+    figures = [(m.name, m.label, m.description, m.pooling.name, m.n, res.metrics[m.name])
                for m in registry.LIKELIHOOD_METRICS]
     named = {m.n for m in registry.LIKELIHOOD_METRICS if m.n is not None}
     figures += [(registry.discoverable_name(n), f"disc@{n:,}", f"share of prefix documents (n, p)-discoverable at "
-                 f"n = {n:,}", "mean", n, e) for n, e in res.curve.items() if n not in named]
+                 f"n = {n:,}", registry.MEAN.name, n, e) for n, e in res.curve.items() if n not in named]
     details = {"corpus": res.corpus, "corpus_label": res.label, "index_identity": res.task.index_identity or ""}
     source = {"dataset_name": res.task.task, "source_type": "other", "additional_details": details}
     out = []

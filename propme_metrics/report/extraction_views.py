@@ -48,7 +48,7 @@ def column_docs(intervals: IntervalSpec = DEFAULT_INTERVALS) -> list[tuple[str, 
     """The likelihood columns' patterns and meaning (for the leaderboard's documentation)."""
     docs = [(f"propme_<corpus>_n_{SETTING}", "prefix documents scored by likelihood")]
     for m in registry.LIKELIHOOD_LEADERBOARD:
-        spec = registry.LIKELIHOOD_BY_NAME[m]
+        spec = registry.metric(m)
         docs += [(f"propme_<corpus>_{SETTING}_{m}", spec.description),
                  (f"propme_<corpus>_{SETTING}_{m}_low",
                   f"lower end of its {intervals.percent} Wilson interval over documents (a share)"),

@@ -64,11 +64,11 @@ def test_discoverable_equals_exact_arithmetic(logp, n, p):
 
 def test_registry_values_of_one_document():
     doc = DocumentLikelihood("d", math.log(0.01), greedy=False, target_tokens=50, boundary_clean=True)
-    values = {m.name: m.value(doc, 0.5) for m in registry.LIKELIHOOD_METRICS}
+    values = {m.name: m.contribution(registry.Document(doc, 0.5)) for m in registry.LIKELIHOOD_METRICS}
     assert values == {"greedy_extraction": 0.0, "discoverable@1": 0.0, "discoverable@10": 0.0,
                       "discoverable@100": 1.0, "discoverable@1000": 1.0, "discoverable@10000": 1.0,
                       "log10_p_median": pytest.approx(-2.0)}
-    assert registry.LIKELIHOOD_BY_NAME["discoverable@10"].value(doc, 0.09) == 1.0  # p is a parameter
+    assert registry.metric("discoverable@10").contribution(registry.Document(doc, 0.09)) == 1.0  # p is a parameter
 
 
 @pytest.mark.parametrize("raw", [0, 1, 1.5, -0.1, "x", None, True, float("nan")])

@@ -111,12 +111,12 @@ def test_every_logged_item_is_the_final_value(lm_eval_runs):
                        for t in traces if counts_for_metrics(t)]
             for m in metrics:
                 pair = pool(m, counted)
-                assert trace["pooled"][m.name] == m.aggregation.pooled_record(pair), (task, m.name)
-                own = m.aggregation.value(*pair) if pair[1] else None
+                assert trace["pooled"][m.name] == m.pooling.pooled_record(pair), (task, m.name)
+                own = m.pooling.value(*pair) if pair[1] else None
                 assert row[m.name] == own and (own is None or isinstance(row[m.name], float)), (task, m.name)
         for m in metrics:
             pooled = [row["trace"]["pooled"][m.name] for row in rows]
-            if m.aggregation is registry.MAXIMUM:
+            if m.pooling is registry.MAXIMUM:
                 counted_max = [i["max"] for i in pooled if i["n"]]
                 expected = max(counted_max) if counted_max else math.nan
             else:
@@ -168,7 +168,7 @@ def _run_task(docs, gens, workers: int, ahead: bool = True) -> tuple[list[dict],
                           for i, (doc, g) in enumerate(zip(docs, gens))])
     items = [hooks.process_results(doc, [g]) for doc, g in zip(docs, gens)]
     aggregate = {"trace": hooks.agg_trace_failures,
-                 **{m.name: getattr(hooks, f"agg_{m.aggregation.name}") for m in registry.METRICS}}
+                 **{m.name: getattr(hooks, f"agg_{m.pooling.name}") for m in registry.METRICS}}
     values = {name: aggregate[name]([it[name] for it in items]) for name in items[0]}
     # what a distributed run hands rank 0: the items pickled; they aggregate alike
     again = pickle.loads(pickle.dumps(items))
