@@ -138,8 +138,7 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, Any]:
     """One value per registry likelihood metric, and the document's record (the `likelihood` item)."""
     record = _document(doc, results)
     p = float(doc.get(P_KEY, DISCOVERABLE_P))
-    document = registry.Document(record, p)
-    items: dict[str, Any] = {m.name: m.contribution(document) for m in registry.LIKELIHOOD_METRICS}
+    items: dict[str, Any] = {m.name: m.value(record, p) for m in registry.LIKELIHOOD_METRICS}
     items[registry.LIKELIHOOD_DIAGNOSTIC[0]] = {**record.to_dict(), P_KEY: p, N_KEY: list(doc.get(N_KEY) or DISCOVERABLE_N),
                                                 "index_identity": TaskDocument.from_row(doc).index_identity}
     return items

@@ -70,8 +70,7 @@ def likelihood_result(task: LikelihoodTask, corpus_results: Sequence[CorpusResul
     """The registry's likelihood metrics and the (n, p) curve of one task, beside its prefix FMR."""
     grid, p = _grid_and_p(task, grid, p)
     docs = task.documents
-    units = [registry.Document(d, p) for d in docs]
-    columns: dict[str, list[float]] = {m.name: [m.contribution(u) for u in units] for m in registry.LIKELIHOOD_METRICS}
+    columns: dict[str, list[float]] = {m.name: [m.value(d, p) for d in docs] for m in registry.LIKELIHOOD_METRICS}
     stats = {m.name: m.pooling.statistic for m in registry.LIKELIHOOD_METRICS}
     for n in grid:
         columns[f"n={n}"] = [float(discoverable(d.logp, n, p)) for d in docs]

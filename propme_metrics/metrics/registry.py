@@ -226,6 +226,12 @@ class Metric:
         warnings.warn("Metric.aggregation is deprecated, use Metric.pooling", DeprecationWarning, stacklevel=2)
         return self.pooling
 
+    def value(self, *fields: Any) -> Any:
+        """The contribution of the unit made of `fields`: `m.value(record, p)` is
+        `m.contribution(Document(record, p))`, the likelihood hook's spelling (lm-eval copies that
+        hook's source into every results file, so it stays as it is)."""
+        return self.contribution(self.unit(*fields))
+
     def pool(self, pairs: Iterable[tuple[float, float]]) -> Ratio:
         """A generation metric's contributions (of generations, or already pooled ones of prompts) combined into one pair."""
         return self.pooling.pool(pairs)

@@ -68,7 +68,7 @@ def test_registry_values_of_one_document():
     assert values == {"greedy_extraction": 0.0, "discoverable@1": 0.0, "discoverable@10": 0.0,
                       "discoverable@100": 1.0, "discoverable@1000": 1.0, "discoverable@10000": 1.0,
                       "log10_p_median": pytest.approx(-2.0)}
-    assert registry.metric("discoverable@10").contribution(registry.Document(doc, 0.09)) == 1.0  # p is a parameter
+    assert registry.metric("discoverable@10").value(doc, 0.09) == 1.0  # p is a parameter: value builds the Document
 
 
 @pytest.mark.parametrize("raw", [0, 1, 1.5, -0.1, "x", None, True, float("nan")])
