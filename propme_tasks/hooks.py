@@ -24,7 +24,7 @@ from typing import Any
 
 from propme_metrics.core.errors import PropMeError
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY
 from propme_metrics.metrics.values import contributions, counts_for_metrics, pool
 from propme_metrics.prompts.settings import PREFIX, PROMPT_FREE_SETTINGS, Setting
 from propme_metrics.trace.inputs import generation_key

@@ -22,8 +22,8 @@ from typing import Any
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.files import DEFAULT_CACHE_DIR
 from propme_metrics.core.switches import FALSE_WORDS, TRUE_WORDS, parse_bool
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY
 from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, N_KEY, P_KEY, check_n, check_p
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY
 from propme_metrics.prompts.settings import DEFAULT_N_PROMPTS, DEFAULT_PROMPT_SEED, SETTINGS
 from propme_metrics.trace.options import MAX_SEED, TRACE_OPTIONS
 from propme_metrics.trace.result import TraceConfig

@@ -101,7 +101,7 @@ def _print_trace_leaks(found, console) -> None:
     """Which data leaks in the traced generations: the report's source and duplication tables."""
     from rich.text import Text
 
-    from propme_metrics.report.leak_views import print_setting_leaks
+    from propme_metrics.report.provenance_views import print_setting_leaks
 
     (setting, sl), = found.settings.items()
     if sl.full_matches or sl.nv_mass:

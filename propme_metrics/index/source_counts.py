@@ -3,7 +3,7 @@
 A document's source is its metadata field named by the index's `source_field` (the build's
 `--source-field`, `source` by default, as Dynaword and Common Pile have it), read from the stored
 metadata line exactly as the tracer reads it, so the corpus side and the leaked side of an
-enrichment ratio (`metrics/leak_analysis.py`) name sources the same way; `unknown` when the field is absent
+enrichment ratio (`metrics/provenance_analysis.py`) name sources the same way; `unknown` when the field is absent
 or empty. The build records the counts in the manifest (`source_counts`); for an index built before
 that, `index_source_counts` computes them once and caches them in `propme-source-counts.json`
 beside the manifest (a `propme-*` name, which the engine never takes for a shard file), or in the

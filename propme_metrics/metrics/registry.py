@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from propme_metrics.metrics.code_like import is_code_like
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT, is_rare_full_match
 from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, DocumentLikelihood, discoverable
 from propme_metrics.metrics.loops import LOOP_MIN_TOKENS
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT, is_rare_full_match
 from propme_metrics.metrics.ratio import Ratio, divide, pool_ratios
 from propme_metrics.prompts.settings import PREFIX
 from propme_metrics.trace.pii import PII_TYPES

@@ -1,5 +1,5 @@
 """The numbers of one model on one corpus: base metrics with intervals per setting, PM per
-propensity setting, and the leak analysis (`metrics.leak_analysis`), from typed runs
+propensity setting, and the leak analysis (`metrics.provenance_analysis`), from typed runs
 (`metrics.runs`) and one `IntervalSpec`."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks, open_traced_index
 from propme_metrics.metrics.pm import Interval, IntervalSpec, metric_interval, pm_interval
+from propme_metrics.metrics.provenance_analysis import CorpusLeaks, corpus_leaks, open_traced_index
 from propme_metrics.metrics.robustness import Robustness, corpus_robustness
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
@@ -39,7 +39,7 @@ class CorpusResult:
     settings: dict[str, SettingResult]
     pm: dict[tuple[str, str], Interval]   #: (metric, propensity setting) -> PM with interval
     start_token: StartToken | None = None   #: what every prompt started with (the prefix task's record)
-    leaks: CorpusLeaks | None = None   #: which data leaks: by source and by duplication (`metrics.leak_analysis`)
+    leaks: CorpusLeaks | None = None   #: which data leaks: by source and by duplication (`metrics.provenance_analysis`)
     robustness: Robustness | None = None   #: floor, repeated sampling, long spans' duplication (`metrics.robustness`)
 
     @property

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.likelihood import DocumentLikelihood
 from propme_metrics.metrics.pm import PromptStat
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT
 from propme_metrics.metrics.values import Contributions
 from propme_metrics.prompts.settings import PROMPT_FREE_SETTINGS
 from propme_metrics.prompts.start import StartToken

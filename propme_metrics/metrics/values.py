@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.loops import without_loops
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT
 from propme_metrics.metrics.registry import METRICS, Contribution, Generation, Metric
 from propme_metrics.trace.pii import PIILeaks, leaks
 from propme_metrics.trace.result import TraceResult

@@ -4,7 +4,7 @@ Input: lm-eval output written with `--log_samples` from PropMe's tasks (`propme_
 A RUN is an output folder (searched recursively for `results_*.json`, each with its
 `samples_<task>_<date id>.jsonl` files beside it) or one results file. Every number is computed
 from the traced generations in the samples files (`trace.generations`, parsed into `TraceResult`s
-once by `report.load`), by the statistics of `metrics/` (`metrics.results`, `metrics.leak_analysis`,
+once by `report.load`), by the statistics of `metrics/` (`metrics.results`, `metrics.provenance_analysis`,
 `metrics.extraction_curve`, `metrics.compare`), through `metrics.values.contributions` (degenerate and failed generations excluded), grouped by prompt: each
 prompt contributes one `pm.PromptStat` (numerator, denominator) per metric, and the bootstrap
 resamples prompts; in the prompt-free settings (`unconditional`, `minimal_cue`) the unit is the
@@ -56,8 +56,8 @@ from pathlib import Path
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.metrics.compare import Comparisons, compare_results
 from propme_metrics.metrics.extraction_curve import likelihood_results
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.pm import IntervalSpec
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT
 from propme_metrics.metrics.results import CorpusResult, corpus_result
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.prompts.settings import PREFIX, PROMPTED_SETTINGS, setting_sort_key, task_name

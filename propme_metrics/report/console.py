@@ -12,7 +12,7 @@ from propme_metrics.metrics import registry
 from propme_metrics.metrics.pm import percent
 from propme_metrics.report.cells import Shown, mark_legend, pm_text, shown, withheld_notes
 from propme_metrics.report.contents import Report
-from propme_metrics.report.leak_views import print_leaks
+from propme_metrics.report.provenance_views import print_leaks
 from propme_metrics.report.writers import comparison_cells, comparison_heads, not_compared, shown_comparisons
 
 if TYPE_CHECKING:  # pragma: no cover

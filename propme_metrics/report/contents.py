@@ -9,8 +9,8 @@ from typing import Any
 
 from propme_metrics.metrics.compare import Comparisons
 from propme_metrics.metrics.extraction_curve import LikelihoodResult
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT
 from propme_metrics.metrics.pm import IntervalSpec
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT
 from propme_metrics.metrics.results import CorpusResult
 from propme_metrics.report.request import ReportRequest
 

@@ -40,8 +40,8 @@ from propme_metrics.prompts.settings import setting_sort_key
 from propme_metrics.report.cells import fmt_value, pm_text, shown
 from propme_metrics.report.contents import Report
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
-from propme_metrics.report.leak_views import BUCKET_HEADS, SOURCE_HEADS, bucket_rows, source_rows
 from propme_metrics.report.pages import environment, static
+from propme_metrics.report.provenance_views import BUCKET_HEADS, SOURCE_HEADS, bucket_rows, source_rows
 from propme_metrics.report.robustness_views import FigureTable, figure_tables
 from propme_metrics.trace.pii import PIIItem, detect, leaks, mask_text
 from propme_metrics.trace.result import FinalSpan, TracedDocument, TraceResult
@@ -218,7 +218,7 @@ class Page:
 
 @dataclass(frozen=True)
 class LeakTable:
-    """Which data leaks in one model x corpus x setting: top sources and count buckets (report/leaks.py)."""
+    """Which data leaks in one model x corpus x setting: top sources and count buckets (`report/provenance_views.py`)."""
 
     title: str
     note: str

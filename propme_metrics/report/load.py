@@ -11,8 +11,8 @@ from typing import Any
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.jsonl import first_non_finite, json_objects
 from propme_metrics.metrics import registry
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY, check_rare_max_count
 from propme_metrics.metrics.likelihood import N_KEY, P_KEY, DocumentLikelihood
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT, RARE_MAX_COUNT_KEY, check_rare_max_count
 from propme_metrics.metrics.runs import LikelihoodTask, RunTask, TracedPrompt, stops_inside_continuation
 from propme_metrics.metrics.values import contributions, counts_for_metrics
 from propme_metrics.prompts.start import StartToken

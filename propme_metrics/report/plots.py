@@ -8,7 +8,7 @@
   (checkpoints) of one model, in input order, with intervals. A withheld PM (`Interval.withheld`: too
   few capability events to carry a ratio) is drawn as a hollow marker without its interval, as the
   tables write `withheld` instead of the value; the legend says so.
-- the leak plots (`report.leak_plots`).
+- the leak plots (`report.provenance_plots`).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from propme_metrics.report.cells import slug
 from propme_metrics.report.contents import Report
 from propme_metrics.report.figures import error_bar, plain, row_label, save
 from propme_metrics.report.groups import trajectories
-from propme_metrics.report.leak_plots import write_leak_plots
+from propme_metrics.report.provenance_plots import write_leak_plots
 
 _MARKERS = {"generic": "o", "specific": "s", "unconditional": "^", "minimal_cue": "v"}
 _LINESTYLES = {"generic": "-", "specific": "--", "unconditional": ":", "minimal_cue": "-."}

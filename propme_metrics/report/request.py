@@ -12,9 +12,9 @@ from propme_metrics.core.limits import MAX_SEED
 from propme_metrics.core.requests import Request, option
 from propme_metrics.metrics import registry
 from propme_metrics.metrics.compare import PAIRINGS
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT, check_rare_max_count
 from propme_metrics.metrics.likelihood import DISCOVERABLE_N, DISCOVERABLE_P, check_n, check_p
 from propme_metrics.metrics.pm import CONFIDENCE, DEFAULT_BOOTSTRAP, IntervalSpec
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT, check_rare_max_count
 from propme_metrics.report.defaults import HTML_DOCS_PER_SPAN, HTML_SNIPPET_CHARS
 
 

@@ -1,7 +1,7 @@
 """`propme trace` as a library call: a `TraceRequest` in, a `TraceOutcome` out (`trace_generations`:
 the generations traced, resumably, the metrics pooled, and the report's leak and robustness
 tables computed on them), then RESULTS.jsonl and SUMMARY.json written (`write_trace`). It sits in
-`report/` because the leak tables are the report's analysis (`report.trace_leaks`).
+`report/` because the leak tables are the report's analysis (`report.trace_provenance`).
 
 Two seeds, never one for both: the tracing option `seed` (in `config`) draws the document samples
 of every generation, and `bootstrap_seed` the leak tables' bootstrap alone, so a bootstrap seed
@@ -18,8 +18,8 @@ from typing import Any
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.limits import MAX_SEED
 from propme_metrics.core.requests import Request, option
-from propme_metrics.metrics.leak_analysis import CorpusLeaks
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT
+from propme_metrics.metrics.provenance_analysis import CorpusLeaks
 from propme_metrics.metrics.robustness import Robustness
 from propme_metrics.metrics.values import Contributions, Summary
 from propme_metrics.trace.inputs import TraceInput
@@ -27,7 +27,7 @@ from propme_metrics.trace.pii import PIILeaks
 from propme_metrics.trace.result import TraceConfig, TraceResult
 
 #: `propme trace --bootstrap`: fewer resamples than `propme report`'s, because the leak tables come on top
-#: of every trace (benchmarks/trace_leaks.py: about 0.17 of the tracing CPU time at 1,000, 0.77 at 10,000,
+#: of every trace (benchmarks/trace_provenance.py: about 0.17 of the tracing CPU time at 1,000, 0.77 at 10,000,
 #: on a small index where tracing is fast)
 TRACE_LEAK_BOOTSTRAP = 1000
 
@@ -112,7 +112,7 @@ def trace_generations(request: TraceRequest) -> TraceOutcome:
     from propme_metrics.core.outputs import check_outputs
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.values import counted_contributions, summarize
-    from propme_metrics.report.trace_leaks import leaks_record, trace_leaks, trace_robustness, traced_task
+    from propme_metrics.report.trace_provenance import leaks_record, trace_leaks, trace_robustness, traced_task
     from propme_metrics.runs.generations import read_generations
     from propme_metrics.trace.pii import leaks
     from propme_metrics.trace.runner import job_fingerprint, trace_resumable

@@ -30,8 +30,8 @@ from propme_metrics.report.contents import Report
 from propme_metrics.report.extraction_views import curve_json
 from propme_metrics.report.extraction_views import markdown_lines as likelihood_markdown
 from propme_metrics.report.layout import ReportLayout
-from propme_metrics.report.leak_views import leaks_json, leaks_markdown
 from propme_metrics.report.load import describe_start_token
+from propme_metrics.report.provenance_views import leaks_json, leaks_markdown
 from propme_metrics.report.robustness_views import robustness_json
 
 

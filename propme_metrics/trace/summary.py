@@ -42,7 +42,7 @@ def summary_record(metrics: dict[str, Any], leaked_items: int, config: TraceConf
                    robustness: dict[str, Any] | None = None) -> dict[str, Any]:
     """The SUMMARY.json object: the metrics record (`Summary.to_dict()`), the PII item total, the
     settings (fmr_rare's threshold among them), the index, the input and the results file, `leaks`
-    (which data leaks: by source and by duplication, `report.trace_leaks.leaks_record`) and
+    (which data leaks: by source and by duplication, `report.trace_provenance.leaks_record`) and
     `robustness` (`metrics.robustness.Robustness.to_dict`)."""
     manifest = index.manifest
     return {

@@ -429,7 +429,7 @@ def test_every_file_the_docs_and_docstrings_name_exists():
               for p in sources}
     assert {name: paths for name, paths in found.items() if paths} == {}
     assert missing_paths("see `report/leaks.py`", *PATH_BASES) == ["report/leaks.py"]  # the check can fail
-    assert missing_paths("see `metrics/leak_analysis.py`", *PATH_BASES) == []
+    assert missing_paths("see `metrics/provenance_analysis.py`", *PATH_BASES) == []
 
 
 def test_readme_pictures_exist():

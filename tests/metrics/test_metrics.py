@@ -115,16 +115,16 @@ def test_the_leak_tables_reuse_the_summary_contributions(results, monkeypatch, d
     """`propme trace` computes each generation's contributions once: the summary keeps them (None
     where a generation is not counted) and the leak tables' task takes them as they are, degenerate
     generations left out there whatever the summary counted."""
-    import propme_metrics.report.trace_leaks as trace_leaks
+    import propme_metrics.report.trace_provenance as trace_provenance
     from propme_metrics.trace.inputs import TraceInput
 
     s = summarize(results, drop_degenerate=drop_degenerate)
     counted = [r.error is None and not (drop_degenerate and r.degenerate) for r in results]
     assert s.per_generation == [contributions(r) if c else None for r, c in zip(results, counted)]
     inputs = [TraceInput(key=r.key, text=r.text) for r in results]
-    fresh = trace_leaks.traced_task(inputs, results, "index", "identity", 10)
-    monkeypatch.setattr(trace_leaks, "contributions", lambda *a, **k: pytest.fail("computed again"))
-    reused = trace_leaks.traced_task(inputs, results, "index", "identity", 10, s.per_generation)
+    fresh = trace_provenance.traced_task(inputs, results, "index", "identity", 10)
+    monkeypatch.setattr(trace_provenance, "contributions", lambda *a, **k: pytest.fail("computed again"))
+    reused = trace_provenance.traced_task(inputs, results, "index", "identity", 10, s.per_generation)
     assert [p.values for p in reused.prompts] == [p.values for p in fresh.prompts]
     assert [v is None for p in reused.prompts for v in p.values] == [not counts_for_metrics(r) for r in results]
 

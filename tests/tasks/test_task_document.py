@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import propme_metrics
-from propme_metrics.metrics.leaks import RARE_MAX_COUNT_KEY
+from propme_metrics.metrics.provenance import RARE_MAX_COUNT_KEY
 from propme_metrics.report.request import ReportRequest
 from propme_metrics.trace.result import TraceConfig
 from propme_metrics.trace.task_document import CHAT_TEMPLATE_NOTE, RayBackend, TaskDocument

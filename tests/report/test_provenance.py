@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from propme_metrics.metrics.leaks import BUCKET_LABELS, RARE_MAX_COUNT, bucket_of, is_rare_full_match, whole_count
+from propme_metrics.metrics.provenance import BUCKET_LABELS, RARE_MAX_COUNT, bucket_of, is_rare_full_match, whole_count
 from propme_metrics.trace.result import FinalSpan, TracedDocument, TraceResult
 
 N_NOTICES = 200
@@ -245,7 +245,7 @@ def test_whole_count_falls_back_to_the_least_span_count():
 
 
 def test_full_match_is_shared_by_its_sources():
-    from propme_metrics.metrics.leaks import generation_leaks
+    from propme_metrics.metrics.provenance import generation_leaks
 
     docs = [TracedDocument(0, i, "x", {"source": s} if s else {}, m, nv, 1, 1, 1, "t", (0, 1))
             for i, (s, m, nv) in enumerate([("a", "full_raw", 1.0), ("b", "full_raw", 0.5), ("b", "partial", 0.25),

@@ -1,7 +1,7 @@
 """Which data leaks, per model, corpus and setting: by corpus source and by duplication.
 
 - **By source**: each source's share of the setting's full matches and of its NV-recall mass
-  (`metrics/leaks.py` splits each generation), against the source's share of the corpus tokens
+  (`metrics/provenance.py` splits each generation), against the source's share of the corpus tokens
   (`index/source_counts.py`, read from the index the generations were traced against). Their ratio
   is the source's **enrichment**: 1 leaks in proportion to its size, 5 leaks five times its share.
   Intervals at the `IntervalSpec`'s confidence (`pm.bootstrap_metric`: percentile bootstrap, or the zero-events bound for a
@@ -26,9 +26,9 @@ from typing import Any
 from propme_metrics.core.errors import PropMeError
 from propme_metrics.index.reader import open_index
 from propme_metrics.index.source_counts import DEFAULT_SOURCE_FIELD, index_source_counts, manifest_source_field
-from propme_metrics.metrics.leaks import BUCKET_LABELS, BUCKETS, UNKNOWN_BUCKET, bucket_of, generation_leaks
 from propme_metrics.metrics.loops import without_loops
 from propme_metrics.metrics.pm import Interval, IntervalSpec, bootstrap_metric, wilson_interval
+from propme_metrics.metrics.provenance import BUCKET_LABELS, BUCKETS, UNKNOWN_BUCKET, bucket_of, generation_leaks
 from propme_metrics.metrics.ratio import Ratio, divide
 from propme_metrics.metrics.runs import RunTask
 from propme_metrics.metrics.values import counts_for_metrics

@@ -1,4 +1,4 @@
-"""How the leak analysis (`metrics/leak_analysis.py`) is written: leaderboard.json's `leaks`, Markdown and console tables.
+"""How the leak analysis (`metrics/provenance_analysis.py`) is written: leaderboard.json's `leaks`, Markdown and console tables.
 
 The sources are not leaderboard columns: their set changes from corpus to corpus, so they live in
 leaderboard.json under `leaks` (one entry per model, revision and corpus) and in the tables.
@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text  # corpus sources and model names print as written, never as markup
 
-from propme_metrics.metrics.leak_analysis import SettingLeaks, SourceLeak
+from propme_metrics.metrics.provenance_analysis import SettingLeaks, SourceLeak
 from propme_metrics.metrics.registry import UNDEFINED
 from propme_metrics.metrics.results import CorpusResult
 from propme_metrics.report.cells import fmt_interval, fmt_value, md_cell

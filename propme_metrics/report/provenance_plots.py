@@ -1,4 +1,4 @@
-"""PNG plots of the leak analysis (`metrics/leak_analysis.py`), one pair per corpus label.
+"""PNG plots of the leak analysis (`metrics/provenance_analysis.py`), one pair per corpus label.
 
 - `sources_<corpus>.png`: per model, the most leaking sources (rows) and their full-match
   enrichment per setting (bars with the report's bootstrap intervals, log scale), the line at 1 where a source
@@ -14,7 +14,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from propme_metrics.metrics.leaks import BUCKET_LABELS, UNKNOWN_BUCKET
+from propme_metrics.metrics.provenance import BUCKET_LABELS, UNKNOWN_BUCKET
 from propme_metrics.prompts.settings import PREFIX, setting_sort_key
 from propme_metrics.report.cells import slug
 from propme_metrics.report.contents import Report

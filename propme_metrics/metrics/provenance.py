@@ -3,7 +3,7 @@
 Two questions follow "how much leaks": from which part of the corpus, and is it unique text or
 boilerplate copied across many documents. Both are read off the trace: every document entry
 carries its metadata (hence its source, `index.source_counts.source_of`), every final span its
-corpus count. `metrics/leak_analysis.py` pools these per setting, with intervals.
+corpus count. `metrics/provenance_analysis.py` pools these per setting, with intervals.
 
 - A full-match generation counts once, shared equally by the distinct sources of its `full_raw`
   entries; its duplication is the corpus count of its whole text (`whole_count`).

@@ -2,10 +2,10 @@
 
 Builds a generated corpus (`generate_corpus`: 10 sources) and its index with a byte-level BPE trained on it,
 traces N generations (half copied from documents, half new generated text, which partly matches),
-then runs the leak analysis (`report.trace_leaks.trace_leaks`) on the results with the default
+then runs the leak analysis (`report.trace_provenance.trace_leaks`) on the results with the default
 bootstrap and without one. Prints each time (wall and CPU) and its ratio to the tracing time.
 
-    python benchmarks/trace_leaks.py --generations 600 --docs 4000
+    python benchmarks/trace_provenance.py --generations 600 --docs 4000
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def main() -> None:
     from propme.demo.synthetic import document_text, generate_corpus, train_tokenizer
     from propme_metrics.index.reader import open_index
     from propme_metrics.metrics.pm import DEFAULT_BOOTSTRAP
-    from propme_metrics.report.trace_leaks import trace_leaks, traced_task
+    from propme_metrics.report.trace_provenance import trace_leaks, traced_task
     from propme_metrics.testing import make_index, write_jsonl
     from propme_metrics.trace.inputs import TraceInput
     from propme_metrics.trace.result import TraceConfig

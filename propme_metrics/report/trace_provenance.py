@@ -1,5 +1,5 @@
 """Which data leaks in a user's own generations (`propme trace`): the report's leak analysis
-(`metrics.leak_analysis`: by source and by duplication) run on the traced generations, unchanged.
+(`metrics.provenance_analysis`: by source and by duplication) run on the traced generations, unchanged.
 
 The generations become one task of the report's kind. Generations whose keys share the part before
 the first '#' (the samples of one prompt: lm-eval's `<prompt>#<sample>.<j>`, a JSONL list field's
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from propme_metrics.metrics.leak_analysis import CorpusLeaks, corpus_leaks
 from propme_metrics.metrics.pm import IntervalSpec
+from propme_metrics.metrics.provenance_analysis import CorpusLeaks, corpus_leaks
 from propme_metrics.metrics.robustness import Robustness, corpus_robustness
 from propme_metrics.metrics.runs import RunTask, TracedPrompt
 from propme_metrics.metrics.values import Contributions, contributions, counts_for_metrics
