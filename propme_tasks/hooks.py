@@ -33,7 +33,7 @@ from propme_metrics.trace.result import TraceConfig, TraceResult
 from propme_metrics.trace.task_document import RayBackend, TaskDocument
 from propme_metrics.trace.tracer import Tracer
 from propme_tasks import deferred
-from propme_tasks.schema import Settings, TaskConfigError, read_settings
+from propme_tasks.schema import TaskConfigError, TaskOptions, read_options
 
 __all__ = ["TaskConfigError", "load_prompts", "process_results", "agg_ratio", "agg_max", "agg_trace_failures"]
 
@@ -100,7 +100,7 @@ def handed_over(loader: Callable[..., dict[str, Any]]) -> Callable[..., dict[str
 
 def _corpus_option(meta: dict[str, Any], key: str, default: Any = None) -> tuple[Any, str]:
     """A corpus-named option (`<corpus>_index`, a prompt file) from metadata first, then
-    PROPME_<KEY>; returns (value, where). Every other key is read by `schema.read_settings`."""
+    PROPME_<KEY>; returns (value, where). Every other key is read by `schema.read_options`."""
     env = f"PROPME_{key.upper()}"
     if meta.get(key) not in (None, ""):
         return meta[key], f"metadata key {key!r}"
@@ -109,9 +109,9 @@ def _corpus_option(meta: dict[str, Any], key: str, default: Any = None) -> tuple
     return default, ""
 
 
-def trace_backend(meta: dict[str, Any] | Settings) -> RayBackend | None:
+def trace_backend(meta: dict[str, Any] | TaskOptions) -> RayBackend | None:
     """The search backend the metadata asks for: None (local) or a Ray cluster."""
-    options = meta if isinstance(meta, Settings) else read_settings(meta)
+    options = meta if isinstance(meta, TaskOptions) else read_options(meta)
     if options["trace_backend"] == "local":
         return None
     return RayBackend(options["trace_ray_address"], options["trace_ray_actors"] or None)
@@ -127,7 +127,7 @@ def load_prompts(**meta: Any):
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
         raise TaskConfigError("a PropMe task YAML must set metadata 'corpus' and 'setting'")
-    options = read_settings(meta)  # every key checked once, before anything is opened or built
+    options = read_options(meta)  # every key checked once, before anything is opened or built
     index_key = f"{corpus}_index"
     index_path, where = _corpus_option(meta, index_key)
     if index_path is None:
@@ -183,11 +183,11 @@ def load_prompts(**meta: Any):
     return {"test": datasets.Dataset.from_list(rows)}
 
 
-def start_token(meta: dict[str, Any], options: Settings | None = None):
+def start_token(meta: dict[str, Any], options: TaskOptions | None = None):
     """The run's StartToken from `start_token` (metadata or PROPME_START_TOKEN; default auto)."""
     from propme_metrics.prompts.start import resolve_start_token
 
-    options = options or read_settings(meta)
+    options = options or read_options(meta)
     try:
         return resolve_start_token(options["start_token"], meta)
     except PropMeError as exc:
@@ -208,7 +208,7 @@ def _truncated(index, prompt: str, max_tokens: int) -> str:
     return index.decode(ids[whole_character_cut(index.decode, ids, len(ids) - max_tokens, forward=True):])
 
 
-def _prompt_set(meta: dict[str, Any], options: Settings, index, corpus: str, setting: str, language: str | None):
+def _prompt_set(meta: dict[str, Any], options: TaskOptions, index, corpus: str, setting: str, language: str | None):
     """The prompt set of a prompted setting: the configured file, the cache, or built and cached."""
     from propme_metrics.prompts.prompt_set import build_prompt_set, cache_tag, load_prompt_set, write_prompt_set
 

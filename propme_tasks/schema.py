@@ -1,7 +1,7 @@
 """The task metadata PropMe reads, defined once: every key's type, range and default.
 
 lm-eval hands `load_prompts` one merged dict: the task YAML's `metadata:`, `--metadata` and the
-`--model_args`. `read_settings` checks every PropMe key of it once (then PROPME_<KEY> for a key
+`--model_args`. `read_options` checks every PropMe key of it once (then PROPME_<KEY> for a key
 that is missing), before any prompt is built: a value of the wrong type, out of its range (upper
 bounds too, so a huge integer is one message, never an OverflowError later) or a misspelt key (the
 nearest known key is suggested) stops the run with one `PropMe:` message. Integers are plain
@@ -77,7 +77,7 @@ TASK_KEYS: dict[str, Key] = {k.name: k for k in [
     Key("corpus", str), Key("setting", str, choices=SETTINGS), Key("language", str),
     Key("measure", str, choices=("likelihood",)),
 ]}
-#: the settings: metadata, else PROPME_<KEY>, else the default
+#: the options: metadata, else PROPME_<KEY>, else the default
 KEYS: dict[str, Key] = {k.name: k for k in [
     # prompts and sizes
     Key("n_prompts", int, DEFAULT_N_PROMPTS, 1, 10 ** 7),
@@ -201,12 +201,12 @@ def parse_value(key: Key, raw: Any, where: str) -> Any:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The validated settings of one task: typed values (defaults filled in) and where each came from."""
+class TaskOptions:
+    """The validated metadata options of one task: typed values (defaults filled in) and where each came from."""
 
     values: dict[str, Any]
     sources: dict[str, str]
-    trace: TraceConfig   #: the `trace_<field>` settings, checked by TraceConfig itself
+    trace: TraceConfig   #: the `trace_<field>` options, checked by TraceConfig itself
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -240,7 +240,7 @@ def check_unknown(meta: dict[str, Any]) -> None:
                               "PropMe's keys are listed in docs/configuration.md (task metadata keys)")
 
 
-def read_settings(meta: dict[str, Any]) -> Settings:
+def read_options(meta: dict[str, Any]) -> TaskOptions:
     """Every PropMe key of `meta` (else PROPME_<KEY>, else its default), checked once; TaskConfigError
     on the first bad one. Corpus-named keys (`<corpus>_index`, prompt files) are read by the loader."""
     check_unknown(meta)
@@ -268,4 +268,4 @@ def read_settings(meta: dict[str, Any]) -> Settings:
         trace = TraceConfig(**given)
     except (TypeError, ValueError) as exc:
         raise TaskConfigError(f"bad tracing parameters: {exc}") from None
-    return Settings(values, sources, trace)
+    return TaskOptions(values, sources, trace)

@@ -16,7 +16,7 @@ from propme_metrics.core.errors import ConfigError, PropMeError
 from propme_metrics.core.jsonl import REPLACEMENT, json_objects
 from propme_metrics.index.reader import open_index
 from propme_metrics.index.sources import CorpusSource
-from propme_tasks.schema import TaskConfigError, read_settings
+from propme_tasks.schema import TaskConfigError, read_options
 from support.corpora import make_index, word_level_tokenizer
 from support.runs import gen, setting_prompts, write_run
 
@@ -147,7 +147,7 @@ bad_numbers = st.one_of(st.sampled_from([float("nan"), float("inf"), float("-inf
                               "snippet_chars", "max_tokens", "mode", "rarity"]), value=bad_numbers)
 def test_tracing_metadata_is_a_config_or_one_message(field, value):
     try:
-        config = read_settings({f"trace_{field}": value}).trace
+        config = read_options({f"trace_{field}": value}).trace
     except TaskConfigError as exc:  # one message, never a traceback or another exception
         assert str(exc) and "\n\n" not in str(exc)
         return

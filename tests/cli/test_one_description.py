@@ -21,7 +21,7 @@ from propme_metrics.core.errors import (
 )
 from propme_metrics.trace.options import TRACE_OPTIONS
 from propme_metrics.trace.result import TraceConfig
-from propme_tasks.schema import KEYS, TaskConfigError, parse_value, read_settings
+from propme_tasks.schema import KEYS, TaskConfigError, parse_value, read_options
 
 TRACE_REQUIRED = ["trace", "--index", "i", "--input", "g.jsonl", "--out", "r.jsonl", "--summary", "s.json"]
 
@@ -79,7 +79,7 @@ def test_every_tracing_field_is_one_option():
 
 def test_cli_and_schema_have_the_same_defaults(no_trace_env):
     args = build_parser().parse_args(TRACE_REQUIRED)
-    from_metadata = read_settings({}).trace
+    from_metadata = read_options({}).trace
     for o in TRACE_OPTIONS:
         assert getattr(args, o.name) == getattr(from_metadata, o.name) == getattr(TraceConfig(), o.name)
 
@@ -103,10 +103,10 @@ def test_cli_and_schema_take_the_same_choices(no_trace_env):
         for choice in o.choices:
             assert _config_accepts(o.name, choice)
             assert getattr(build_parser().parse_args([*TRACE_REQUIRED, o.flag, choice]), o.name) == choice
-            assert getattr(read_settings({o.key: choice}).trace, o.name) == choice
+            assert getattr(read_options({o.key: choice}).trace, o.name) == choice
         assert not _cli_accepts(o.flag, "nonsense")
         with pytest.raises(TaskConfigError, match="bad tracing parameters"):
-            read_settings({o.key: "nonsense"})
+            read_options({o.key: "nonsense"})
 
 
 def test_error_classes_and_help_read_the_exit_codes():

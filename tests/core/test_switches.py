@@ -11,7 +11,7 @@ import pytest
 from propme_metrics.core.errors import ConfigError
 from propme_metrics.core.switches import FALSE_WORDS, TRUE_WORDS, env_switch, parse_bool
 from propme_metrics.prompts.start import model_tokenizer_spec
-from propme_tasks.schema import TaskConfigError, read_settings
+from propme_tasks.schema import TaskConfigError, read_options
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = [(w, True) for w in ("true", "1", "yes", "on")] + [(w, False) for w in ("false", "0", "no", "off")]
@@ -21,7 +21,7 @@ WORDS = [(w, True) for w in ("true", "1", "yes", "on")] + [(w, False) for w in (
 def test_every_reader_takes_the_same_words(word, expected, monkeypatch):
     for spelling in (word, word.upper(), f"  {word} "):
         assert parse_bool(spelling) is expected
-        assert read_settings({"pii_show": spelling})["pii_show"] is expected
+        assert read_options({"pii_show": spelling})["pii_show"] is expected
         spec = model_tokenizer_spec({"pretrained": "gpt2", "add_bos_token": spelling})
         assert spec.add_bos_token is expected
         monkeypatch.setenv("PROPME_X", spelling)
@@ -34,14 +34,14 @@ def test_a_word_that_is_not_yes_or_no_is_refused_naming_the_setting(value):
         parse_bool(value)
     if value:
         with pytest.raises(TaskConfigError, match="pii_show"):
-            read_settings({"pii_show": value})
+            read_options({"pii_show": value})
         with pytest.raises(ConfigError, match="use_fast_tokenizer"):
             model_tokenizer_spec({"pretrained": "gpt2", "use_fast_tokenizer": value})
 
 
 def test_unset_settings_keep_their_default(monkeypatch):
     monkeypatch.delenv("PROPME_PII_SHOW", raising=False)
-    assert read_settings({})["pii_show"] is False
+    assert read_options({})["pii_show"] is False
     assert model_tokenizer_spec({"pretrained": "gpt2"}).add_bos_token is None
     monkeypatch.delenv("PROPME_X", raising=False)
     assert env_switch("PROPME_X", default=True) is True

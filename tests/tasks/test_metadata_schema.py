@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from propme_tasks import schema
-from propme_tasks.schema import KEYS, TASK_KEYS, TaskConfigError, read_settings
+from propme_tasks.schema import KEYS, TASK_KEYS, TaskConfigError, read_options
 from support.lmeval import model_args, run_lm_eval
 
 ALL_KEYS = {**KEYS, **TASK_KEYS}
@@ -18,13 +18,13 @@ ALL_KEYS = {**KEYS, **TASK_KEYS}
 
 def _refused(meta: dict, match: str) -> str:
     with pytest.raises(TaskConfigError, match=match) as err:
-        read_settings(meta)
+        read_options(meta)
     return str(err.value)
 
 
 def test_integers_are_plain_digits_within_range():
-    assert read_settings({"n_prompts": "30"})["n_prompts"] == 30
-    assert read_settings({"n_prompts": 30.0})["n_prompts"] == 30
+    assert read_options({"n_prompts": "30"})["n_prompts"] == 30
+    assert read_options({"n_prompts": 30.0})["n_prompts"] == 30
     _refused({"n_prompts": "3_0"}, "'n_prompts' must be an integer, not '3_0'")
     for bad in ("1e3", "0x10", " ", "3.5", "١٢"):  # Python's int() would read some of these
         _refused({"prompt_seed": bad}, "'prompt_seed' must be an integer")
@@ -46,12 +46,12 @@ def _no_propme_environment():
 
 def test_environment_is_read_and_checked_the_same_way(monkeypatch):
     monkeypatch.setenv("PROPME_RARE_MAX_COUNT", "7")
-    assert read_settings({})["rare_max_count"] == 7
+    assert read_options({})["rare_max_count"] == 7
     monkeypatch.setenv("PROPME_N_PROMPTS", "3_0")
     with pytest.raises(TaskConfigError, match="environment variable PROPME_N_PROMPTS must be an integer"):
-        read_settings({})
+        read_options({})
     monkeypatch.setenv("PROPME_N_PROMPTS", "9")
-    assert read_settings({"n_prompts": 4})["n_prompts"] == 4  # metadata wins over the environment
+    assert read_options({"n_prompts": 4})["n_prompts"] == 4  # metadata wins over the environment
 
 
 def test_misspelt_keys_are_refused_with_the_nearest_key():
@@ -73,10 +73,10 @@ def test_model_arguments_pass():
 
     names = [p for p in inspect.signature(HFLM.__init__).parameters if p not in ("self", "args", "kwargs")]
     assert len(names) > 20
-    read_settings({name: "x" for name in names if name not in ALL_KEYS and name not in schema.MODEL_KEYS})
+    read_options({name: "x" for name in names if name not in ALL_KEYS and name not in schema.MODEL_KEYS})
     for extra in ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "data_parallel_size",
                   "enable_thinking", "config_source", "version"):
-        read_settings({extra: 1})
+        read_options({extra: 1})
 
 
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
@@ -90,7 +90,7 @@ def test_fuzz_every_key_gives_a_checked_value_or_one_message(key, value):
     """Any value of any key: a value of the key's type within its range, or TaskConfigError; never
     another exception (OverflowError, TypeError), never a value out of range."""
     try:
-        got = read_settings({key: value}).get(key)
+        got = read_options({key: value}).get(key)
     except TaskConfigError as exc:
         assert key in str(exc) or "tracing parameters" in str(exc)
         return
@@ -117,7 +117,7 @@ def test_fuzz_every_key_gives_a_checked_value_or_one_message(key, value):
 def test_fuzz_unknown_keys(key):
     """A key is accepted only if it is PropMe's, lm-eval's or not like any of PropMe's keys."""
     try:
-        read_settings({key: "1"})
+        read_options({key: "1"})
     except TaskConfigError as exc:
         assert key in str(exc) or "tracing parameters" in str(exc)
         assert key not in ALL_KEYS or "must be" in str(exc)
