@@ -25,9 +25,16 @@ class TraceMode(StrEnum):
     TEXT = "text"     #: sentence rules, no whole-generation lookup
 
 
+class RarityKind(StrEnum):
+    """How a span's rarity is scored (`TraceConfig.rarity`); the first is the default."""
+
+    LOG = "log"           #: sum of log-probabilities
+    PRODUCT = "product"   #: the published product of probabilities (underflows on long spans)
+
+
 #: tracing modes (`TraceConfig.mode`) and rarity scores (`TraceConfig.rarity`), the first of each the default
 TRACE_MODES = tuple(TraceMode)
-RARITY_KINDS = ("log", "product")
+RARITY_KINDS = tuple(RarityKind)
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> None:
@@ -43,21 +50,22 @@ class TraceConfig:
     (`trace_<field>`) or in Python; `to_dict()` is recorded with every result summary.
     """
 
-    mode: str = TraceMode.MIXED  #: a TraceMode: 'mixed' (whole-generation lookup, no sentence rules) or 'text'
+    mode: TraceMode = TraceMode.MIXED  #: 'mixed' (whole-generation lookup, no sentence rules) or 'text'
     span_divisor: int = 20      #: keep K = ceil(L / span_divisor) rarest spans (at least 1)
     docs_per_span: int = 10     #: documents retrieved per final span (a seeded sample beyond that)
     window_factor: int = 5      #: a document window is window_factor x L tokens around the occurrence
     max_anchors: int = 8        #: mixed mode: anchor spans tried for full matches when g does not occur as tokenized
     seed: int = 42              #: document samples: random.Random(f"{seed}:{g}") per generation
-    rarity: str = "log"         #: 'log' (sum of log-probabilities) or 'product' (the published product, underflows)
+    rarity: RarityKind = RarityKind.LOG  #: 'log' (sum of log-probabilities) or 'product' (the published product, underflows)
     snippet_chars: int = 300    #: characters of window kept on each side of the span in each document's snippet
     max_tokens: int = 4096      #: longer generations are not traced: recorded as failed, with the reason
 
     def __post_init__(self) -> None:
-        if self.mode not in TRACE_MODES:
-            raise ValueError(f"mode must be one of {', '.join(TRACE_MODES)}, not {self.mode!r}")
-        if self.rarity not in RARITY_KINDS:
-            raise ValueError(f"rarity must be one of {', '.join(RARITY_KINDS)}, not {self.rarity!r}")
+        for name, kind in (("mode", TraceMode), ("rarity", RarityKind)):  # a given string becomes its member, once
+            value = getattr(self, name)
+            if value not in tuple(kind):
+                raise ValueError(f"{name} must be one of {', '.join(kind)}, not {value!r}")
+            object.__setattr__(self, name, kind(value))
         for name in ("span_divisor", "docs_per_span", "window_factor", "max_anchors", "max_tokens"):
             _positive_int(name, getattr(self, name))
         for name in ("seed", "snippet_chars"):
@@ -68,7 +76,8 @@ class TraceConfig:
         return max(1, math.ceil(n_tokens / self.span_divisor))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields in order as plain JSON values (the modes as their strings): recorded with every summary."""
+        return {**asdict(self), "mode": self.mode.value, "rarity": self.rarity.value}
 
 
 class _PickledByFields:

@@ -45,7 +45,7 @@ from propme_metrics.index.reader import Index, open_index
 from propme_metrics.index.search import DocWindow, IndexSearch, Occurrences
 from propme_metrics.index.tokenizer import check_encodes
 from propme_metrics.trace.nvrecall import nv_scores
-from propme_metrics.trace.result import FinalSpan, Span, TraceConfig, TracedDocument, TraceMode, TraceResult
+from propme_metrics.trace.result import FinalSpan, RarityKind, Span, TraceConfig, TracedDocument, TraceMode, TraceResult
 from propme_metrics.trace.text_rules import (
     BOUNDARY_CHARS,
     MIXED_MIN_TOKENS,
@@ -182,7 +182,7 @@ class Tracer:
         return table
 
     def _rarity(self, ids: list[int]) -> float:
-        if self.config.rarity == "product":
+        if self.config.rarity == RarityKind.PRODUCT:
             prob = self._prob
             return math.prod(prob[t] for t in ids)
         return math.fsum(self._logprob[ids].tolist())
