@@ -34,6 +34,9 @@ from propme_metrics.trace.task_document import RayBackend, TaskDocument
 from propme_metrics.trace.tracer import Tracer
 from propme_tasks import deferred
 from propme_tasks.schema import TaskConfigError, TaskOptions, read_options
+from propme_tasks.schema import (
+    read_options as read_settings,  # load_prompts' old name: lm-eval copies its source into results files
+)
 
 __all__ = ["TaskConfigError", "load_prompts", "process_results", "agg_ratio", "agg_max", "agg_trace_failures"]
 
@@ -127,7 +130,7 @@ def load_prompts(**meta: Any):
     corpus, setting, language = meta.get("corpus"), meta.get("setting"), meta.get("language")
     if not corpus or not setting:
         raise TaskConfigError("a PropMe task YAML must set metadata 'corpus' and 'setting'")
-    options = read_options(meta)  # every key checked once, before anything is opened or built
+    options = read_settings(meta)  # every key checked once, before anything is opened or built
     index_key = f"{corpus}_index"
     index_path, where = _corpus_option(meta, index_key)
     if index_path is None:

@@ -31,7 +31,10 @@ from propme_metrics.prompts.settings import CONTINUATION_TOKENS, PREFIX, PREFIX_
 from propme_metrics.trace.task_document import TaskDocument
 
 from . import hooks
-from .schema import Key, parse_value, read_options
+from .schema import Key, parse_value
+from .schema import (
+    read_options as read_settings,  # load_documents' old name: lm-eval copies its source into results files
+)
 
 
 def split_counts(tok, context: str, target: str) -> tuple[int, bool]:
@@ -108,7 +111,7 @@ def check_fits(task: str, max_length: int | None, totals: list[int], targets: li
 @hooks.handed_over
 def load_documents(**meta: Any):
     """`custom_dataset` hook: the prefix documents (one row each) with p, z's model-token count and the split."""
-    options = read_options(meta)
+    options = read_settings(meta)
     # the prefix setting's documents, once each: no repeats (a likelihood is not sampled)
     data = hooks.load_prompts(**dict(meta, setting=PREFIX, generations_per_prompt=1))["test"]
     tok = _model_tokenizer(meta)
