@@ -94,7 +94,7 @@ def torch_threads() -> int:
     with another count, so the weights the demo trains (and the log-probabilities lm-eval scores) would
     change with the load average if it followed it (a 2-thread and a 1-thread training differed by up
     to 1e-3 in a weight). One thread is also the fast choice for a model this small: on a loaded 2-core
-    machine two threads were 7-25x slower at generation, and a training took 54 s with two, 29 s with one."""
+    machine two threads were 7-25x slower at generation than one."""
     given = os.environ.get("OMP_NUM_THREADS", "").strip()
     return int(given) if given.isdigit() and int(given) > 0 else 1
 
