@@ -35,8 +35,13 @@ install: $(INSTALLED)
 demo: install
 	$(BIN)/propme demo $(DEMO_ARGS)
 
+# the tests start many Python processes: each would compile PropMe's modules from source again where the
+# environment turns Python's bytecode cache off (PYTHONDONTWRITEBYTECODE, set on some machines), so the
+# test runs keep it on (the __pycache__ folders are ignored by git)
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 # the inner loop: every test but the slow ones (setup.cfg's `slow` marker: stock lm_eval runs, the demo model,
 # Ray, Chromium, fresh processes killed from outside), on two processes (pytest-xdist; each takes half the
@@ -44,7 +49,7 @@ test: install
 # runs them in this one)
 FAST_WORKERS ?= 2
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" -n $(FAST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" -n $(FAST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # CI's second run: the oldest lm-eval release setup.cfg admits (its `lm-eval[hf]>=` bound), in a venv of its
 # own, on a smoke subset: one stock `lm_eval` run of the demo tasks and lm-eval's conformance checks
@@ -53,7 +58,7 @@ OLDEST_VENV := .venv-lmeval-$(LMEVAL_OLDEST)
 LMEVAL_SMOKE := tests/tasks/test_lmeval_conformance.py tests/tasks/test_tasks.py::test_end_to_end_through_stock_lm_eval
 test-lmeval-oldest:
 	$(MAKE) install VENV=$(OLDEST_VENV) LMEVAL_PIN="lm-eval[hf]==$(LMEVAL_OLDEST)"
-	$(OLDEST_VENV)/bin/python -m pytest $(LMEVAL_SMOKE) $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(OLDEST_VENV)/bin/python -m pytest $(LMEVAL_SMOKE) $(PYTEST_ARGS)
 
 # ruff (pyproject.toml) and the import layers (setup.cfg [importlinter]); CI runs it before the tests
 lint: $(DEPS)

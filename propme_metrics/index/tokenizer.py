@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +39,23 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, *, require_fa
         raise ConfigError(f"no tokenizer folder at {name_or_path}",
                           "give a folder holding tokenizer.json (e.g. saved with save_pretrained) or a hub id")
     kwargs.setdefault("use_fast", True)
+    key = ("tokenizer", name_or_path, revision, repr(sorted(kwargs.items())),
+           _folder_digest(name_or_path, kwargs.get("subfolder")))
+    tok = _LOADED.get(key)
+    if tok is None:
+        tok = _LOADED.put(key, _from_pretrained(name_or_path, revision, kwargs))
+    if require_fast and not getattr(tok, "is_fast", False):
+        raise ConfigError(f"tokenizer {name_or_path!r} has no fast (Rust) implementation",
+                          "PropMe needs a fast tokenizer (tokenizer.json)")
+    return tok
+
+
+def _from_pretrained(name_or_path: str, revision: str | None, kwargs: dict):
+    """`AutoTokenizer.from_pretrained`, its failures one message."""
+    import transformers
+
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
+        return transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
     except Exception as exc:  # the hub client raises many types; all mean "cannot load it"
         if is_out_of_memory(exc):
             raise out_of_memory(f"loading the tokenizer {name_or_path!r}") from None
@@ -46,10 +64,62 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, *, require_fa
             "give a Hugging Face tokenizer id reachable from this machine or a local folder "
             "that holds tokenizer.json / tokenizer_config.json",
         ) from None
-    if require_fast and not getattr(tok, "is_fast", False):
-        raise ConfigError(f"tokenizer {name_or_path!r} has no fast (Rust) implementation",
-                          "PropMe needs a fast tokenizer (tokenizer.json)")
-    return tok
+
+
+class _Loaded:
+    """The tokenizers this process loaded, by what they were loaded from (the last few): a loaded
+    tokenizer is shared, never changed by PropMe. An index is opened many times in one process (each
+    lm-eval subtask, each report input, each build): loading GPT-2's took about 0.1 s, Llama 3's more."""
+
+    SIZE = 8
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple, object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+            return self._items.get(key)
+
+    def put(self, key: tuple, value):
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.SIZE:
+                self._items.popitem(last=False)
+        return value
+
+
+_LOADED = _Loaded()
+#: a folder's files up to this size are identified by their bytes, larger ones (a model's weights
+#: beside its tokenizer) by size and modification time
+_HASHED_FILE_BYTES = 64 << 20
+
+
+def _folder_digest(name_or_path: str, subfolder: str | None = None) -> str:
+    """What a local tokenizer folder holds (its files' bytes, see `_HASHED_FILE_BYTES`), so a folder
+    saved anew is loaded anew; '' for a hub id (one process keeps what it loaded)."""
+    folder = Path(name_or_path).expanduser()
+    if not folder.is_dir():
+        return ""
+    h = hashlib.sha256()
+    for where in (folder, folder / subfolder) if subfolder else (folder,):
+        try:
+            entries = sorted((e for e in os.scandir(where) if e.is_file()), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            st = e.stat()
+            h.update(f"{where.name}/{e.name}\0{st.st_size}\0".encode("utf-8", "surrogateescape"))
+            if st.st_size <= _HASHED_FILE_BYTES:
+                try:
+                    h.update(Path(e.path).read_bytes())
+                except OSError:
+                    h.update(b"unreadable")
+            else:
+                h.update(str(st.st_mtime_ns).encode())
+    return h.hexdigest()
 
 
 #: texts of the corpus (or of the generations) that the tokenizer check encodes
@@ -87,7 +157,9 @@ def load_backend(folder: str | Path):
 
     path = Path(folder) / "tokenizer.json"
     try:
-        return Tokenizer.from_file(str(path))
+        text = path.read_bytes()
+        key = ("backend", str(path.resolve()), hashlib.sha256(text).hexdigest())
+        return _LOADED.get(key) or _LOADED.put(key, Tokenizer.from_str(text.decode("utf-8")))
     except Exception as exc:  # the Rust side raises plain Exception for unreadable or invalid files
         raise ConfigError(f"cannot load tokenizer file {path}: {exc}",
                           "the folder must hold a tokenizer.json written by save_pretrained") from None
