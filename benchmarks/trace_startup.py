@@ -50,7 +50,10 @@ from pathlib import Path
 from _common import commit
 
 HERE = Path(__file__).resolve().parent
-ENV = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+#: both tracers run with Python's bytecode cache on (as an installed package has it), even where the
+#: environment turns it off (PYTHONDONTWRITEBYTECODE): else each run of a checkout compiles its modules anew
+ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+       "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 #: the name the published tracer loads its tokenizer by
 PUBLISHED_TOKENIZER = "meta-llama/Llama-2-7b-hf"
 CLASS_NAMES = {"exact_full_raw": "full_raw", "exact_full_normalized": "full_normalized", "partial": "partial"}
