@@ -16,7 +16,7 @@ What it does, in one run:
      timed apart.
      Twice: with `trace_workers` 1 (each prompt traced in `process_results`, the hooks before they
      were parallel) and with `--hook-workers` (default: the hooks' own default);
-  3. traces the same samples files with `propme trace --workers 2` (the docs' tracing settings) and
+  3. traces the same samples files with `propme trace --workers 2` (the docs' tracing options) and
      reads the tracing speed it prints (start-up excluded there too);
   4. checks that all three give the same trace of every generation (and both replays the same
      aggregated values) and prints the per-generation cost of each and the ratio of the parallel
@@ -113,7 +113,7 @@ def same_values(a: dict, b: dict) -> bool:
 
 
 def cli_flags(trace_config: str) -> list[str]:
-    """`propme trace` options for a doc's tracing settings (its `trace_config` JSON)."""
+    """`propme trace` flags for a doc's tracing options (its `trace_config` JSON)."""
     return [x for k, v in json.loads(trace_config).items() for x in (f"--{k.replace('_', '-')}", str(v))]
 
 

@@ -2,7 +2,7 @@
 
 The generic and specific prompts were checked not to occur in the corpus, yet any fluent text
 matches short spans of it. Each distinct prompt of those settings is traced once, as a generation
-is (the run's tracing settings, against the same index); the floor is the registry's ALS and R20
+is (the run's tracing options, against the same index); the floor is the registry's ALS and R20
 over these prompt traces and their longest final span. A setting's excess is its ALS (R20) minus
 the floor's, with an unpaired percentile bootstrap (`difference.metric_difference`: the setting's units
 and the floor's prompts resampled independently): a span is evidence of memorization only beyond
@@ -35,7 +35,7 @@ def floor_prompts(tasks: Mapping[str, RunTask]) -> list[str]:
 
 
 def trace_config(tasks: Mapping[str, RunTask]) -> TraceConfig:
-    """The tracing settings the tasks' generations were traced with (the defaults when not recorded)."""
+    """The tracing options the tasks' generations were traced with (the defaults when not recorded)."""
     return next((t.trace_config for t in tasks.values() if t.trace_config is not None), TraceConfig())
 
 

@@ -86,7 +86,7 @@ class RunTask:
     start_token: StartToken | None = None   #: what the logged samples' prompts started with (None: not recorded)
     limit: float | None = None     #: lm-eval's --limit of the run (None: a full run)
     rare_max_count: int = RARE_MAX_COUNT   #: `fmr_rare`'s threshold its metrics were computed with
-    #: the tracing settings its generations were traced with (a re-trace's when re-traced); None: not recorded
+    #: the tracing options its generations were traced with (a re-trace's when re-traced); None: not recorded
     trace_config: TraceConfig | None = None
     #: sha256 of the chat template lm-eval applied to its prompts (`--apply_chat_template`); None: plain prompts
     chat_template_sha: str | None = None

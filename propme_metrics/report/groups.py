@@ -1,5 +1,5 @@
 """Which runs are reported together: one task per model, revision, task and --limit (the newest),
-grouped by corpus into tasks that share an index, prompt set, --limit, tracing settings and prompt
+grouped by corpus into tasks that share an index, prompt set, --limit, tracing options and prompt
 format (`group_tasks`), and the revisions of one model (`trajectories`)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def prompt_set_fingerprint(obj: Any) -> str:
 @dataclass
 class ComparableTasks:
     """The tasks of one corpus that can be reported together: one index, one prompt set per setting,
-    one --limit, one set of tracing settings, chat template or none (`group_tasks`); `label` is the
+    one --limit, one set of tracing options, chat template or none (`group_tasks`); `label` is the
     corpus label of their columns."""
 
     corpus: str
@@ -32,7 +32,7 @@ class ComparableTasks:
     tasks: list[RunTask]
     label: str = ""
     limit: float | None = None
-    trace_config: TraceConfig | None = None   #: None: no task recorded its tracing settings (yet)
+    trace_config: TraceConfig | None = None   #: None: no task recorded its tracing options (yet)
     chat_template_sha: str | None = None
 
     def add(self, task: RunTask) -> None:
@@ -50,7 +50,7 @@ class ComparableTasks:
         return "_".join(x for x in (self.corpus, limit_label(self.limit)) if x)
 
     def accepts(self, task: RunTask) -> bool:
-        """Same --limit, chat template (or none), tracing settings and index (unknown settings and
+        """Same --limit, chat template (or none), tracing options and index (unknown options and
         identities, e.g. of an empty samples file, fit any) and same prompt ids."""
         if task.limit != self.limit or task.chat_template_sha != self.chat_template_sha:
             return False
@@ -69,7 +69,7 @@ def _describe_conflict(a: ComparableTasks, b: ComparableTasks) -> str:
                 f"{describe_chat_template(a.chat_template_sha)} ({ta.label}, {ta.task}) and "
                 f"{describe_chat_template(b.chat_template_sha)} ({tb.label}, {tb.task})")
     if None not in (a.trace_config, b.trace_config) and a.trace_config != b.trace_config:
-        return (f"corpus '{a.corpus}' mixes runs traced with different tracing settings: "
+        return (f"corpus '{a.corpus}' mixes runs traced with different tracing options: "
                 f"{describe_trace_config(a.trace_config)} ({ta.label}, {ta.task}) and "
                 f"{describe_trace_config(b.trace_config)} ({tb.label}, {tb.task}); PM would mix them")
     if a.identity != b.identity:
@@ -98,7 +98,7 @@ def group_tasks(tasks: list[RunTask], separate: bool) -> list[ComparableTasks]:
     all of them, else into a group of their own, so a model that ran another prompt set for one
     setting is reported whole beside the others (and the pairing refused, saying the sets differ),
     not split into parts that each lack a setting. Only a task its own model's group does not take
-    (another index or tracing settings) goes elsewhere."""
+    (another index or tracing options) goes elsewhere."""
     groups: list[ComparableTasks] = []
     units: dict[tuple[str, str, str, float | None], list[RunTask]] = {}
     for task in tasks:
@@ -119,7 +119,7 @@ def group_tasks(tasks: list[RunTask], separate: bool) -> list[ComparableTasks]:
             continue
         if not separate:
             raise ConfigError(_describe_conflict(gs[0], gs[1]),
-                              "compare runs of one prompt set, index version, tracing settings and prompt "
+                              "compare runs of one prompt set, index version, tracing options and prompt "
                               "format only, or pass --separate (separate=True) to report them apart")
         taken = {g.family for g in groups}
         for k, g in enumerate(gs, 1):

@@ -31,7 +31,7 @@ class Retrace:
     index_identity: str
     results: dict[str, dict[str, Any]]   #: generation key -> TraceResult dict
     used: int = 0
-    config: TraceConfig | None = None     #: the tracing settings of the re-trace
+    config: TraceConfig | None = None     #: the tracing options of the re-trace
     mixed_trace_options: bool = False     #: accepted although the run traced with other tracing options
 
 
@@ -43,7 +43,7 @@ def load_retrace(summary_path: str | Path) -> Retrace:
     try:
         config = TraceConfig(**summary.config) if summary.config is not None else None
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{summary_path}: its tracing settings (config) are not this release's ({exc})",
+        raise ConfigError(f"{summary_path}: its tracing options (config) are not this release's ({exc})",
                           RETRACE_HINT) from None
     results: dict[str, dict[str, Any]] = {}
     try:
@@ -68,7 +68,7 @@ class LoadedSamples:
     identities: set[str | None]        #: the index identities its generations name
     start_token: StartToken | None     #: of its first row (None: not recorded)
     rare_max_count: int                #: `fmr_rare`'s threshold its values were computed with
-    trace_config: TraceConfig | None   #: the tracing settings of its generations (None: not recorded)
+    trace_config: TraceConfig | None   #: the tracing options of its generations (None: not recorded)
 
 
 def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), setting: str | None = None,
@@ -76,9 +76,9 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
     """A samples file's prompts with their traces (`rows`: the file's rows, when already read), the
     index identities they name, the start token of its first row, `fmr_rare`'s threshold
     (`rare_max_count` if given, else the one the run logged with its documents, else the default)
-    and the tracing settings of its generations. A row that names another setting than its task's
+    and the tracing options of its generations. A row that names another setting than its task's
     (`setting`) is refused: its numbers would be reported under the wrong setting; so is a file
-    traced with several settings."""
+    traced with several sets of tracing options."""
     retrace = next((r for r in retraces if r.samples_path == path.resolve()), None)
     prompts: dict[str, TracedPrompt] = {}
     identities: set[str | None] = set()
@@ -138,28 +138,28 @@ def load_samples(path: Path, task: str, retraces: Sequence[Retrace] = (), settin
             # personal data is recomputed from the trace: one definition, whatever the run recorded
             rec.values.append(contributions(result, rare_max_count=rare) if counts_for_metrics(result) else None)
     if retrace is not None and retrace.mixed_trace_options:
-        configs = {}  # mixed on request (--retraced-other-trace-options): the settings are not one, nor checked
+        configs = {}  # mixed on request (--retraced-other-trace-options): the tracing options are not one, nor checked
     if len(configs) > 1:
-        raise ConfigError(f"{path} holds generations traced with different tracing settings "
+        raise ConfigError(f"{path} holds generations traced with different tracing options "
                           f"({_config_difference(*list(configs)[:2])}); PM would mix them",
-                          "re-trace the whole file with one set of settings (`propme trace --input`)")
+                          "re-trace the whole file with one set of tracing options (`propme trace --input`)")
     return LoadedSamples(list(prompts.values()), identities, rows[0].start_token if rows else None, rare,
                          next(iter(configs), None))
 
 
 def _differing(a: TraceConfig, b: TraceConfig) -> list[tuple[str, Any, Any]]:
-    """(setting, a's value, b's value) of each tracing setting two configurations differ in."""
+    """(option, a's value, b's value) of each tracing option two configurations differ in."""
     da, db = a.to_dict(), b.to_dict()
     return [(k, da[k], db[k]) for k in sorted(da) if da[k] != db[k]]
 
 
 def _config_difference(a: TraceConfig, b: TraceConfig) -> str:
-    """The settings two tracing configurations differ in, e.g. "mode 'text' and 'mixed'"."""
+    """The options two tracing configurations differ in, e.g. "mode 'text' and 'mixed'"."""
     return ", ".join(f"{k} {x!r} and {y!r}" for k, x, y in _differing(a, b)[:4])
 
 
 def describe_trace_config(config: TraceConfig | None) -> str:
-    """One line naming a task's tracing settings, for messages."""
+    """One line naming a task's tracing options, for messages."""
     return "not recorded" if config is None else ", ".join(f"{k}={v!r}" for k, v in sorted(config.to_dict().items()))
 
 
@@ -218,9 +218,9 @@ def _apply_retrace(retrace: Retrace, sample: SampleRow, trace: dict[str, Any], i
         differ = _differing(retrace.config, run_config)
         if differ:
             shown = ", ".join(f"{k} {new!r} (run: {old!r})" for k, new, old in differ[:4])
-            raise ConfigError(f"{retrace.summary_path} re-traced {path.name} with other tracing settings than the "
+            raise ConfigError(f"{retrace.summary_path} re-traced {path.name} with other tracing options than the "
                               f"run: {shown}; PM would mix the two",
-                              "re-trace with the run's settings (the same `propme trace` options as its task "
+                              "re-trace with the run's tracing options (the same `propme trace` options as its task "
                               "metadata), or pass --retraced-other-trace-options to report them anyway")
     gens, used = trace["generations"], 0
     for j in range(len(gens)):

@@ -57,11 +57,11 @@ class SampleRow:
     @cached_property
     def document(self) -> TaskDocument:
         """The logged document read as a PropMe task's (`TaskDocument.from_row`); ConfigError, naming
-        the line, when its recorded tracing settings are not this release's."""
+        the line, when its recorded tracing options are not this release's."""
         try:
             return TaskDocument.from_row(self.doc)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{self.source}, line {self.lineno}: the logged document's tracing settings "
+            raise ConfigError(f"{self.source}, line {self.lineno}: the logged document's tracing options "
                               f"(trace_config) cannot be read ({exc})",
                               "re-trace the file with `propme trace --input`, or re-run lm-eval for this task") from None
 

@@ -165,7 +165,7 @@ class TraceResult(_PickledByFields):
     text: str                      #: the traced completion g, exactly as given (never stripped)
     n_tokens: int
     degenerate: bool
-    mode: str = TraceMode.MIXED
+    mode: TraceMode = TraceMode.MIXED
     spans: list[Span] = field(default_factory=list)              #: maximal clean spans, `kept` marked
     final_spans: list[FinalSpan] = field(default_factory=list)   #: longest first
     extracted: bool | None = None   #: prefix prompts: the true continuation was reproduced
@@ -247,7 +247,7 @@ class TraceResult(_PickledByFields):
                                        for d in s["documents"]])
                   for s in data["final_spans"]]
         return cls(key=data["key"], text=data["text"], n_tokens=data["n_tokens"], degenerate=data["degenerate"],
-                   mode=data.get("mode", TraceMode.MIXED), spans=[Span(**{k: s[k] for k in span_keys}) for s in data["spans"]],
+                   mode=TraceMode(data.get("mode", TraceMode.MIXED)), spans=[Span(**{k: s[k] for k in span_keys}) for s in data["spans"]],
                    final_spans=finals, extracted=data.get("extracted"), error=data.get("error"))
 
 

@@ -1,5 +1,5 @@
 """The files `propme trace` writes, in one place: RESULTS.jsonl (one trace result per line, with its
-PII leaks) and SUMMARY.json (metrics, tracing settings, index identity, input, the results' path,
+PII leaks) and SUMMARY.json (metrics, tracing options, index identity, input, the results' path,
 which data leaks by source and by duplication),
 and the reader of SUMMARY.json that `propme report --retraced` uses.
 
@@ -33,7 +33,7 @@ class TraceSummary:
     input_format: str       #: 'jsonl' or SAMPLES_FORMAT (an lm-eval samples file)
     index_identity: str
     results_path: Path      #: the RESULTS.jsonl written beside it
-    config: dict[str, Any] | None = None  #: the tracing settings (TraceConfig.to_dict())
+    config: dict[str, Any] | None = None  #: the tracing options (TraceConfig.to_dict())
 
 
 def summary_record(metrics: dict[str, Any], leaked_items: int, config: TraceConfig, drop_degenerate: bool,
@@ -41,7 +41,7 @@ def summary_record(metrics: dict[str, Any], leaked_items: int, config: TraceConf
                    results_path: Path, leaks: dict[str, Any] | None = None,
                    robustness: dict[str, Any] | None = None) -> dict[str, Any]:
     """The SUMMARY.json object: the metrics record (`Summary.to_dict()`), the PII item total, the
-    settings (fmr_rare's threshold among them), the index, the input and the results file, `leaks`
+    tracing options (fmr_rare's threshold among them), the index, the input and the results file, `leaks`
     (which data leaks: by source and by duplication, `report.trace_provenance.leaks_record`) and
     `robustness` (`metrics.robustness.Robustness.to_dict`)."""
     manifest = index.manifest

@@ -62,6 +62,17 @@ def test_trace_config_holds_members_and_serialises_as_the_strings_did(mode, rari
     assert describe_trace_config(config) == ", ".join(f"{k}={v!r}" for k, v in sorted(plain.items()))
     line = TraceResult(key="k", text="t", n_tokens=0, degenerate=False, mode=config.mode)
     assert line.json_bytes() == TraceResult(key="k", text="t", n_tokens=0, degenerate=False, mode=str(mode)).json_bytes()
+    read = TraceResult.from_dict(json.loads(line.json_bytes()))
+    assert type(read.mode) is TraceMode and read.mode == mode and read.json_bytes() == line.json_bytes()
+
+
+def test_a_result_line_with_an_unknown_mode_is_no_trace():
+    """A result's mode is a TraceMode once read: a line naming another is refused as its other fields would be."""
+    line = json.loads(TraceResult(key="k", text="t", n_tokens=0, degenerate=False).json_bytes())
+    assert TraceResult.from_dict({**line, "mode": "text"}).mode is TraceMode.TEXT
+    assert TraceResult.from_dict({k: v for k, v in line.items() if k != "mode"}).mode is TraceMode.MIXED
+    with pytest.raises(ValueError):
+        TraceResult.from_dict({**line, "mode": "fast"})
 
 
 @pytest.mark.parametrize("field, value, message", [("mode", "fast", "mode must be one of mixed, text, not 'fast'"),

@@ -247,7 +247,7 @@ def test_a_retrace_with_other_tracing_settings_is_refused_unless_asked_for(tmp_p
     mixed = TraceConfig().to_dict()
     _with_trace_config(samples_file(run, "generic"), mixed)
     summary = _retrace_of(tmp_path, run, {**mixed, "mode": "text"})
-    with pytest.raises(ConfigError, match="other tracing settings than the run: mode 'text'"):
+    with pytest.raises(ConfigError, match="other tracing options than the run: mode 'text'"):
         make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary]))
     rep = make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0, plots=False, html=False, retraced=[summary],
                        retraced_other_trace_options=True))
@@ -279,7 +279,7 @@ def test_rows_of_another_setting_in_a_samples_file_are_refused(tmp_path):
         make_report(ReportRequest([run], tmp_path / "rep", bootstrap=0))
 
 
-# --- runs that cannot share a PM: other tracing settings, a chat template ------------------------
+# --- runs that cannot share a PM: other tracing options, a chat template ------------------------
 
 
 def _two_runs_in_one_folder(tmp_path: Path) -> tuple[Path, Path]:
@@ -303,7 +303,7 @@ def test_runs_with_other_tracing_settings_in_one_folder_are_refused_or_reported_
                        {**TraceConfig().to_dict(), "mode": "text"})
     assert main(["report", str(root), "--out", str(tmp_path / "rep"), "--bootstrap", "0", "--no-html"]) == 2
     err = capsys.readouterr().err
-    assert "different tracing settings" in err and "'text'" in err and "--separate" in err
+    assert "different tracing options" in err and "'text'" in err and "--separate" in err
     assert not (tmp_path / "rep").exists()
     with pytest.raises(MissingPrefixError) as caught:  # reported apart: the generic run has no prefix of its own
         make_report(ReportRequest([root], tmp_path / "apart", bootstrap=0, plots=False, html=False, separate=True))

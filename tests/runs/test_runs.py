@@ -1,6 +1,6 @@
 """`propme_metrics.runs`: lm-eval output read into typed runs, once. Which tasks are PropMe's is
 decided by metadata or the whole task name (never a prefix); each task reads its own samples file;
-per-sample metric values are decoded by one function; a row's start token and tracing settings
+per-sample metric values are decoded by one function; a row's start token and tracing options
 come back typed."""
 from __future__ import annotations
 

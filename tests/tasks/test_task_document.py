@@ -56,7 +56,7 @@ def test_rows_of_earlier_releases_are_read_with_not_recorded_values():
     doc = TaskDocument.from_row(older)
     assert (doc.start_token_choice, doc.rare_max_count, doc.chat_template, doc.propme_version) == (None, None, False, None)
     assert (doc.id, doc.setting, doc.trace) == ("g-1", "generic", TraceConfig())
-    assert TaskDocument.from_row({"id": "x"}).trace is None  # tracing settings not recorded
+    assert TaskDocument.from_row({"id": "x"}).trace is None  # tracing options not recorded
 
 
 def test_chat_template_turn_drops_the_start_token_only():
