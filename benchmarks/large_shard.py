@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import commit
 
 SEP = 0xFFFFFFFF
