@@ -94,7 +94,7 @@ class CorpusMatcher:
         self.threads = search is not None  # a cluster's driver is never forked
         self.batch_positions = batch_positions
         self.workers = workers
-        self.decoder = TokenDecoder(index.backend)
+        self.decoder = TokenDecoder.of(index.backend)
 
     def encode_and_match(self, texts: Sequence[str], progress: Callable[[int], None] | None = None
                          ) -> list[tuple[str, np.ndarray, list[tuple[int, int]], np.ndarray]]:

@@ -147,7 +147,7 @@ class Tracer:
 
     @cached_property
     def _decoder(self) -> TokenDecoder:
-        return TokenDecoder(self._backend)
+        return TokenDecoder.of(self._backend)
 
     @cached_property
     def _word_initial(self) -> bytes:

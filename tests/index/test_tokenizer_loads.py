@@ -48,3 +48,15 @@ def test_a_failed_load_is_not_kept(tmp_path):
         load_backend(folder)
     word_level_tokenizer(folder, 10)
     assert load_backend(folder).encode("w4").ids == [4]
+
+
+def test_one_decoder_table_per_loaded_tokenizer(tmp_path):
+    """`TokenDecoder.of` builds a tokenizer object's table once; a tokenizer loaded anew gets its own."""
+    from propme_metrics.index.decode import TokenDecoder
+
+    folder = word_level_tokenizer(tmp_path / "tok", 10)
+    table = TokenDecoder.of(load_backend(folder))
+    assert TokenDecoder.of(load_backend(folder)) is table and table.decode([3, 9]) == "w3 w9"
+    word_level_tokenizer(folder, 11)
+    again = TokenDecoder.of(load_backend(folder))
+    assert again is not table and again.decode([10, 3]) == "w10 w3"
