@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 from _common import commit, drop_mappings, drop_page_cache, resident_fraction
 
+from propme_metrics.index.format import pointer_bytes, pointer_size
+
 SEP = 0xFFFFFFFF
 WIDTH = 4
 CHUNK = 1 << 24  #: positions written per step
@@ -70,10 +72,10 @@ def write_shard(folder: Path, docs: int, doc_len: int, ptr: int) -> None:
         ids = docs * doc_len
         for first in range(0, ids, CHUNK):  # ranks 0 .. ids-1: the positions without a separator
             r = np.arange(first, min(ids, first + CHUNK), dtype=np.int64)
-            fh.write(_pointers(r + r // doc_len + 1, ptr))
+            fh.write(pointer_bytes((r + r // doc_len + 1) * WIDTH, ptr))
         for first in range(0, docs, CHUNK):  # then the separators
             d = np.arange(first, min(docs, first + CHUNK), dtype=np.int64)
-            fh.write(_pointers(d * (doc_len + 1), ptr))
+            fh.write(pointer_bytes(d * (doc_len + 1) * WIDTH, ptr))
     (folder / "offset.0").write_bytes((np.arange(docs, dtype=np.int64) * (doc_len + 1) * WIDTH).astype("<u8").tobytes())
     (folder / "metadata.0").write_bytes(b"{}\n" * docs)
     (folder / "metaoff.0").write_bytes((np.arange(docs, dtype=np.int64) * 3).astype("<u8").tobytes())
@@ -83,11 +85,6 @@ def write_shard(folder: Path, docs: int, doc_len: int, ptr: int) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def _pointers(positions: np.ndarray, ptr: int) -> bytes:
-    """Byte offsets of token positions as `ptr`-byte little-endian pointers."""
-    return np.ascontiguousarray((positions * WIDTH).astype("<u8").view(np.uint8).reshape(-1, 8)[:, :ptr]).tobytes()
 
 
 def queries(rng: np.random.Generator, docs: int, doc_len: int, count: int) -> np.ndarray:
@@ -112,7 +109,6 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the shard for another run")
     args = ap.parse_args()
     from propme_metrics.index import native_search
-    from propme_metrics.index.format import pointer_size
     from propme_metrics.index.search import ShardSearcher
 
     if not native_search.available():

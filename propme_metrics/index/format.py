@@ -145,6 +145,12 @@ def pointers(raw: np.ndarray, ptr_size: int) -> np.ndarray:
     return wide.view("<i8").reshape(-1)
 
 
+def pointer_bytes(offsets: np.ndarray, ptr_size: int) -> bytes:
+    """Byte offsets as the suffix array holds them: each the low `ptr_size` bytes of its
+    little-endian int64 (the inverse of `pointers`)."""
+    return np.ascontiguousarray(np.asarray(offsets).astype("<u8").view(np.uint8).reshape(-1, 8)[:, :ptr_size]).tobytes()
+
+
 def read_unigrams(path: Path) -> np.ndarray:
     """The rows (token id, count) of a `unigram.N` file, as an int64 array of shape (k, 2)."""
     return np.loadtxt(path, dtype=np.int64, ndmin=2).reshape(-1, 2)

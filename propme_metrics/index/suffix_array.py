@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from propme_metrics.core.errors import BuildError, ConfigError
-from propme_metrics.index.format import SA_TEMP_SUFFIX, pointer_size, pointers
+from propme_metrics.index.format import SA_TEMP_SUFFIX, pointer_bytes, pointer_size, pointers
 
 OVERLAP_BYTES = 100_000  # how far suffix-array parts overlap (the binary's hack size)
 
@@ -69,8 +69,7 @@ def _divsufsort_suffix_array(ds_path: Path, sa_path: Path, width: int, on_step, 
     with open(tmp_sa, "wb") as fh:
         for first in range(0, len(order), chunk):
             part = order[first:first + chunk]
-            part = part[(part & (width - 1)) == 0].astype("<u8")
-            fh.write(part.view(np.uint8).reshape(-1, 8)[:, :ptr_size].tobytes())
+            fh.write(pointer_bytes(part[(part & (width - 1)) == 0], ptr_size))
     del order
     _check_sa_size(tmp_sa, ds_path, width, ptr_size, "libdivsufsort")
     os.replace(tmp_sa, sa_path)
