@@ -38,7 +38,8 @@ demo: install
 # the tests start many Python processes: each would compile PropMe's modules from source again where the
 # environment turns Python's bytecode cache off (PYTHONDONTWRITEBYTECODE, set on some machines), so the
 # test runs keep it on (the __pycache__ folders are ignored by git)
-PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+BYTECODE_ON := PYTHONDONTWRITEBYTECODE=
+PYTEST := $(BYTECODE_ON) $(BIN)/python -m pytest
 
 test: install
 	$(PYTEST) $(PYTEST_ARGS)
@@ -58,7 +59,7 @@ OLDEST_VENV := .venv-lmeval-$(LMEVAL_OLDEST)
 LMEVAL_SMOKE := tests/tasks/test_lmeval_conformance.py tests/tasks/test_tasks.py::test_end_to_end_through_stock_lm_eval
 test-lmeval-oldest:
 	$(MAKE) install VENV=$(OLDEST_VENV) LMEVAL_PIN="lm-eval[hf]==$(LMEVAL_OLDEST)"
-	PYTHONDONTWRITEBYTECODE= $(OLDEST_VENV)/bin/python -m pytest $(LMEVAL_SMOKE) $(PYTEST_ARGS)
+	$(BYTECODE_ON) $(OLDEST_VENV)/bin/python -m pytest $(LMEVAL_SMOKE) $(PYTEST_ARGS)
 
 # ruff (pyproject.toml) and the import layers (setup.cfg [importlinter]); CI runs it before the tests
 lint: $(DEPS)

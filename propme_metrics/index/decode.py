@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Sequence
+from functools import lru_cache
 from operator import itemgetter
 
 import numpy as np
@@ -214,12 +214,6 @@ def _unpacked(data: bytes, ends: list[int]) -> list[bytes | None]:
     return out
 
 
-#: the tables `TokenDecoder.of` built, by the id of their tokenizer object (kept with it), oldest first
-_TABLES: dict[int, tuple[object, TokenDecoder]] = {}
-_TABLES_KEPT = 4
-_TABLES_LOCK = threading.Lock()
-
-
 class TokenDecoder:
     """`decode` / `decode_batch` of token ids, identical to the tokenizer's (`skip_special_tokens=False`).
 
@@ -251,21 +245,13 @@ class TokenDecoder:
         self._body_array = np.empty(len(self.body), dtype=object)
         self._body_array[:] = self.body
 
-    @classmethod
-    def of(cls, backend) -> TokenDecoder:
-        """The decoder of a tokenizer object, built once per object in a process (a table is read-only;
-        `load_backend` hands out one object per tokenizer file, so every tracer and contamination check
-        of an index shares one table: 0.08 s and 2.5 MB for GPT-2's)."""
-        with _TABLES_LOCK:
-            found = _TABLES.get(id(backend))
-        if found is not None and found[0] is backend:
-            return found[1]
-        made = cls(backend)
-        with _TABLES_LOCK:
-            _TABLES[id(backend)] = (backend, made)  # the object is kept with its table: its id stays its own
-            while len(_TABLES) > _TABLES_KEPT:
-                _TABLES.pop(next(iter(_TABLES)))
-        return made
+    @staticmethod
+    @lru_cache(maxsize=4)
+    def of(backend) -> TokenDecoder:
+        """The decoder of a tokenizer object, built once per object in a process (the last few; a
+        table is read-only): `load_backend` hands out one object per tokenizer file, so every tracer and
+        contamination check of an index shares one table. Tokenizer objects compare by identity."""
+        return TokenDecoder(backend)
 
     def decode(self, ids) -> str:
         """Text of one sequence of ids (a list or a numpy array)."""

@@ -9,10 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from propme_metrics.core.errors import ConfigError
@@ -39,23 +38,34 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, *, require_fa
         raise ConfigError(f"no tokenizer folder at {name_or_path}",
                           "give a folder holding tokenizer.json (e.g. saved with save_pretrained) or a hub id")
     kwargs.setdefault("use_fast", True)
-    key = ("tokenizer", name_or_path, revision, repr(sorted(kwargs.items())),
-           _folder_digest(name_or_path, kwargs.get("subfolder")))
-    tok = _LOADED.get(key)
-    if tok is None:
-        tok = _LOADED.put(key, _from_pretrained(name_or_path, revision, kwargs))
+    options = tuple(sorted(kwargs.items()))
+    try:
+        hash(options)
+    except TypeError:  # an option value that cannot name a loaded tokenizer (a dict, a list): loaded anew
+        tok = _from_pretrained(name_or_path, revision, options)
+    else:
+        tok = _loaded(name_or_path, revision, options, _folder_digest(name_or_path, kwargs.get("subfolder")))
     if require_fast and not getattr(tok, "is_fast", False):
         raise ConfigError(f"tokenizer {name_or_path!r} has no fast (Rust) implementation",
                           "PropMe needs a fast tokenizer (tokenizer.json)")
     return tok
 
 
-def _from_pretrained(name_or_path: str, revision: str | None, kwargs: dict):
-    """`AutoTokenizer.from_pretrained`, its failures one message."""
+@lru_cache(maxsize=8)
+def _loaded(name_or_path: str, revision: str | None, options: tuple, folder_digest: str):
+    """The tokenizers this process loaded, by what they were loaded from (the last few; a failure is
+    not kept): an index is opened many times in one process (each lm-eval subtask, report input,
+    build), and each shares the tokenizer loaded first, which PropMe never changes. `folder_digest`
+    (`_folder_digest`) makes a folder saved anew a new key."""
+    return _from_pretrained(name_or_path, revision, options)
+
+
+def _from_pretrained(name_or_path: str, revision: str | None, options: tuple):
+    """`AutoTokenizer.from_pretrained` with these (name, value) options, its failures one message."""
     import transformers
 
     try:
-        return transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
+        return transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision, **dict(options))
     except Exception as exc:  # the hub client raises many types; all mean "cannot load it"
         if is_out_of_memory(exc):
             raise out_of_memory(f"loading the tokenizer {name_or_path!r}") from None
@@ -66,32 +76,6 @@ def _from_pretrained(name_or_path: str, revision: str | None, kwargs: dict):
         ) from None
 
 
-class _Loaded:
-    """The tokenizers this process loaded, by what they were loaded from (the last few): a loaded
-    tokenizer is shared, never changed by PropMe. An index is opened many times in one process (each
-    lm-eval subtask, each report input, each build): loading GPT-2's took about 0.1 s, Llama 3's more."""
-
-    SIZE = 8
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[tuple, object] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple):
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-            return self._items.get(key)
-
-    def put(self, key: tuple, value):
-        with self._lock:
-            self._items[key] = value
-            while len(self._items) > self.SIZE:
-                self._items.popitem(last=False)
-        return value
-
-
-_LOADED = _Loaded()
 #: a folder's files up to this size are identified by their bytes, larger ones (a model's weights
 #: beside its tokenizer) by size and modification time
 _HASHED_FILE_BYTES = 64 << 20
@@ -153,16 +137,22 @@ def encode_batch(tok, texts: list[str]) -> list[list[int]]:
 def load_backend(folder: str | Path):
     """The Rust tokenizer of a saved folder (its tokenizer.json), without importing transformers:
     milliseconds instead of seconds. It encodes and decodes exactly as the fast HF tokenizer does."""
-    from tokenizers import Tokenizer
 
     path = Path(folder) / "tokenizer.json"
     try:
-        text = path.read_bytes()
-        key = ("backend", str(path.resolve()), hashlib.sha256(text).hexdigest())
-        return _LOADED.get(key) or _LOADED.put(key, Tokenizer.from_str(text.decode("utf-8")))
+        return _backend_of(path.read_bytes())
     except Exception as exc:  # the Rust side raises plain Exception for unreadable or invalid files
         raise ConfigError(f"cannot load tokenizer file {path}: {exc}",
                           "the folder must hold a tokenizer.json written by save_pretrained") from None
+
+
+@lru_cache(maxsize=8)
+def _backend_of(text: bytes):
+    """The Rust tokenizer of a tokenizer.json's bytes, once per content in a process (the last few;
+    shared, never changed by PropMe)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(text.decode("utf-8"))
 
 
 #: the files of a saved tokenizer folder whose bytes `files_sha256` covers
